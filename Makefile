@@ -1,0 +1,36 @@
+# Two commands: `make up` (the platform on the embedded default) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: up test test-fast bench clean java venv
+
+java:
+	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required for Spark and was not found: install it (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless)"; exit 1; }
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+up: java venv
+	$(VENV)/bin/rewind up
+
+test: java venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: java venv
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: java venv
+	$(PY) bench/throughput.py
+
+clean:
+	rm -rf .rewind .pytest_cache

@@ -1,0 +1,174 @@
+"""`rewind` command line: services, produce, stream, verify, up."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+log = logging.getLogger("rewind")
+
+
+def rewind_home() -> Path:
+    return Path(os.environ.get("REWIND_HOME", Path.cwd() / ".rewind")).resolve()
+
+
+def services_dir() -> Path:
+    return rewind_home() / "services"
+
+
+def resolve_bootstrap(arg: str | None) -> str:
+    """--bootstrap, else $REWIND_KAFKA_BOOTSTRAP, else the running embedded platform."""
+    from rewind.services import read_platform
+
+    if arg:
+        return arg
+    if os.environ.get("REWIND_KAFKA_BOOTSTRAP"):
+        return os.environ["REWIND_KAFKA_BOOTSTRAP"]
+    info = read_platform(services_dir())
+    if info is None:
+        raise SystemExit("error: no Kafka to talk to: pass --bootstrap HOST:PORT, set REWIND_KAFKA_BOOTSTRAP, "
+                         "or start the embedded platform with `rewind services up` (or `make up`)")
+    return info.kafka_bootstrap
+
+
+def cmd_services(args: argparse.Namespace) -> int:
+    from rewind.services import EmbeddedPlatform, pid_alive, read_platform, stop_recorded
+
+    workdir = services_dir()
+    if args.action == "up":
+        existing = read_platform(workdir)
+        if existing and all(pid_alive(p) for p in existing.pids.values()):
+            print(f"already running: kafka {existing.kafka_bootstrap}, s3 {existing.s3_endpoint}")
+            return 0
+        stop_recorded(workdir)
+        info = EmbeddedPlatform(workdir).start()
+        print(json.dumps({"kafka": info.kafka_bootstrap, "s3": info.s3_endpoint, "bucket": info.bucket,
+                          "state": str(workdir / "services.json"), "logs": info.logs}, indent=2))
+        print("services keep running in the background; stop them with `rewind services down`")
+        return 0
+    if args.action == "down":
+        stopped = stop_recorded(workdir)
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        return 0
+    info = read_platform(workdir)
+    if info is None:
+        print("not running (no services.json under %s)" % workdir)
+        return 1
+    alive = {name: pid_alive(pid) for name, pid in info.pids.items()}
+    print(json.dumps({"kafka": info.kafka_bootstrap, "s3": info.s3_endpoint, "alive": alive}, indent=2))
+    return 0 if all(alive.values()) else 1
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from rewind.producer import ProduceSpec, produce
+
+    spec = ProduceSpec(topic=args.topic, count=args.count, rate=args.rate, partitions=args.partitions,
+                       id_prefix=args.id_prefix, start_seq=args.start_seq, keys=args.keys,
+                       malformed_every=args.malformed_every, late_every=args.late_every,
+                       late_by=timedelta(seconds=args.late_by), duplicate_every=args.duplicate_every,
+                       transactional=args.transactional)
+    try:
+        spec.validate()
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    report = produce(resolve_bootstrap(args.bootstrap), spec,
+                     progress=lambda r: print(f"  sent {r.sent} ({r.sent / max(r.seconds, 1e-9):.0f}/s)",
+                                              file=sys.stderr, flush=True))
+    print(json.dumps(report.summary()))
+    return 0
+
+
+def cmd_stream(args: argparse.Namespace) -> int:
+    from rewind.registry import load_registry
+    from rewind.stream_runner import run_stream
+
+    spec = load_registry(args.registry).get(args.stream)
+    return run_stream(spec, resolve_bootstrap(args.bootstrap), available_now=args.available_now)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from rewind.registry import load_registry
+    from rewind.verify import verify_stream
+
+    spec = load_registry(args.registry).get(args.stream)
+    report = verify_stream(spec, resolve_bootstrap(args.bootstrap))
+    print(json.dumps(report.summary(), indent=None if args.json else 1, default=str))
+    return 0 if report.ok else 2
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from rewind.up import run_up
+
+    return run_up(rewind_home(), args.registry, args.stream, rate=args.rate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rewind", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("services", help="embedded S3 (SeaweedFS) and Kafka (Tansu)")
+    s.add_argument("action", choices=["up", "down", "status"])
+    s.set_defaults(func=cmd_services)
+
+    pr = sub.add_parser("produce", help="send demo events (deterministic ids) with optional faults")
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--count", type=int, required=True, help="sequence numbers to send (duplicates come on top)")
+    pr.add_argument("--rate", type=float, default=0.0, help="events/s; 0 = as fast as possible")
+    pr.add_argument("--partitions", type=int, default=3, help="partitions when the topic is created")
+    pr.add_argument("--id-prefix", default="evt")
+    pr.add_argument("--start-seq", type=int, default=0)
+    pr.add_argument("--keys", type=int, default=16)
+    pr.add_argument("--malformed-every", type=int, default=0, metavar="N", help="one malformed record in N")
+    pr.add_argument("--late-every", type=int, default=0, metavar="N", help="one late record (old event time) in N")
+    pr.add_argument("--late-by", type=float, default=3600.0, metavar="SECONDS")
+    pr.add_argument("--duplicate-every", type=int, default=0, metavar="N", help="send one event in N twice")
+    pr.add_argument("--transactional", action="store_true", help="send in Kafka transactions (offset gaps)")
+    pr.add_argument("--bootstrap")
+    pr.set_defaults(func=cmd_produce)
+
+    st = sub.add_parser("stream", help="run a registered stream in the foreground")
+    st.add_argument("action", choices=["run"])
+    st.add_argument("stream")
+    st.add_argument("--registry")
+    st.add_argument("--bootstrap")
+    st.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    st.set_defaults(func=cmd_stream)
+
+    v = sub.add_parser("verify", help="prove exactly-once: every Kafka record against the sink")
+    v.add_argument("stream")
+    v.add_argument("--registry")
+    v.add_argument("--bootstrap")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=cmd_verify)
+
+    up = sub.add_parser("up", help="start the embedded platform, the demo producer and stream; Ctrl-C stops all")
+    up.add_argument("--registry")
+    up.add_argument("--stream", default="demo")
+    up.add_argument("--rate", type=float, default=200.0, help="demo producer events/s")
+    up.set_defaults(func=cmd_up)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("botocore", "boto3", "urllib3", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from rewind.registry import RegistryError
+
+    try:
+        return int(args.func(args) or 0)
+    except RegistryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The demo stream: JSON events keyed by account, deduplicated and windowed."""

@@ -1,0 +1,187 @@
+"""The stream registry: one YAML file declares every stream Rewind runs.
+
+Validation is strict (unknown keys are refused) because a typo in a recovery
+setting must fail at load, naming the file and key, not at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^{}]*))?\}")  # innermost first
+DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "streams.yaml"
+
+
+class RegistryError(ValueError):
+    """A registry problem; the message names the file, the key and what is expected."""
+
+
+def parse_duration(value: str | int | float) -> timedelta:
+    """'30 seconds', '2s', '5 min', '1h', '7d' or a number of seconds."""
+    if isinstance(value, (int, float)):
+        return timedelta(seconds=float(value))
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
+    units = {"": 1, "s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60, "minutes": 60,
+             "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400,
+             "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001}
+    if not m or m.group(2) not in units:
+        raise ValueError(f"not a duration: {value!r} (use e.g. '30 seconds', '5 min', '2h', '7d')")
+    return timedelta(seconds=float(m.group(1)) * units[m.group(2)])
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceSpec(_Strict):
+    format: Literal["rewind_kafka", "kafka"] = "rewind_kafka"
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        return {str(k): str(val) for k, val in v.items()} if isinstance(v, dict) else v
+
+
+class SinkSpec(_Strict):
+    url: str
+    table_prefix: str = ""
+
+    @field_validator("table_prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if v and not re.fullmatch(r"[a-z][a-z0-9_]{0,30}", v):
+            raise ValueError("must be lowercase letters, digits and _ (it becomes part of SQL table names)")
+        return v
+
+
+class RestartSpec(_Strict):
+    strategy: Literal["fixed-delay", "exponential-backoff", "failure-rate"] = "exponential-backoff"
+    max_attempts: int = Field(5, ge=1)
+    delay: str = "5 seconds"
+    max_delay: str = "2 min"
+    failure_rate_interval: str = "10 min"
+
+
+class SavepointSpec(_Strict):
+    schedule: str | None = "@hourly"
+    keep_last: int = Field(5, ge=1)
+    max_age: str = "7d"
+
+
+class StreamSpec(_Strict):
+    name: str = ""
+    topics: list[str] = Field(min_length=1)
+    partitions: int = Field(3, ge=1)
+    transform: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    source: SourceSpec = Field(default_factory=SourceSpec)
+    sink: SinkSpec
+    checkpoint: str
+    status_dir: str
+    trigger: str = "2 seconds"
+    window: str = "10 seconds"
+    watermark_delay: str = "30 seconds"
+    allowed_lateness: str = "20 seconds"
+    restart: RestartSpec = Field(default_factory=RestartSpec)
+    savepoints: SavepointSpec = Field(default_factory=SavepointSpec)
+    dq_suite: str = "exactly_once"
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", t):
+                raise ValueError(f"invalid Kafka topic name {t!r}")
+        return v
+
+    @field_validator("trigger", "window", "watermark_delay", "allowed_lateness")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+    def durations(self) -> dict[str, timedelta]:
+        return {k: parse_duration(getattr(self, k)) for k in ("trigger", "window", "watermark_delay",
+                                                                "allowed_lateness")}
+
+    def config_hash(self) -> str:
+        """Identifies the job configuration (stored in savepoint manifests)."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+class Registry(_Strict):
+    streams: dict[str, StreamSpec]
+    source_file: str = ""
+
+    def get(self, name: str) -> StreamSpec:
+        if name not in self.streams:
+            known = ", ".join(sorted(self.streams)) or "(none)"
+            raise RegistryError(f"stream {name!r} is not in the registry {self.source_file}; known streams: {known}")
+        return self.streams[name]
+
+
+def _interpolate(value: Any, env: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            if m.group(1) in env:
+                return env[m.group(1)]
+            if m.group(2) is not None:
+                return m.group(2)
+            raise RegistryError(f"environment variable {m.group(1)} is not set and has no default")
+        previous = None
+        while previous != value:  # nested defaults: ${A:-x/${B}} expands B, then A
+            previous, value = value, _ENV_RE.sub(sub, value)
+        return value
+    if isinstance(value, dict):
+        return {k: _interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, env) for v in value]
+    return value
+
+
+def _format_errors(path: Path, prefix: str, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join([prefix, *[str(p) for p in err["loc"]]]) if prefix else ".".join(str(p) for p in err["loc"])
+        msg = "unknown field (check the spelling)" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"{path}: {key}: {msg}")
+    return "\n".join(lines)
+
+
+def load_registry(path: str | Path | None = None, env: dict[str, str] | None = None) -> Registry:
+    """Load and validate; ``${VAR:-default}`` is expanded from ``env`` (default: os.environ)."""
+    path = Path(path or os.environ.get("REWIND_REGISTRY") or DEFAULT_REGISTRY)
+    if not path.exists():
+        raise RegistryError(f"registry file {path} not found (set REWIND_REGISTRY or pass --registry)")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise RegistryError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("streams"), dict):
+        raise RegistryError(f"{path}: expected a top-level mapping 'streams: {{name: {{...}}}}'")
+    extra = set(raw) - {"streams"}
+    if extra:
+        raise RegistryError(f"{path}: {', '.join(sorted(extra))}: unknown top-level key; expected only 'streams'")
+    env = dict(os.environ if env is None else env)
+    env.setdefault("REWIND_HOME", str(Path.cwd() / ".rewind"))
+    streams: dict[str, StreamSpec] = {}
+    for name, body in raw["streams"].items():
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise RegistryError(f"{path}: streams.{name}: stream names are lowercase letters, digits and _ "
+                                "(they become DAG ids, table names and S3 keys)")
+        if not isinstance(body, dict):
+            raise RegistryError(f"{path}: streams.{name}: expected a mapping")
+        try:
+            streams[name] = StreamSpec(**{**_interpolate(body, env), "name": name})
+        except ValidationError as exc:
+            raise RegistryError(_format_errors(path, f"streams.{name}", exc)) from None
+    return Registry(streams=streams, source_file=str(path))

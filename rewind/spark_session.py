@@ -1,0 +1,43 @@
+"""One place that builds a SparkSession the way Rewind needs it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def python_env() -> dict[str, str]:
+    """Spark's Python workers must run this interpreter (it has pyarrow); see ENVIRONMENT.md."""
+    return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def build_session(app_name: str, master: str | None = None, conf: dict[str, Any] | None = None):
+    """A local-by-default session with RocksDB state and the Rewind Kafka source registered."""
+    os.environ.update(python_env())
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master or os.environ.get("REWIND_SPARK_MASTER", "local[2]"))
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, str(value))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("REWIND_SPARK_LOG_LEVEL", "WARN"))
+    register_sources(spark)
+    return spark
+
+
+def register_sources(spark) -> None:
+    from rewind.kafka.source import KafkaDataSource
+
+    spark.dataSource.register(KafkaDataSource)

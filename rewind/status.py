@@ -1,0 +1,111 @@
+"""Per-stream status file: heartbeat, progress and lag, written by the running stream.
+
+The supervisor (and the UI) read this file instead of talking to Spark, so a
+dead driver is visible as a stale heartbeat. Writes are atomic (rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class StreamStatus:
+    stream: str
+    state: str = "starting"  # starting | running | stopping | stopped | failed
+    pid: int = field(default_factory=os.getpid)
+    query_id: str | None = None
+    run_id: str | None = None
+    heartbeat: float = field(default_factory=time.time)
+    started_at: float = field(default_factory=time.time)
+    last_batch_id: int | None = None
+    last_batch_at: float | None = None
+    input_rows: int = 0
+    rows_per_second: float = 0.0
+    end_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    latest_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    lag: dict[str, int] = field(default_factory=dict)
+    total_lag: int = 0
+    exception: str | None = None
+
+
+def lag_of(end: dict[str, dict[str, int]], latest: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Records behind per ``topic/partition`` (never negative)."""
+    out: dict[str, int] = {}
+    for topic, parts in latest.items():
+        for part, hi in parts.items():
+            done = end.get(topic, {}).get(part, 0)
+            out[f"{topic}/{part}"] = max(0, int(hi) - int(done))
+    return out
+
+
+def status_path(status_dir: str | Path, stream: str) -> Path:
+    return Path(status_dir) / f"{stream}.json"
+
+
+def write_status(path: Path, status: StreamStatus) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(asdict(status), indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def read_status(path: Path) -> StreamStatus | None:
+    try:
+        return StreamStatus(**json.loads(Path(path).read_text()))
+    except (FileNotFoundError, json.JSONDecodeError, TypeError):
+        return None
+
+
+def _offsets(raw: Any) -> dict[str, dict[str, int]]:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def make_listener(path: Path, status: StreamStatus):
+    """A StreamingQueryListener that keeps ``path`` current (imported lazily: needs pyspark)."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class StatusListener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            status.query_id, status.run_id = str(event.id), str(event.runId)
+            status.state, status.heartbeat = "running", time.time()
+            write_status(path, status)
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = event.progress
+            status.heartbeat = time.time()
+            status.last_batch_id = p.batchId
+            status.last_batch_at = time.time()
+            status.input_rows += int(p.numInputRows)
+            status.rows_per_second = float(p.processedRowsPerSecond or 0.0)
+            if p.sources:
+                src = p.sources[0]
+                status.end_offsets = _offsets(src.endOffset)
+                latest = _offsets(getattr(src, "latestOffset", None))
+                if latest:
+                    status.latest_offsets = latest
+                status.lag = lag_of(status.end_offsets, status.latest_offsets or status.end_offsets)
+                status.total_lag = sum(status.lag.values())
+            write_status(path, status)
+
+        def onQueryIdle(self, event: Any) -> None:
+            status.heartbeat = time.time()
+            write_status(path, status)
+
+        def onQueryTerminated(self, event: Any) -> None:
+            status.heartbeat = time.time()
+            status.exception = event.exception
+            status.state = "failed" if event.exception else "stopped"
+            write_status(path, status)
+
+    return StatusListener()

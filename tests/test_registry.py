@@ -1,0 +1,83 @@
+"""Registry loading: strict validation with errors that name the file and key."""
+
+from pathlib import Path
+
+import pytest
+
+from rewind.registry import RegistryError, load_registry, parse_duration
+
+GOOD = """
+streams:
+  s1:
+    topics: [a-topic]
+    transform: rewind.demo.transform:build
+    sink: {url: "sqlite:///${REWIND_HOME}/x.db"}
+    checkpoint: ${REWIND_HOME}/cp
+    status_dir: ${REWIND_HOME}/status
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "streams.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_loads_and_expands_env(tmp_path: Path) -> None:
+    reg = load_registry(write(tmp_path, GOOD), env={"REWIND_HOME": "/h"})
+    s = reg.get("s1")
+    assert s.checkpoint == "/h/cp" and s.sink.url == "sqlite:////h/x.db" and s.restart.max_attempts == 5
+
+
+def test_nested_default(tmp_path: Path) -> None:
+    text = GOOD.replace('"sqlite:///${REWIND_HOME}/x.db"', '"${SINK:-sqlite:///${REWIND_HOME}/y.db}"')
+    assert load_registry(write(tmp_path, text), env={"REWIND_HOME": "/h"}).get("s1").sink.url == "sqlite:////h/y.db"
+    assert load_registry(write(tmp_path, text), env={"REWIND_HOME": "/h", "SINK": "postgresql://x"}) \
+        .get("s1").sink.url == "postgresql://x"
+
+
+def test_unknown_field_names_file_and_key(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD + "    chekpoint_typo: 1\n")
+    with pytest.raises(RegistryError) as err:
+        load_registry(path, env={"REWIND_HOME": "/h"})
+    assert str(path) in str(err.value) and "streams.s1.chekpoint_typo" in str(err.value)
+    assert "unknown field" in str(err.value)
+
+
+def test_missing_topics_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RegistryError, match=r"streams\.s1\.topics"):
+        load_registry(write(tmp_path, GOOD.replace("    topics: [a-topic]\n", "")), env={"REWIND_HOME": "/h"})
+
+
+def test_empty_topics_and_bad_names(tmp_path: Path) -> None:
+    with pytest.raises(RegistryError, match="topics"):
+        load_registry(write(tmp_path, GOOD.replace("[a-topic]", "[]")), env={"REWIND_HOME": "/h"})
+    with pytest.raises(RegistryError, match="invalid Kafka topic"):
+        load_registry(write(tmp_path, GOOD.replace("[a-topic]", "['a topic']")), env={"REWIND_HOME": "/h"})
+    with pytest.raises(RegistryError, match="stream names"):
+        load_registry(write(tmp_path, GOOD.replace("  s1:", "  ../x:")), env={"REWIND_HOME": "/h"})
+
+
+def test_unknown_stream_lists_known(tmp_path: Path) -> None:
+    with pytest.raises(RegistryError, match="known streams: s1"):
+        load_registry(write(tmp_path, GOOD), env={"REWIND_HOME": "/h"}).get("nope")
+
+
+def test_bad_duration_and_missing_env(tmp_path: Path) -> None:
+    with pytest.raises(RegistryError, match="streams.s1.window"):
+        load_registry(write(tmp_path, GOOD + "    window: soon\n"), env={"REWIND_HOME": "/h"})
+    with pytest.raises(RegistryError, match="NOPE is not set"):
+        load_registry(write(tmp_path, GOOD.replace("${REWIND_HOME}/cp", "${NOPE}/cp")), env={"REWIND_HOME": "/h"})
+
+
+def test_shipped_registry_is_valid() -> None:
+    reg = load_registry(Path(__file__).resolve().parents[1] / "streams.yaml", env={"REWIND_HOME": "/h"})
+    assert "demo" in reg.streams
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("30 seconds").total_seconds() == 30
+    assert parse_duration("5 min").total_seconds() == 300
+    assert parse_duration("7d").days == 7
+    with pytest.raises(ValueError):
+        parse_duration("fortnight")
