@@ -15,6 +15,9 @@ $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	@# The Spark provider pulls in pyspark-client (newest 4.2.0), which overwrites pyspark 4.3's
+	@# Python files with 4.2 ones (py4j then fails on UserDefinedPythonFunction): put 4.3 back.
+	$(PY) -m pip install --quiet --no-deps --force-reinstall $$(grep -E '^pyspark==' requirements.txt | cut -d' ' -f1)
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 

@@ -57,3 +57,25 @@ def spark():
     session = build_session("rewind-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server for the whole run: $REWIND_POSTGRES_URL, else a throwaway LocalPostgres.
+
+    Skipped locally when PostgreSQL is not installed; in CI (CI=true) that is a failure, so the
+    PostgreSQL tests can never pass by not running.
+    """
+    from rewind.pg import LocalPostgres, postgres_available
+
+    external = os.environ.get("REWIND_POSTGRES_URL")
+    if external:
+        yield external
+        return
+    if not postgres_available():
+        message = "PostgreSQL is not installed (apt-get install postgresql)"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; .ci/run installs it")
+        pytest.skip(message)
+    with LocalPostgres() as pg:
+        yield pg.url

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from rewind.kafka.client import true_end_offsets
 from rewind.producer import ProduceSpec, produce
 from rewind.registry import load_registry
 from rewind.services import PlatformInfo, terminate_group
@@ -126,11 +127,13 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
             kills.append({"run": i + 1, "last_batch_seen": st.last_batch_id if st else None})
         producer.join(timeout=120)
         assert not producer.is_alive(), "producer did not finish"
-        # Final run: catch up to the end of the topic, let the watermark close windows, then stop gracefully.
+        # Final run: catch up to the true end of the topic, let the watermark close windows, stop gracefully.
+        ends = {str(tp.partition): off for tp, off in true_end_offsets(platform.kafka_bootstrap, topic).items()}
         stream.start()
         wait_for(lambda: (st := read_status(spath)) is not None and st.state == "running"
-                 and st.input_rows > 0 and st.total_lag == 0 and st.last_batch_at is not None
-                 and time.time() - st.last_batch_at > 4, 300, "catch-up", stream)
+                 and {p: int(o) for p, o in st.end_offsets.get(topic, {}).items()} == ends
+                 and st.last_batch_at is not None and time.time() - st.last_batch_at > 4, 300,
+                 f"catch-up to {ends}", stream)
         stream.stop()
     finally:
         stream.stop()

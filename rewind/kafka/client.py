@@ -1,0 +1,529 @@
+"""Kafka look-ups and range reads through confluent-kafka (librdkafka).
+
+Why the end offset is not simply ``get_watermark_offsets``: the embedded broker (Tansu) answers
+ListOffsets(latest) with a value below the true end, while the high watermark carried in Fetch
+responses is right. So the true end of a partition is found the way a consumer sees it: assign
+the partition at an offset known to be at or below the end and consume until librdkafka reports
+``_PARTITION_EOF``; that event's offset is the end offset from the Fetch response (the last stable
+offset for ``read_committed`` consumers, the high watermark otherwise). On real Kafka, ListOffsets
+is exact, so the consumer is assigned right at the end and the EOF arrives after one empty fetch.
+
+Public entry points other modules should use:
+- ``KafkaOffsetClient`` (one cached consumer): ``partitions``, ``earliest_offsets``,
+  ``end_offsets``, ``offsets_for_times``;
+- ``true_end_offsets`` / ``earliest_offsets``: one-shot helpers (used by the replay planner);
+- ``iter_range``: the records of ``[from, until)`` of one partition, in batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from bisect import bisect_left
+from typing import Any, Iterable, Iterator, Mapping
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from rewind.kafka.offsets import (
+    TP,
+    DataLossError,
+    OffsetRange,
+    Offsets,
+    UnknownTopicError,
+)
+
+log = logging.getLogger(__name__)
+
+EOF = KafkaError._PARTITION_EOF
+_OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+_RETRIABLE_METADATA = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                       KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._WAIT_COORD}
+_POLL_S = 0.05             # short consume() waits: consume() blocks until num_messages or the timeout
+_LOOKUP_POLL_S = 0.01      # look-ups mostly wait for one EOF event per partition
+_HINT_STALL_S = 5.0        # a guessed start position that yields nothing this long is abandoned
+_TIMESTAMP_WINDOW = 64     # records read before the broker's timestamp answer to confirm it
+_JUMP_MIN_OFFSETS = 2_000  # seek to the fetched high watermark rather than read more than this
+_JUMP_WAIT_S = 1.0         # no EOF this long after such a seek: an open transaction, read on instead
+
+
+class KafkaTimeoutError(TimeoutError):
+    """The broker did not answer a look-up or a read within the configured time."""
+
+
+def base_consumer_config(bootstrap_servers: str, extra: Mapping[str, Any] | None = None, *,
+                         group_id: str = "rewind-kafka-source",
+                         auto_offset_reset: str = "error") -> dict[str, Any]:
+    """Consumer settings for assign-only reading: no group membership, no commits, EOF events on.
+
+    ``extra`` (the user's ``kafka.*`` options) wins over the defaults, except for the settings
+    the source relies on.
+    """
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group_id,
+        "fetch.wait.max.ms": 50,          # an empty fetch at the end answers quickly (EOF latency)
+        "allow.auto.create.topics": False,
+        "topic.metadata.refresh.interval.ms": 60_000,
+        "log_level": 3,
+    }
+    conf.update(dict(extra or {}))
+    conf.update({
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": auto_offset_reset,
+    })
+    return conf
+
+
+def _tp_list(tps: Iterable[TP], offsets: Mapping[TP, int] | None = None) -> list[TopicPartition]:
+    if offsets is None:
+        return [TopicPartition(tp.topic, tp.partition) for tp in tps]
+    return [TopicPartition(tp.topic, tp.partition, int(offsets[tp])) for tp in tps]
+
+
+class KafkaOffsetClient:
+    """Driver-side look-ups through one lazily created consumer, reused across micro-batches.
+
+    Not picklable state: the consumer is dropped by ``__getstate__`` and recreated on first use.
+    """
+
+    def __init__(self, config: Mapping[str, Any], timeout_s: float = 120.0) -> None:
+        conf = dict(config)
+        conf["auto.offset.reset"] = "error"     # a bad guessed position must surface, not be reset
+        conf["enable.partition.eof"] = True
+        conf["fetch.wait.max.ms"] = min(int(conf.get("fetch.wait.max.ms", 10)), 10)  # fast EOF at the end
+        self.config = conf
+        self.timeout_s = float(timeout_s)
+        self._consumer: Consumer | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(self.config)
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except (KafkaException, RuntimeError):  # already closed
+                pass
+            self._consumer = None
+
+    def __enter__(self) -> "KafkaOffsetClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_consumer"] = None
+        return state
+
+    # -- metadata ---------------------------------------------------------------------------
+    def partitions(self, topics: Iterable[str]) -> list[TP]:
+        """All partitions of ``topics``, sorted; ``UnknownTopicError`` names a missing topic."""
+        out: list[TP] = []
+        for topic in topics:
+            out.extend(TP(topic, p) for p in self._topic_partitions(topic))
+        return sorted(out)
+
+    def _topic_partitions(self, topic: str) -> list[int]:
+        deadline = time.monotonic() + self.timeout_s
+        last_error: Any = None
+        while True:
+            try:
+                md = self.consumer().list_topics(topic=topic, timeout=min(10.0, self.timeout_s))
+            except KafkaException as exc:
+                last_error = exc.args[0] if exc.args else exc
+            else:
+                tmd = md.topics.get(topic)
+                err = tmd.error if tmd is not None else None
+                if tmd is not None and err is None and tmd.partitions:
+                    return sorted(tmd.partitions)
+                if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise UnknownTopicError(
+                        f"subscribed topic {topic!r} does not exist on {self.config.get('bootstrap.servers')}")
+                last_error = err or "no partitions in metadata"
+                if err is not None and err.code() not in _RETRIABLE_METADATA:
+                    raise KafkaException(err)
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"no metadata for topic {topic!r} after {self.timeout_s:.0f}s: {last_error}")
+            time.sleep(0.2)
+
+    # -- offsets ----------------------------------------------------------------------------
+    def _list_offsets(self, query: Mapping[TP, int]) -> dict[TP, int]:
+        """ListOffsets by timestamp (-2 earliest, -1 latest, else ms) for many partitions at once."""
+        if not query:
+            return {}
+        tps = sorted(query)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                res = self.consumer().offsets_for_times(_tp_list(tps, query), timeout=min(10.0, self.timeout_s))
+                errors = [r for r in res if r.error is not None]
+                if not errors:
+                    return {TP(r.topic, r.partition): r.offset for r in res}
+                err = errors[0].error
+                if err.code() not in _RETRIABLE_METADATA:
+                    raise KafkaException(err)
+                last: Any = err
+            except KafkaException as exc:
+                kerr = exc.args[0] if exc.args else None
+                if not isinstance(kerr, KafkaError) or kerr.code() not in _RETRIABLE_METADATA:
+                    raise
+                last = kerr
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"ListOffsets did not answer within {self.timeout_s:.0f}s: {last}")
+            time.sleep(0.2)
+
+    def earliest_offsets(self, tps: Iterable[TP]) -> Offsets:
+        """The earliest retained offset of each partition (ListOffsets(earliest) is right everywhere)."""
+        return self._list_offsets({tp: -2 for tp in tps})
+
+    def listed_latest_offsets(self, tps: Iterable[TP]) -> Offsets:
+        """ListOffsets(latest) as the broker answers it: exact on Kafka, too LOW on Tansu.
+
+        Only safe as a lower bound of the end; use ``end_offsets`` for the end itself.
+        """
+        return self._list_offsets({tp: -1 for tp in tps})
+
+    def offsets_for_times(self, stamps: Mapping[TP, int], earliest: Mapping[TP, int] | None = None,
+                          ends: Mapping[TP, int] | None = None) -> dict[TP, int | None]:
+        """The first offset whose record timestamp is >= the given ms, or None when there is none.
+
+        ListOffsets(timestamp) is exact on Kafka but arbitrary on Tansu (too high or too low), so
+        the broker's answer is only a candidate: records are read from a little before it up to
+        the first record at or after the timestamp. The answer is accepted when a record before it
+        is older than the timestamp (always true for Kafka's own answer); otherwise the partition
+        is scanned from its earliest offset. Assumes timestamps grow with offsets on brokers whose
+        answer cannot be trusted. ``earliest`` / ``ends`` save look-ups when the caller has them.
+        """
+        if not stamps:
+            return {}
+        tps = sorted(stamps)
+        answers = self._list_offsets(stamps)
+        if earliest is None or any(tp not in earliest for tp in tps):
+            earliest = self.earliest_offsets(tps)
+        if ends is None or any(tp not in ends for tp in tps):
+            ends = self.end_offsets(tps)
+        starts: Offsets = {}
+        for tp in tps:
+            candidate = answers[tp] if answers[tp] is not None and answers[tp] >= 0 else ends[tp]
+            candidate = min(max(candidate, earliest[tp]), ends[tp])
+            starts[tp] = max(earliest[tp], candidate - _TIMESTAMP_WINDOW)
+        found, unsure = self._scan_timestamps(starts, stamps, earliest, ends)
+        if unsure:
+            log.info("timestamp look-up: scanning %s from earliest (broker answer not confirmed)", sorted(unsure))
+            more, _ = self._scan_timestamps({tp: earliest[tp] for tp in unsure}, stamps, earliest, ends)
+            found.update(more)
+        return {tp: found[tp] for tp in tps}
+
+    def _scan_timestamps(self, starts: Mapping[TP, int], targets: Mapping[TP, int], earliest: Mapping[TP, int],
+                         ends: Mapping[TP, int]) -> tuple[dict[TP, int | None], set[TP]]:
+        """Read forward from ``starts`` to the first record with timestamp >= target (None: none).
+
+        Returns (answers, unsure): an answer is sure when the scan began at earliest or saw an
+        older record before it.
+        """
+        found: dict[TP, int | None] = {}
+        unsure: set[TP] = set()
+        seen_older = {tp: False for tp in starts}
+
+        def finish(tp: TP, offset: int | None) -> None:
+            found[tp] = offset
+            if not (seen_older[tp] or starts[tp] <= earliest[tp]):
+                unsure.add(tp)
+            pending.discard(tp)
+
+        pending = set(starts)
+        for tp in list(pending):
+            if starts[tp] >= ends[tp]:
+                finish(tp, None)
+        if not pending:
+            return found, unsure
+        consumer = self.consumer()
+        consumer.assign(_tp_list(sorted(pending), starts))
+        last_progress = time.monotonic()
+        try:
+            while pending:
+                msgs = consumer.consume(num_messages=10_000, timeout=_LOOKUP_POLL_S)
+                if msgs:
+                    last_progress = time.monotonic()
+                elif time.monotonic() - last_progress > self.timeout_s:
+                    raise KafkaTimeoutError(
+                        f"broker did not answer fetches for {sorted(pending)} within {self.timeout_s:.0f}s")
+                for m in msgs:
+                    topic = m.topic()
+                    if topic is None:
+                        continue
+                    tp = TP(topic, m.partition())
+                    if tp not in pending:
+                        continue
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == EOF:
+                            finish(tp, None)
+                        elif not err.retriable():
+                            raise KafkaException(err)
+                        continue
+                    offset = m.offset()
+                    if offset >= ends[tp]:
+                        finish(tp, None)
+                    elif m.timestamp()[1] >= targets[tp]:
+                        finish(tp, offset)
+                    else:
+                        seen_older[tp] = True
+        finally:
+            try:
+                consumer.unassign()
+            except KafkaException:
+                pass
+        return found, unsure
+
+    def end_offsets(self, tps: Iterable[TP], hints: Mapping[TP, int] | None = None) -> Offsets:
+        """The true end offset of each partition (see the module docstring for why and how).
+
+        ``hints`` are end offsets seen before (e.g. the previous micro-batch's): starting there keeps
+        the bytes read small on brokers whose ListOffsets is too low. A hint beyond the end (the
+        topic was recreated) yields nothing or an out-of-range error; those partitions are retried
+        from their earliest offset.
+        """
+        tps = sorted(set(tps))
+        if not tps:
+            return {}
+        earliest = self.earliest_offsets(tps)
+        listed = self.listed_latest_offsets(tps)
+        hints = hints or {}
+        first = {tp: max(earliest[tp], listed[tp], hints.get(tp, -1)) for tp in tps}
+        guessed = {tp for tp in tps if hints.get(tp, -1) > max(earliest[tp], listed[tp])}
+        found, failed = self._eof_offsets(first, stall_s=min(_HINT_STALL_S, self.timeout_s) if guessed else None)
+        retry = {tp: earliest[tp] for tp in failed}
+        if retry:
+            log.info("end offset look-up retried from earliest for %s (%s)", sorted(retry),
+                     {str(tp): failed[tp] for tp in retry})
+            more, still = self._eof_offsets(retry, stall_s=None)
+            found.update(more)
+            if still:
+                raise KafkaTimeoutError(
+                    "could not find the end offset of "
+                    + ", ".join(f"{tp.topic}[{tp.partition}] ({still[tp]})" for tp in sorted(still)))
+        return {tp: found[tp] for tp in tps}
+
+    def _eof_offsets(self, positions: Mapping[TP, int], stall_s: float | None) -> tuple[Offsets, dict[TP, str]]:
+        """Assign at ``positions`` and consume until each partition reports EOF.
+
+        The first Fetch response for a partition carries its true high watermark: when that is far
+        ahead, the consumer seeks there instead of reading everything in between. With
+        read_committed and an open transaction the EOF comes at the last stable offset, below the
+        high watermark, so a jump that brings no EOF within ``_JUMP_WAIT_S`` seeks back and reads on.
+
+        Returns (end offsets, failures). A partition fails on a fetch error, or (when ``stall_s``
+        is given) when nothing at all arrives for it within ``stall_s`` seconds. With no
+        ``stall_s``, silence past the client timeout raises ``KafkaTimeoutError``.
+        """
+        consumer = self.consumer()
+        pending = set(positions)
+        found: Offsets = {}
+        failed: dict[TP, str] = {}
+        start = time.monotonic()
+        last_seen = {tp: start for tp in pending}
+        jumped: dict[TP, tuple[int, float, int]] = {}  # tp -> (jumped to, when, where to resume)
+        settled: set[TP] = set()                      # partitions that read on without jumping
+        consumer.assign(_tp_list(sorted(positions), positions))
+        try:
+            while pending:
+                msgs = consumer.consume(num_messages=10_000, timeout=_LOOKUP_POLL_S)
+                now = time.monotonic()
+                for m in msgs:
+                    err = m.error()
+                    topic = m.topic()
+                    if topic is None:
+                        if err is not None:
+                            log.warning("Kafka client error during end-offset look-up: %s", err)
+                        continue
+                    tp = TP(topic, m.partition())
+                    if tp not in pending:
+                        continue
+                    last_seen[tp] = now
+                    if err is None:
+                        if tp not in jumped and tp not in settled:
+                            self._maybe_jump(consumer, tp, m.offset() + 1, now, jumped, settled)
+                        continue
+                    if err.code() == EOF:
+                        found[tp] = m.offset()
+                    else:
+                        failed[tp] = str(err)
+                    pending.discard(tp)
+                for tp in list(pending):
+                    if tp in jumped and now - jumped[tp][1] > _JUMP_WAIT_S:
+                        resume = jumped.pop(tp)[2]
+                        settled.add(tp)
+                        last_seen[tp] = now
+                        consumer.seek(TopicPartition(tp.topic, tp.partition, resume))
+                        continue
+                    idle = now - last_seen[tp]
+                    if stall_s is not None and idle > stall_s:
+                        failed[tp] = f"nothing fetched from offset {positions[tp]} in {stall_s:.0f}s"
+                        pending.discard(tp)
+                    elif idle > self.timeout_s:
+                        raise KafkaTimeoutError(
+                            f"broker did not answer fetches for {tp.topic}[{tp.partition}] at offset "
+                            f"{positions[tp]} within {self.timeout_s:.0f}s")
+        finally:
+            try:
+                consumer.unassign()
+            except KafkaException:
+                pass
+        return found, failed
+
+    @staticmethod
+    def _maybe_jump(consumer: Consumer, tp: TP, next_offset: int, now: float,
+                    jumped: dict[TP, tuple[int, float, int]], settled: set[TP]) -> None:
+        """Seek to the high watermark of the Fetch response when it is far ahead of ``next_offset``."""
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
+        except KafkaException:
+            high = -1
+        if high is None or high - next_offset <= _JUMP_MIN_OFFSETS:
+            settled.add(tp)
+            return
+        try:
+            consumer.seek(TopicPartition(tp.topic, tp.partition, high))
+        except KafkaException as exc:
+            log.debug("seek to high watermark of %s failed (%s); reading on", tp, exc)
+            settled.add(tp)
+            return
+        jumped[tp] = (high, now, next_offset)
+
+
+# ---------------------------------------------------------------------------------------------
+# One-shot helpers (the replay planner and tools use these)
+# ---------------------------------------------------------------------------------------------
+
+
+def _as_tps(client: KafkaOffsetClient, what: Iterable[TP | str] | str) -> list[TP]:
+    if isinstance(what, str):
+        what = [t.strip() for t in what.split(",") if t.strip()]
+    tps: list[TP] = []
+    topics: list[str] = []
+    for item in what:
+        if isinstance(item, str):
+            topics.append(item)
+        else:
+            tps.append(TP(item[0], int(item[1])))
+    return sorted(set(tps) | set(client.partitions(topics)))
+
+
+def true_end_offsets(bootstrap_servers: str, partitions: Iterable[TP | str] | str,
+                     config: Mapping[str, Any] | None = None, timeout_s: float = 60.0) -> Offsets:
+    """True end offset of every partition (topic names expand to all their partitions).
+
+    Correct on Tansu (whose ListOffsets(latest) is too low) and on Kafka; for
+    ``isolation.level=read_committed`` (librdkafka's default) it is the last stable offset.
+    """
+    with KafkaOffsetClient(base_consumer_config(bootstrap_servers, config), timeout_s) as client:
+        return client.end_offsets(_as_tps(client, partitions))
+
+
+def earliest_offsets(bootstrap_servers: str, partitions: Iterable[TP | str] | str,
+                     config: Mapping[str, Any] | None = None, timeout_s: float = 60.0) -> Offsets:
+    """Earliest retained offset of every partition (topic names expand to all their partitions)."""
+    with KafkaOffsetClient(base_consumer_config(bootstrap_servers, config), timeout_s) as client:
+        return client.earliest_offsets(_as_tps(client, partitions))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading one range
+# ---------------------------------------------------------------------------------------------
+
+
+def iter_range(config: Mapping[str, Any], rng: OffsetRange, batch_size: int, timeout_s: float,
+               fail_on_data_loss: bool = True) -> Iterator[list[Message]]:
+    """The data records of ``[rng.from_offset, rng.until_offset)`` in lists of up to ``batch_size``.
+
+    Offsets may have gaps (transaction markers take offsets, and the last offset before ``until``
+    may be one), so the read ends when a record at or beyond ``until`` arrives or librdkafka
+    reports EOF at or beyond ``until``, never by waiting for offset ``until - 1``. Silence from
+    the broker for ``timeout_s`` raises ``KafkaTimeoutError``.
+    """
+    until = rng.until_offset
+    if until <= rng.from_offset:
+        return
+    consumer = Consumer(dict(config))
+    where = f"{rng.topic}[{rng.partition}] range [{rng.from_offset}, {until})"
+    try:
+        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.from_offset)])
+        next_offset = rng.from_offset
+        pending: list[Message] = []
+        last_progress = time.monotonic()
+        done = False
+        while not done:
+            # +1: the record or EOF just past the range ends the read without waiting a poll.
+            want = max(1, min(batch_size - len(pending), until - next_offset + 1))
+            msgs = consumer.consume(num_messages=want, timeout=_POLL_S)
+            if not msgs:
+                if time.monotonic() - last_progress > timeout_s:
+                    raise KafkaTimeoutError(
+                        f"no answer from Kafka for {timeout_s:.0f}s while reading {where} at offset {next_offset} "
+                        "(kafkaConsumer.pollTimeoutMs)")
+                continue
+            eof_below: int | None = None
+            if any([m.error() is not None for m in msgs]):
+                data = []
+                for m in msgs:
+                    err = m.error()
+                    if err is None:
+                        data.append(m)
+                        continue
+                    code = err.code()
+                    if code == EOF:
+                        last_progress = time.monotonic()
+                        if m.offset() >= until:
+                            done = True
+                        else:
+                            eof_below = m.offset()
+                    elif code in _OUT_OF_RANGE:
+                        raise DataLossError(
+                            f"data loss reading {where}: offset {next_offset} is no longer available ({err}). "
+                            "Set failOnDataLoss=false to continue from the earliest offset.")
+                    elif err.fatal() or (m.topic() is not None and not err.retriable()):
+                        raise KafkaException(err)
+                    else:  # transient (broker down, transport): librdkafka retries on its own
+                        log.warning("Kafka client error while reading %s: %s", where, err)
+                msgs = data
+            if msgs:
+                last_progress = time.monotonic()
+                if msgs[-1].offset() >= until:
+                    offsets = [m.offset() for m in msgs]
+                    msgs = msgs[:bisect_left(offsets, until)]
+                    done = True
+                if msgs:
+                    next_offset = msgs[-1].offset() + 1
+                    pending.extend(msgs)
+            if eof_below is not None and not done:
+                # EOF is reported after every record before it, so the range cannot be completed.
+                _end_below_range(where, eof_below, fail_on_data_loss)
+                done = True
+            if next_offset >= until:
+                done = True
+            if len(pending) >= batch_size or (done and pending):
+                yield pending
+                pending = []
+    finally:
+        consumer.close()
+
+
+def _end_below_range(where: str, end: int, fail_on_data_loss: bool) -> None:
+    msg = f"data loss reading {where}: the partition ends at {end}, before the end of the range"
+    if fail_on_data_loss:
+        raise DataLossError(msg + ". Set failOnDataLoss=false to continue.")
+    log.warning("%s; failOnDataLoss=false, skipping the rest of the range", msg)

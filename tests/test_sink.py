@@ -1,0 +1,486 @@
+"""The exactly-once SQL sink, on a SQLite file and on a real PostgreSQL server.
+
+Every behaviour test runs on both backends (`db_url` is parametrized); the
+PostgreSQL ones carry the `postgres` marker and use a throwaway server started
+by `rewind.pg.LocalPostgres` (or the server named by $REWIND_POSTGRES_URL), one
+fresh database per test.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing as mp
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rewind.pg import LocalPostgres, create_database, drop_database, postgres_available
+from rewind.sink import (
+    LEDGER_TABLE,
+    BatchResult,
+    Column,
+    ExactlyOnceSqlSink,
+    SinkConnectionError,
+    SinkWriteError,
+    TableSpec,
+)
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
+
+EVENTS = TableSpec(
+    "events",
+    (
+        Column("topic", "string", nullable=False),
+        Column("partition", "int", nullable=False),
+        Column("offset", "bigint", nullable=False),
+        Column("key", "binary"),
+        Column("value", "binary"),
+        Column("timestamp", "timestamp"),
+        Column("amount", "double"),
+        Column("batch_id", "bigint"),
+    ),
+    key=("topic", "partition", "offset"),
+    on_conflict="ignore",
+)
+DEAD_LETTER = TableSpec(
+    "dead_letter",
+    (
+        Column("topic", "string", nullable=False),
+        Column("partition", "int", nullable=False),
+        Column("offset", "bigint", nullable=False),
+        Column("error", "string"),
+        Column("raw", "binary"),
+    ),
+    key=("topic", "partition", "offset"),
+    on_conflict="ignore",
+)
+WINDOWS = TableSpec(
+    "window_results",
+    (
+        Column("window_start", "timestamp", nullable=False),
+        Column("window_end", "timestamp"),
+        Column("user", "string", nullable=False),
+        Column("count", "bigint"),
+        Column("total", "double"),
+    ),
+    key=("window_start", "user"),
+    on_conflict="replace",
+)
+TABLES = (EVENTS, DEAD_LETTER, WINDOWS)
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database: a SQLite file in tmp_path, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'sink' / 'rewind.db'}"  # 'sink/' does not exist yet: the sink creates it
+        return
+    server = request.getfixturevalue("postgres_url")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = create_database(server, name)
+    try:
+        yield url
+    finally:
+        drop_database(server, name)
+
+
+@pytest.fixture
+def make_sink(db_url: str) -> Iterator[Any]:
+    """Factory of sinks on `db_url`, all disposed at the end."""
+    made: list[ExactlyOnceSqlSink] = []
+
+    def make(stream: str = "orders", tables: tuple[TableSpec, ...] = TABLES, prefix: str = "") -> ExactlyOnceSqlSink:
+        sink = ExactlyOnceSqlSink(db_url, stream, tables, table_prefix=prefix)
+        made.append(sink)
+        return sink
+
+    yield make
+    for sink in made:
+        sink.dispose()
+
+
+# --------------------------------------------------------------------------- data
+def events(start: int, n: int, *, batch_id: int = 0, value: bytes = b"v", partitions: int = 3) -> list[dict[str, Any]]:
+    return [
+        {"topic": "orders", "partition": i % partitions, "offset": i, "key": f"k{i}".encode(), "value": value,
+         "timestamp": T0 + dt.timedelta(seconds=i), "amount": i * 0.5, "batch_id": batch_id}
+        for i in range(start, start + n)
+    ]
+
+
+def dead_letters(start: int, n: int) -> list[dict[str, Any]]:
+    return [{"topic": "orders", "partition": 0, "offset": i, "error": "bad json", "raw": b"{"} for i in range(start, start + n)]
+
+
+def windows(users: list[str], count: int) -> pd.DataFrame:
+    return pd.DataFrame({
+        "window_start": pd.Timestamp(T0), "window_end": pd.Timestamp(T0 + dt.timedelta(minutes=1)),
+        "user": users, "count": count, "total": float(count) * 1.5,
+    })
+
+
+def counts(sink: ExactlyOnceSqlSink) -> dict[str, int]:
+    return {name: len(sink.read_table(name)) for name in sink.specs} | {LEDGER_TABLE: len(sink.read_table(LEDGER_TABLE))}
+
+
+# --------------------------------------------------------------------------- exactly-once
+def test_same_batch_twice_is_skipped_and_changes_nothing(make_sink: Any) -> None:
+    sink = make_sink()
+    batch = {"events": events(0, 100, batch_id=7), "dead_letter": dead_letters(1000, 3), "window_results": windows(["a", "b"], 5)}
+
+    first = sink.write_batch(7, batch)
+    assert first == BatchResult(7, False, {"events": 100, "dead_letter": 3, "window_results": 2}, first.seconds)
+    before = {name: sink.read_table(name) for name in sink.specs}
+
+    # Spark re-runs the batch after a crash: possibly with other rows (non-deterministic transform).
+    again = sink.write_batch(7, {"events": events(0, 150, batch_id=7, value=b"other"), "window_results": windows(["a"], 99)})
+    assert again.skipped and again.rows == {"events": 0, "window_results": 0}
+    for name, df in before.items():
+        pd.testing.assert_frame_equal(sink.read_table(name), df)
+
+    ledger = sink.read_table(LEDGER_TABLE)
+    assert ledger[["stream", "batch_id"]].values.tolist() == [["orders", 7]]
+    assert ledger["committed_at"].dt.tz is not None
+    assert sink.committed_batch_ids() == [7] and sink.last_committed_batch() == 7
+
+    # The ledger is per stream: another stream's batch 7 is its own batch.
+    other = make_sink(stream="payments")
+    assert not other.write_batch(7, {"dead_letter": dead_letters(5000, 1)}).skipped
+    assert other.committed_batch_ids() == [7] and sink.committed_batch_ids() == [7]
+
+
+def test_fresh_sink_reads_empty(make_sink: Any) -> None:
+    sink = make_sink()
+    assert sink.committed_batch_ids() == [] and sink.last_committed_batch() is None
+    df = sink.read_table("events")
+    assert df.empty and list(df.columns) == list(EVENTS.column_names)
+    sink.create_tables()
+    sink.create_tables()  # idempotent
+    assert sink.read_table("window_results").empty
+    assert not sink.write_batch(0, {}).skipped  # an empty micro-batch still commits its id
+    assert sink.committed_batch_ids() == [0]
+
+
+def test_database_error_mid_transaction_leaves_nothing(make_sink: Any) -> None:
+    sink = make_sink()
+    sink.write_batch(0, {"events": events(0, 10)})
+    good = {"events": events(10, 12_000), "dead_letter": dead_letters(0, 5), "window_results": windows(["a", "b", "c"], 1)}
+    bad_windows = windows(["a", "b", "c"], 1)
+    # A value the driver cannot bind: raised by the database layer after the events
+    # (12,000 rows, several executemany chunks) and the dead letters went in.
+    bad_windows["total"] = bad_windows["total"].astype(object)
+    bad_windows.at[2, "total"] = {"not": "a number"}
+    with pytest.raises(SinkWriteError) as err:
+        sink.write_batch(1, {**good, "window_results": bad_windows})
+    assert "batch 1" in str(err.value) and "window_results" in str(err.value)
+
+    assert counts(sink) == {"events": 10, "dead_letter": 0, "window_results": 0, LEDGER_TABLE: 1}
+    assert sink.committed_batch_ids() == [0]
+
+    retry = sink.write_batch(1, good)
+    assert not retry.skipped
+    assert counts(sink) == {"events": 12_010, "dead_letter": 5, "window_results": 3, LEDGER_TABLE: 2}
+
+
+def _crash_during_batch(url: str, batch: dict[str, Any]) -> None:
+    """Child process: die (like kill -9) right after the window results are inserted, before commit."""
+    original = ExactlyOnceSqlSink._insert_rows
+
+    def insert_then_die(self: ExactlyOnceSqlSink, conn: Any, name: str, chunk: list[Any]) -> None:
+        original(self, conn, name, chunk)
+        if name == "window_results":
+            os._exit(9)
+
+    ExactlyOnceSqlSink._insert_rows = insert_then_die  # type: ignore[method-assign]
+    ExactlyOnceSqlSink(url, "orders", TABLES).write_batch(3, batch)
+
+
+def test_process_killed_mid_batch_leaves_nothing_and_retry_commits(make_sink: Any, db_url: str) -> None:
+    sink = make_sink()
+    sink.create_tables()
+    batch = {"events": events(0, 500), "dead_letter": dead_letters(0, 2), "window_results": windows(["a"], 1)}
+    child = mp.get_context("spawn").Process(target=_crash_during_batch, args=(db_url, batch))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 9
+
+    assert counts(sink) == {"events": 0, "dead_letter": 0, "window_results": 0, LEDGER_TABLE: 0}
+    result = sink.write_batch(3, batch)
+    assert not result.skipped and result.rows == {"events": 500, "dead_letter": 2, "window_results": 1}
+    assert sink.write_batch(3, batch).skipped
+
+
+# --------------------------------------------------------------------------- conflict rules
+def test_ignore_keeps_first_row_and_replace_upserts(make_sink: Any) -> None:
+    sink = make_sink()
+    sink.write_batch(1, {"events": events(0, 5, value=b"first"), "window_results": windows(["a", "b"], 1)})
+    sink.write_batch(2, {"events": events(3, 5, value=b"second"), "window_results": windows(["b", "c"], 2)})
+
+    ev = sink.read_table("events")
+    assert ev["offset"].tolist() == [0, 3, 6, 1, 4, 7, 2, 5]  # ordered by key (topic, partition, offset)
+    assert dict(zip(ev["offset"], ev["value"])) == {0: b"first", 1: b"first", 2: b"first", 3: b"first", 4: b"first",
+                                                   5: b"second", 6: b"second", 7: b"second"}
+    win = sink.read_table("window_results")
+    assert dict(zip(win["user"], win["count"])) == {"a": 1, "b": 2, "c": 2}
+    assert dict(zip(win["user"], win["total"])) == {"a": 1.5, "b": 3.0, "c": 3.0}
+
+    # The same rule applies to repeated keys inside one input: first wins / last wins.
+    dup_events = events(100, 1, value=b"one") + events(100, 1, value=b"two")
+    dup_windows = pd.concat([windows(["z"], 1), windows(["z"], 2)], ignore_index=True)
+    result = sink.write_batch(3, {"events": dup_events, "window_results": dup_windows})
+    assert result.rows == {"events": 2, "window_results": 2}  # rows handed in
+    ev = sink.read_table("events")
+    assert ev.loc[ev["offset"] == 100, "value"].tolist() == [b"one"]
+    win = sink.read_table("window_results")
+    assert win.loc[win["user"] == "z", "count"].tolist() == [2]
+
+
+def test_write_rows_replay_path_is_idempotent(make_sink: Any) -> None:
+    sink = make_sink()
+    live = sink.write_batch(0, {"events": events(0, 50), "window_results": windows(["a"], 1)})
+    assert not live.skipped
+
+    # A replay re-reads a Kafka range overlapping what the live stream wrote.
+    replay = {"events": pd.DataFrame(events(25, 50)), "dead_letter": dead_letters(0, 4), "window_results": windows(["a", "b"], 3)}
+    assert sink.write_rows(replay, replay_id="r-1") == {"events": 50, "dead_letter": 4, "window_results": 2}
+    after_once = {name: sink.read_table(name) for name in sink.specs}
+    sink.write_rows(replay, replay_id="r-1")
+    for name, df in after_once.items():
+        pd.testing.assert_frame_equal(sink.read_table(name), df)
+    assert len(after_once["events"]) == 75 and after_once["events"]["offset"].is_unique
+    assert sink.committed_batch_ids() == [0]  # replays do not touch the ledger
+
+
+def test_table_prefix_writes_separate_shadow_tables(make_sink: Any) -> None:
+    live = make_sink()
+    shadow = make_sink(prefix="shadow_r1_")
+    assert shadow.table_name("events") == "shadow_r1_events"
+    assert shadow.table_name(LEDGER_TABLE) == "shadow_r1_rewind_batches"
+    live.write_batch(0, {"events": events(0, 10)})
+    shadow.write_rows({"events": events(0, 3, value=b"shadow")})
+    assert not shadow.write_batch(0, {"events": events(3, 2)}).skipped  # its own ledger
+    assert len(live.read_table("events")) == 10 and set(live.read_table("events")["value"]) == {b"v"}
+    assert len(shadow.read_table("events")) == 5
+
+
+# --------------------------------------------------------------------------- values
+def test_dataframes_and_dicts_with_numpy_values_nulls_and_time_zones(make_sink: Any) -> None:
+    sink = make_sink()
+    paris = dt.timezone(dt.timedelta(hours=2))
+    rows = [
+        {"topic": "orders", "partition": np.int32(0), "offset": np.int64(1), "timestamp": dt.datetime(2024, 5, 1, 12, 0, tzinfo=paris),
+         "amount": np.float64(2.5), "key": bytearray(b"k"), "value": None},
+        {"topic": np.str_("orders"), "partition": 0, "offset": 2, "timestamp": dt.datetime(2024, 5, 1, 10, 0),  # naive = UTC
+         "amount": float("nan"), "key": memoryview(b"k2")},
+        {"topic": "orders", "partition": 0, "offset": 3, "timestamp": "2024-05-01T10:00:00.123456Z", "amount": 3},
+        {"topic": "orders", "partition": 0, "offset": 4, "timestamp": None, "amount": None},
+    ]
+    frame = pd.DataFrame({
+        "topic": ["orders"] * 3, "partition": [1, 1, 1], "offset": [1.0, 2.0, 3.0],  # float that is integral: fine
+        "timestamp": pd.to_datetime(["2024-05-01 12:00", "2024-05-01 12:30", None]).tz_localize("Europe/Paris"),
+        "amount": [1.0, None, 3.0], "batch_id": pd.array([1, None, 3], dtype="Int64"),
+    })
+    sink.write_batch(0, {"events": rows})
+    sink.write_batch(1, {"events": frame})
+    ev = sink.read_table("events")
+    assert str(ev["timestamp"].dtype) == "datetime64[ns, UTC]"
+    assert str(ev["offset"].dtype) == "Int64" and str(ev["amount"].dtype) == "float64"
+    p0 = ev[ev["partition"] == 0].set_index("offset")
+    assert p0.loc[1, "timestamp"] == pd.Timestamp("2024-05-01 10:00", tz="UTC")
+    assert p0.loc[2, "timestamp"] == pd.Timestamp("2024-05-01 10:00", tz="UTC")
+    assert p0.loc[3, "timestamp"] == pd.Timestamp("2024-05-01 10:00:00.123456", tz="UTC")
+    assert pd.isna(p0.loc[4, "timestamp"]) and pd.isna(p0.loc[2, "amount"]) and pd.isna(p0.loc[4, "amount"])
+    assert p0.loc[1, "key"] == b"k" and p0.loc[2, "key"] == b"k2" and p0.loc[1, "value"] is None
+    p1 = ev[ev["partition"] == 1].set_index("offset")
+    assert p1["timestamp"].tolist()[:2] == [pd.Timestamp("2024-05-01 10:00", tz="UTC"), pd.Timestamp("2024-05-01 10:30", tz="UTC")]
+    assert pd.isna(p1.loc[3, "timestamp"]) and pd.isna(p1.loc[2, "batch_id"]) and p1.loc[3, "batch_id"] == 3
+
+
+# --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("prefix", ["Shadow_", "1shadow_", "shadow-1_", "shadow r1_", "s" * 60])
+def test_bad_table_prefix_is_rejected(prefix: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="prefix"):
+        ExactlyOnceSqlSink(f"sqlite:///{tmp_path}/x.db", "orders", TABLES, table_prefix=prefix)
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_bad_specs_are_rejected() -> None:
+    with pytest.raises(ValueError, match="'Events'"):
+        TableSpec("Events", (Column("a", "int"),), ("a",), "ignore")
+    with pytest.raises(ValueError, match="'missing'"):
+        TableSpec("t", (Column("a", "int"),), ("missing",), "ignore")
+    with pytest.raises(ValueError, match="'decimal'"):
+        Column("a", "decimal")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'drop table'"):
+        Column("drop table", "string")
+    with pytest.raises(ValueError, match="reserved"):
+        TableSpec(LEDGER_TABLE, (Column("a", "int"),), ("a",), "ignore")
+
+
+def test_bad_rows_raise_before_anything_is_written(make_sink: Any) -> None:
+    sink = make_sink()
+    sink.write_batch(0, {"events": events(0, 5)})
+    good = {"events": events(5, 5), "dead_letter": dead_letters(0, 1)}
+    cases = {
+        "unknown column": ({**good, "window_results": windows(["a"], 1).assign(colour="red")}, r"window_results.*'colour'"),
+        "unknown dict key": ({**good, "dead_letter": [{**dead_letters(0, 1)[0], "eror": "typo"}]}, r"dead_letter.*'eror'"),
+        "missing key column": ({**good, "window_results": windows(["a"], 1).drop(columns=["user"])}, r"window_results.*'user'"),
+        "null key value": ({**good, "events": events(5, 5) + [{**events(99, 1)[0], "offset": None}]}, r"events.*row 5.*'offset'"),
+        "key missing in one dict": ({**good, "events": [{"topic": "orders", "partition": 0}]}, r"events.*'offset'"),
+        "unknown table": ({**good, "evnts": events(0, 1)}, r"evnts"),
+        "not an int": ({**good, "events": [{**events(5, 1)[0], "offset": 1.5}]}, r"events.*'offset'.*1.5"),
+        "not a timestamp": ({**good, "events": [{**events(5, 1)[0], "timestamp": 12345}]}, r"events.*'timestamp'"),
+    }
+    for what, (batch, pattern) in cases.items():
+        with pytest.raises(ValueError, match=pattern):
+            sink.write_batch(1, batch)
+        with pytest.raises(ValueError, match=pattern):
+            sink.write_rows(batch)
+        assert counts(sink) == {"events": 5, "dead_letter": 0, "window_results": 0, LEDGER_TABLE: 1}, what
+    with pytest.raises(ValueError, match="batch_id"):
+        sink.write_batch(-1, good)
+    with pytest.raises(ValueError, match="unknown table 'nope'"):
+        sink.read_table("nope")
+
+
+def test_unreachable_database_names_url_with_password_masked(tmp_path: Path) -> None:
+    with __import__("socket").socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sink = ExactlyOnceSqlSink(f"postgresql+psycopg2://rewind:s3cret-pw@127.0.0.1:{port}/rewind", "orders", TABLES)
+    with pytest.raises(SinkConnectionError) as err:
+        sink.write_batch(0, {"events": events(0, 1)})
+    message = str(err.value)
+    assert f"postgresql+psycopg2://rewind:***@127.0.0.1:{port}/rewind" in message and "s3cret-pw" not in message
+    assert "s3cret-pw" not in repr(sink)
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SinkConnectionError, match="a-file"):
+        ExactlyOnceSqlSink(f"sqlite:///{blocker}/sub/x.db", "orders", TABLES)
+    with pytest.raises(ValueError, match="unsupported"):
+        ExactlyOnceSqlSink("mysql://u:p@localhost/db", "orders", TABLES)
+
+
+# --------------------------------------------------------------------------- concurrency
+def _write_batches(url: str, stream: str, batch_ids: list[int], start: Any) -> None:
+    """Child process: wait for the start signal, then write one batch per id."""
+    sink = ExactlyOnceSqlSink(url, stream, TABLES)
+    start.wait(60)
+    for b in batch_ids:
+        result = sink.write_batch(b, {"events": events(b * 1000, 1000, batch_id=b), "window_results": windows([f"u{b}"], b)})
+        assert not result.skipped, b
+    sink.dispose()
+
+
+def _write_same_batch(url: str, start: Any, results: Any) -> None:
+    sink = ExactlyOnceSqlSink(url, "orders", TABLES)
+    sink.create_tables()
+    start.wait(60)
+    results.put(sink.write_batch(42, {"events": events(0, 5000)}).skipped)
+    sink.dispose()
+
+
+def test_two_processes_write_different_batches_concurrently(make_sink: Any, db_url: str) -> None:
+    make_sink().create_tables()  # PostgreSQL: avoid racing CREATE TABLE in the children (handled, but slower)
+    ctx = mp.get_context("spawn")
+    start = ctx.Event()
+    children = [ctx.Process(target=_write_batches, args=(db_url, "orders", ids, start))
+                for ids in (list(range(0, 20, 2)), list(range(1, 20, 2)))]
+    for c in children:
+        c.start()
+    start.set()
+    for c in children:
+        c.join(120)
+    assert [c.exitcode for c in children] == [0, 0]
+    sink = make_sink()
+    assert sink.committed_batch_ids() == list(range(20))
+    assert len(sink.read_table("events")) == 20_000 and len(sink.read_table("window_results")) == 20
+
+
+def test_two_processes_writing_the_same_batch_commit_it_once(make_sink: Any, db_url: str) -> None:
+    make_sink().create_tables()
+    ctx = mp.get_context("spawn")
+    start, results = ctx.Event(), ctx.Queue()
+    children = [ctx.Process(target=_write_same_batch, args=(db_url, start, results)) for _ in range(2)]
+    for c in children:
+        c.start()
+    start.set()
+    skipped = sorted(results.get(timeout=120) for _ in children)
+    for c in children:
+        c.join(60)
+    assert skipped == [False, True]
+    assert counts(make_sink()) == {"events": 5000, "dead_letter": 0, "window_results": 0, LEDGER_TABLE: 1}
+
+
+# --------------------------------------------------------------------------- speed
+def test_write_speed_50k_rows(make_sink: Any, db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Printed, not asserted: machines differ. SQLite should be well under 2 s."""
+    sink = make_sink()
+    sink.create_tables()
+    n = 50_000
+    frame = pd.DataFrame({
+        "topic": "orders", "partition": np.arange(n) % 6, "offset": np.arange(n), "key": [b"key"] * n,
+        "value": [b'{"user": "u1", "amount": 12.5}'] * n,
+        "timestamp": pd.date_range(T0, periods=n, freq="ms"), "amount": np.random.default_rng(1).random(n), "batch_id": 1,
+    })
+    t = time.perf_counter()
+    result = sink.write_batch(1, {"events": frame})
+    batch_s = time.perf_counter() - t
+    records = frame.to_dict("records")
+    t = time.perf_counter()
+    sink.write_rows({"events": records})  # every row conflicts: the replay-overlap case
+    replay_s = time.perf_counter() - t
+    assert result.rows == {"events": n} and len(sink.read_table("events")) == n
+    backend = db_url.split(":", 1)[0]
+    with capsys.disabled():
+        print(f"\n[sink speed] {backend}: write_batch 50,000 rows (DataFrame) {batch_s:.2f}s = {n / batch_s:,.0f} rows/s; "
+              f"write_rows 50,000 rows (dicts, all conflicting) {replay_s:.2f}s = {n / replay_s:,.0f} rows/s")
+
+
+# --------------------------------------------------------------------------- LocalPostgres
+@pytest.mark.postgres
+def test_local_postgres_leaves_no_process_or_directory() -> None:
+    if not postgres_available():
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    pg = LocalPostgres(database="probe")
+    url = pg.start()
+    pid, root = pg.pid, pg.root
+    assert pid is not None and root is not None and root.exists()
+    assert "***" in repr(pg) and pg.password not in repr(pg)
+    sink = ExactlyOnceSqlSink(url, "probe", TABLES)
+    assert not sink.write_batch(0, {"events": events(0, 3)}).skipped
+    children = [p for p in Path("/proc").glob("[0-9]*") if _ppid(p) == pid]
+    assert children  # the postmaster's background workers and our session's backend
+    sink.dispose()
+    pg.stop()
+    pg.stop()  # idempotent
+    assert not Path(f"/proc/{pid}").exists() or _state(Path(f"/proc/{pid}")) == "Z"
+    assert all(not p.exists() or _state(p) == "Z" for p in children)
+    assert not root.exists()
+
+
+def _stat_fields(proc: Path) -> list[str]:
+    try:
+        raw = (proc / "stat").read_text()
+    except OSError:
+        return []
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def _ppid(proc: Path) -> int | None:
+    fields = _stat_fields(proc)
+    return int(fields[1]) if fields else None
+
+
+def _state(proc: Path) -> str:
+    fields = _stat_fields(proc)
+    return fields[0] if fields else "gone"
