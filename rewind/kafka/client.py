@@ -49,6 +49,7 @@ _LOOKUP_POLL_S = 0.01      # look-ups mostly wait for one EOF event per partitio
 _HINT_STALL_S = 5.0        # a guessed start position that yields nothing this long is abandoned
 _TIMESTAMP_WINDOW = 64     # records read before the broker's timestamp answer to confirm it
 _JUMP_MIN_OFFSETS = 2_000  # seek to the fetched high watermark rather than read more than this
+_READ_IDLE_END_S = 1.0     # records read, then silence this long without EOF: end at what was read
 _JUMP_WAIT_S = 1.0         # no EOF this long after such a seek: an open transaction, read on instead
 
 
@@ -303,8 +304,11 @@ class KafkaOffsetClient:
         earliest = self.earliest_offsets(tps)
         listed = self.listed_latest_offsets(tps)
         hints = hints or {}
-        first = {tp: max(earliest[tp], listed[tp], hints.get(tp, -1)) for tp in tps}
-        guessed = {tp for tp in tps if hints.get(tp, -1) > max(earliest[tp], listed[tp])}
+        # Tansu's listed "latest" is the base offset of its last record batch + 1, a position inside
+        # that batch, where fetches go unanswered while producers write; one below it is the batch's
+        # base (on Kafka it is the last record: one extra record read).
+        first = {tp: max(earliest[tp], listed[tp] - 1, hints.get(tp, -1)) for tp in tps}
+        guessed = {tp for tp in tps if hints.get(tp, -1) > max(earliest[tp], listed[tp] - 1)}
         found, failed = self._eof_offsets(first, stall_s=min(_HINT_STALL_S, self.timeout_s) if guessed else None)
         retry = {tp: earliest[tp] for tp in failed}
         if retry:
@@ -338,6 +342,7 @@ class KafkaOffsetClient:
         last_seen = {tp: start for tp in pending}
         jumped: dict[TP, tuple[int, float, int]] = {}  # tp -> (jumped to, when, where to resume)
         settled: set[TP] = set()                      # partitions that read on without jumping
+        read_to: Offsets = {}                         # one past the last record actually read
         consumer.assign(_tp_list(sorted(positions), positions))
         try:
             while pending:
@@ -355,6 +360,7 @@ class KafkaOffsetClient:
                         continue
                     last_seen[tp] = now
                     if err is None:
+                        read_to[tp] = m.offset() + 1
                         if tp not in jumped and tp not in settled:
                             self._maybe_jump(consumer, tp, m.offset() + 1, now, jumped, settled)
                         continue
@@ -364,6 +370,12 @@ class KafkaOffsetClient:
                         failed[tp] = str(err)
                     pending.discard(tp)
                 for tp in list(pending):
+                    if tp not in jumped and tp in read_to and now - last_seen[tp] > _READ_IDLE_END_S:
+                        # Records arrived but no EOF follows (Tansu under concurrent writes reports a
+                        # high watermark ahead of what it serves): what was read is surely readable.
+                        found[tp] = read_to[tp]
+                        pending.discard(tp)
+                        continue
                     if tp in jumped and now - jumped[tp][1] > _JUMP_WAIT_S:
                         resume = jumped.pop(tp)[2]
                         settled.add(tp)
