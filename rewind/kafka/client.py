@@ -49,6 +49,7 @@ _LOOKUP_POLL_S = 0.01      # look-ups mostly wait for one EOF event per partitio
 _HINT_STALL_S = 5.0        # a guessed start position that yields nothing this long is abandoned
 _TIMESTAMP_WINDOW = 64     # records read before the broker's timestamp answer to confirm it
 _JUMP_MIN_OFFSETS = 2_000  # seek to the fetched high watermark rather than read more than this
+_READ_CHASE_S = 1.0        # reading for this long without EOF (a moving end): stop at what was read
 _READ_IDLE_END_S = 1.0     # records read, then silence this long without EOF: end at what was read
 _JUMP_WAIT_S = 1.0         # no EOF this long after such a seek: an open transaction, read on instead
 
@@ -304,11 +305,12 @@ class KafkaOffsetClient:
         earliest = self.earliest_offsets(tps)
         listed = self.listed_latest_offsets(tps)
         hints = hints or {}
-        # Tansu's listed "latest" is the base offset of its last record batch + 1, a position inside
-        # that batch, where fetches go unanswered while producers write; one below it is the batch's
-        # base (on Kafka it is the last record: one extra record read).
-        first = {tp: max(earliest[tp], listed[tp] - 1, hints.get(tp, -1)) for tp in tps}
-        guessed = {tp for tp in tps if hints.get(tp, -1) > max(earliest[tp], listed[tp] - 1)}
+        # Start where a fetch is known to be answered: a hint (an end actually reached before) or
+        # the earliest offset. Tansu's listed "latest" is not such a place: it can point inside a
+        # record batch, where fetches go unanswered while producers write. Far from the end, the
+        # jump to the fetched high watermark keeps this cheap on Kafka.
+        first = {tp: max(earliest[tp], hints.get(tp, -1)) for tp in tps}
+        guessed = {tp for tp in tps if hints.get(tp, -1) > max(earliest[tp], listed[tp])}
         found, failed = self._eof_offsets(first, stall_s=min(_HINT_STALL_S, self.timeout_s) if guessed else None)
         retry = {tp: earliest[tp] for tp in failed}
         if retry:
@@ -370,9 +372,11 @@ class KafkaOffsetClient:
                         failed[tp] = str(err)
                     pending.discard(tp)
                 for tp in list(pending):
-                    if tp not in jumped and tp in read_to and now - last_seen[tp] > _READ_IDLE_END_S:
+                    if tp not in jumped and tp in read_to and (now - last_seen[tp] > _READ_IDLE_END_S
+                                                               or now - start > _READ_CHASE_S):
                         # Records arrived but no EOF follows (Tansu under concurrent writes reports a
-                        # high watermark ahead of what it serves): what was read is surely readable.
+                        # high watermark ahead of what it serves, so the reader would chase a moving
+                        # end): what was read is surely readable, and later batches take the rest.
                         found[tp] = read_to[tp]
                         pending.discard(tp)
                         continue
