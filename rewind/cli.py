@@ -46,7 +46,7 @@ def cmd_services(args: argparse.Namespace) -> int:
             print(f"already running: kafka {existing.kafka_bootstrap}, s3 {existing.s3_endpoint}")
             return 0
         stop_recorded(workdir)
-        info = EmbeddedPlatform(workdir).start()
+        info = EmbeddedPlatform(workdir, detach=True).start()
         print(json.dumps({"kafka": info.kafka_bootstrap, "s3": info.s3_endpoint, "bucket": info.bucket,
                           "state": str(workdir / "services.json"), "logs": info.logs}, indent=2))
         print("services keep running in the background; stop them with `rewind services down`")

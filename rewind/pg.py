@@ -29,7 +29,6 @@ How it runs, and why:
 from __future__ import annotations
 
 import atexit
-import ctypes
 import logging
 import os
 import pwd
@@ -47,6 +46,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sqlalchemy.engine import URL, make_url
+
+from rewind.services import parent_death_signal
 
 log = logging.getLogger(__name__)
 
@@ -133,20 +134,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _parent_death_signal(sig: int) -> Callable[[], None] | None:
-    """A preexec_fn asking Linux to send `sig` to the child when we die (no orphaned servers)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    pr_set_pdeathsig = 1
-
-    def preexec() -> None:
-        libc.prctl(pr_set_pdeathsig, sig, 0, 0, 0)
-
-    return preexec
+_parent_death_signal = parent_death_signal
 
 
 def _admin_connect(url: str) -> Any:

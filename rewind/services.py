@@ -7,6 +7,7 @@ process outlives its owner (SeaweedFS takes >8 s to honour SIGTERM).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -99,6 +100,7 @@ class ManagedProcess:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
+    death_signal: int | None = signal.SIGTERM  # sent by Linux if our process dies; None: detached
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -106,7 +108,8 @@ class ManagedProcess:
         logf = open(self.log_path, "ab")
         full_env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT, env=full_env,
-                                     cwd=self.cwd, start_new_session=True)
+                                     cwd=self.cwd, start_new_session=True,
+                                     preexec_fn=parent_death_signal(self.death_signal) if self.death_signal else None)
         logf.close()
         log.info("started %s pid=%s log=%s", self.name, self.proc.pid, self.log_path)
 
@@ -125,6 +128,24 @@ class ManagedProcess:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - already SIGKILLed
             pass
+
+
+def parent_death_signal(sig: int) -> Callable[[], None] | None:
+    """A preexec_fn asking Linux to signal the child when its parent dies (no orphaned services).
+
+    Linux ties this to the thread that started the child: start services from a long-lived thread.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+    def preexec() -> None:
+        libc.prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return preexec
 
 
 def pid_alive(pid: int) -> bool:
@@ -197,8 +218,10 @@ class S3Settings:
 class SeaweedS3:
     """SeaweedFS ``weed server -s3`` with one static identity."""
 
-    def __init__(self, workdir: Path, access_key: str | None = None, secret_key: str | None = None) -> None:
+    def __init__(self, workdir: Path, access_key: str | None = None, secret_key: str | None = None,
+                 detach: bool = False) -> None:
         self.workdir = workdir
+        self.detach = detach
         self.ports = {k: free_port() for k in ("master", "volume", "filer", "s3")}
         self.grpc = {k: free_port() for k in ("master", "volume", "filer", "s3")}
         self.settings = S3Settings(
@@ -228,7 +251,9 @@ class SeaweedS3:
             "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
             "-volume.max=0", "-master.volumeSizeLimitMB=256",
         ]
-        self.process = ManagedProcess("seaweedfs", argv, self.workdir / "seaweedfs.log")
+        # Orphaned, SeaweedFS ignores SIGTERM for a long time: it gets SIGKILL if we die.
+        self.process = ManagedProcess("seaweedfs", argv, self.workdir / "seaweedfs.log",
+                                      death_signal=None if self.detach else signal.SIGKILL)
         self.process.start()
         client = self.settings.client()
         wait_until(lambda: client.list_buckets() is not None, timeout, "SeaweedFS S3",
@@ -250,8 +275,9 @@ class SeaweedS3:
 class TansuKafka:
     """Tansu broker with ``s3://`` storage on the embedded S3, so topics survive restarts."""
 
-    def __init__(self, workdir: Path, s3: S3Settings, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, s3: S3Settings, port: int | None = None, detach: bool = False) -> None:
         self.workdir = workdir
+        self.detach = detach
         self.s3 = s3
         self.port = port or free_port()
         self.process: ManagedProcess | None = None
@@ -264,7 +290,8 @@ class TansuKafka:
         url = f"tcp://127.0.0.1:{self.port}"
         argv = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
                 "--storage-engine", f"s3://{KAFKA_BUCKET}/"]
-        self.process = ManagedProcess("tansu", argv, self.workdir / "tansu.log", env=self.s3.env())
+        self.process = ManagedProcess("tansu", argv, self.workdir / "tansu.log", env=self.s3.env(),
+                                      death_signal=None if self.detach else signal.SIGTERM)
         self.process.start()
         wait_until(self._metadata_ok, timeout, "Tansu Kafka broker", self.process.log_path, self.process.alive)
 
@@ -311,18 +338,23 @@ class PlatformInfo:
 
 
 class EmbeddedPlatform:
-    """S3 then Kafka, started together and stopped in reverse order."""
+    """S3 then Kafka, started together and stopped in reverse order.
 
-    def __init__(self, workdir: Path) -> None:
+    By default the services die with the process that started them (Linux parent-death signal);
+    ``detach=True`` is for ``rewind services up``, whose services outlive the command.
+    """
+
+    def __init__(self, workdir: Path, detach: bool = False) -> None:
         self.workdir = Path(workdir).resolve()
-        self.s3 = SeaweedS3(self.workdir / "s3")
+        self.detach = detach
+        self.s3 = SeaweedS3(self.workdir / "s3", detach=detach)
         self.kafka: TansuKafka | None = None
 
     def start(self) -> PlatformInfo:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             self.s3.start()
-            self.kafka = TansuKafka(self.workdir / "kafka", self.s3.settings)
+            self.kafka = TansuKafka(self.workdir / "kafka", self.s3.settings, detach=self.detach)
             self.kafka.start()
         except BaseException:
             self.stop()

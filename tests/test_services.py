@@ -66,3 +66,31 @@ def test_cli_services_up_status_down(tmp_path: Path) -> None:
     assert down.returncode == 0 and "tansu" in down.stdout
     assert not any(pid_alive(p) for p in info.pids.values())
     assert rewind("services", "status").returncode == 1
+
+
+def test_services_die_with_their_owner(tmp_path: Path) -> None:
+    """kill -9 of the process that started the platform leaves no service behind."""
+    import signal
+    import time
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from pathlib import Path\n"
+        "from rewind.services import EmbeddedPlatform\n"
+        f"info = EmbeddedPlatform(Path({str(tmp_path / 'svc')!r})).start()\n"
+        "print(' '.join(str(p) for p in info.pids.values()), flush=True)\n"
+        "time.sleep(120)\n")
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        pids = [int(p) for p in owner.stdout.readline().split()]
+        assert len(pids) == 2 and all(pid_alive(p) for p in pids)
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.2)
+    assert not any(pid_alive(p) for p in pids), "a service outlived its owner"
