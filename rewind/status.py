@@ -71,6 +71,12 @@ def _offsets(raw: Any) -> dict[str, dict[str, int]]:
     return raw if isinstance(raw, dict) else {}
 
 
+def _offset_span(start: Any, end: Any) -> int:
+    """Offsets covered by one batch (records, plus transaction markers where there are any)."""
+    a, b = _offsets(start), _offsets(end)
+    return sum(max(0, int(o) - int(a.get(t, {}).get(p, 0))) for t, parts in b.items() for p, o in parts.items())
+
+
 def make_listener(path: Path, status: StreamStatus):
     """A StreamingQueryListener that keeps ``path`` current (imported lazily: needs pyspark)."""
     from pyspark.sql.streaming import StreamingQueryListener
@@ -86,7 +92,10 @@ def make_listener(path: Path, status: StreamStatus):
             status.heartbeat = time.time()
             status.last_batch_id = p.batchId
             status.last_batch_at = time.time()
-            status.input_rows += int(p.numInputRows)
+            # numInputRows counts every scan of the source (a plan with three branches over one
+            # source reports 3x), so records are counted from the offsets the batch covered.
+            status.input_rows += _offset_span(p.sources[0].startOffset, p.sources[0].endOffset) \
+                if p.sources else int(p.numInputRows)
             status.rows_per_second = float(p.processedRowsPerSecond or 0.0)
             if p.sources:
                 src = p.sources[0]

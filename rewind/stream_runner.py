@@ -22,6 +22,9 @@ from rewind.registry import StreamSpec
 from rewind.status import StreamStatus, make_listener, status_path, write_status
 
 log = logging.getLogger(__name__)
+#: How long a stop request waits for the running batch to commit. Stopping mid-batch is safe
+#: (the batch re-runs on restart and the sink skips what it already holds), just slower.
+GRACEFUL_STOP_S = 20.0
 
 
 def load_entry_point(ref: str) -> Callable[..., Any]:
@@ -115,8 +118,9 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
             if stop_requested.is_set():
                 status.state = "stopping"
                 write_status(spath, status)
-                while query.status.get("isTriggerActive"):  # let the running batch commit
-                    time.sleep(0.2)
+                deadline = time.monotonic() + GRACEFUL_STOP_S
+                while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                    time.sleep(0.2)  # let the running batch commit; past the deadline, stop anyway
                 query.stop()
                 break
             query.awaitTermination(1)

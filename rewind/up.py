@@ -70,8 +70,16 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
                           f"rows {st.input_rows}, lag {st.total_lag}", flush=True)
         return 0
     finally:
-        print("stopping ...", flush=True)
+        _say("stopping ...")
         for child in reversed(children):
             child.stop(grace=30.0)
         platform.stop()
-        print("stopped everything that was started.")
+        _say("stopped everything that was started.")
+
+
+def _say(message: str) -> None:
+    """Print, but never let a closed stdout (e.g. a pipe whose reader died on Ctrl-C) stop a teardown."""
+    try:
+        print(message, flush=True)
+    except (BrokenPipeError, OSError):
+        pass

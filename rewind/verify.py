@@ -182,8 +182,25 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0) -> li
         consumer.close()
 
 
-def verify_stream(spec, bootstrap: str) -> ExactlyOnceReport:  # type: ignore[no-untyped-def]
-    """Read Kafka and the stream's sink tables and compare (I/O edge of check_exactly_once)."""
+def below(bounds: dict[tuple[str, int], int], frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose Kafka coordinates lie below the per-partition bound (others are in flight)."""
+    if not len(frame):
+        return frame
+    limit = [bounds.get((t, int(p)), 0) for t, p in zip(frame["topic"], frame["partition"])]
+    return frame[frame["offset"].astype("int64").to_numpy() < pd.Series(limit, dtype="int64").to_numpy()]
+
+
+def committed_bounds(status_end_offsets: dict[str, dict[str, int]]) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, parts in status_end_offsets.items() for p, o in parts.items()}
+
+
+def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
+                  bounds: dict[tuple[str, int], int] | None = None) -> ExactlyOnceReport:
+    """Read Kafka and the stream's sink tables and compare (I/O edge of check_exactly_once).
+
+    ``bounds`` limits the proof to offsets below them per partition: for a running stream, the
+    end offsets of its last committed batch (later records are still in flight).
+    """
     import importlib
 
     from rewind.sink import ExactlyOnceSqlSink
@@ -194,8 +211,12 @@ def verify_stream(spec, bootstrap: str) -> ExactlyOnceReport:  # type: ignore[no
     sink = ExactlyOnceSqlSink(spec.sink.url, spec.name, tables.TABLES, table_prefix=spec.sink.table_prefix)
     try:
         d = spec.durations()
-        return check_exactly_once(read_records(bootstrap, spec.topics), sink.read_table("events"),
-                                  sink.read_table("dead_letter"), sink.read_table("window_results"),
+        records = read_records(bootstrap, spec.topics)
+        events, dead = sink.read_table("events"), sink.read_table("dead_letter")
+        if bounds is not None:
+            records = [r for r in records if r.offset < bounds.get((r.topic, r.partition), 0)]
+            events, dead = below(bounds, events), below(bounds, dead)
+        return check_exactly_once(records, events, dead, sink.read_table("window_results"),
                                   allowed_lateness=d["allowed_lateness"], window=d["window"],
                                   watermark_delay=d["watermark_delay"])
     finally:

@@ -71,3 +71,22 @@ def test_event_at_wrong_coordinates() -> None:
     moved = ev.copy()
     moved.loc[0, "offset"] = 5555
     assert check_exactly_once(records, moved, dead, win, **KW).wrong_coordinates
+
+
+def test_bounds_keep_only_committed_coordinates() -> None:
+    from rewind.verify import below, committed_bounds
+
+    records, ev, dead, win = scenario()
+    bounds = committed_bounds({"t": {"0": 20, "1": 10}})
+    kept = below(bounds, ev)
+    assert all((r.partition == 0 and r.offset < 20) or (r.partition == 1 and r.offset < 10)
+               for r in kept.itertuples())
+    assert len(kept) < len(ev)
+
+
+def test_status_counts_offsets_not_scans() -> None:
+    from rewind.status import _offset_span, lag_of
+
+    assert _offset_span('{"t":{"0":10,"1":5}}', '{"t":{"0":25,"1":5,"2":3}}') == 18
+    assert _offset_span(None, {"t": {"0": 7}}) == 7
+    assert lag_of({"t": {"0": 5}}, {"t": {"0": 9, "1": 2}}) == {"t/0": 4, "t/1": 2}
