@@ -111,6 +111,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 2
 
 
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from rewind.checkpoint import NotACheckpoint, format_report, inspect_checkpoint
+    from rewind.registry import NAME_RE, load_registry
+
+    target = args.target
+    if NAME_RE.match(target) and not Path(target).exists():
+        target = load_registry(args.registry).get(target).checkpoint
+    try:
+        report = inspect_checkpoint(target)
+    except NotACheckpoint as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_json(), default=str) if args.json else format_report(report))
+    return 1 if report.errors else 0
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from rewind.up import run_up
 
@@ -157,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true")
     v.add_argument("--all", action="store_true", help="every record in the topics, even while the stream runs")
     v.set_defaults(func=cmd_verify)
+
+    cp = sub.add_parser("checkpoint", help="inspect a Spark checkpoint (stream name or path)")
+    cp.add_argument("action", choices=["inspect"])
+    cp.add_argument("target", metavar="STREAM|PATH")
+    cp.add_argument("--registry")
+    cp.add_argument("--json", action="store_true")
+    cp.set_defaults(func=cmd_checkpoint)
 
     up = sub.add_parser("up", help="start the embedded platform, the demo producer and stream; Ctrl-C stops all")
     up.add_argument("--registry")

@@ -1,0 +1,105 @@
+"""Checkpoint inspection on a real checkpoint written by the demo stream, damaged in each way."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rewind.checkpoint import NotACheckpoint, inspect_checkpoint, parse_commit_file, parse_offsets_file
+from rewind.producer import ProduceSpec, produce
+from rewind.registry import load_registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def real_checkpoint(tmp_path_factory, platform, spark) -> Path:  # type: ignore[no-untyped-def]
+    """A checkpoint of the demo transform (three RocksDB operators) after several batches."""
+    from rewind.stream_runner import build_query
+
+    work = tmp_path_factory.mktemp("cp")
+    topic = "cp-inspect"
+    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=3000, partitions=2, malformed_every=50))
+    (work / "s.yaml").write_text(f"""
+streams:
+  cp:
+    topics: [{topic}]
+    transform: rewind.demo.transform:build
+    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 1000}}}}
+    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: cp_}}
+    checkpoint: {work}/checkpoint
+    status_dir: {work}/status
+""")
+    spec = load_registry(work / "s.yaml").get("cp")
+    query = build_query(spark, spec, platform.kafka_bootstrap, available_now=True)
+    query.awaitTermination(300)
+    return Path(spec.checkpoint)
+
+
+@pytest.fixture
+def cp(real_checkpoint: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "checkpoint"
+    shutil.copytree(real_checkpoint, copy)
+    return copy
+
+
+def test_healthy_checkpoint(cp: Path) -> None:
+    rep = inspect_checkpoint(cp)
+    assert rep.query_id and rep.errors == []
+    assert rep.last_complete == rep.committed[-1] and len(rep.committed) >= 3
+    assert len(rep.operators) >= 2, "the demo plan has several stateful operators"
+    assert rep.recent[-1].offsets[0]["cp-inspect"]
+
+
+@pytest.mark.parametrize("damage,kind", [
+    (lambda cp, n: (cp / f"offsets/{n}").write_text((cp / f"offsets/{n}").read_text()[:40]), "truncated"),
+    (lambda cp, n: (cp / f"commits/{n}").write_text(""), "empty"),
+    (lambda cp, n: (cp / f"commits/{n}").write_text("v1\n{not json"), "unparseable"),
+    (lambda cp, n: [f.unlink() for f in (cp / "state/0/0").glob(f"{n + 1}.*")], "missing_state"),
+    (lambda cp, n: (cp / f"offsets/{n}").unlink(), "commit_without_offsets"),
+])
+def test_damage_is_named_and_last_complete_moves_back(cp: Path, damage, kind: str) -> None:  # type: ignore[no-untyped-def]
+    last = inspect_checkpoint(cp).last_complete
+    assert last is not None
+    damage(cp, last)
+    rep = inspect_checkpoint(cp)
+    assert kind in {p.kind for p in rep.errors}, rep.problems
+    assert rep.last_complete is not None and rep.last_complete < last
+
+
+def test_uncommitted_batch_is_normal(cp: Path) -> None:
+    last = inspect_checkpoint(cp).last_complete
+    (cp / f"commits/{last}").unlink()
+    rep = inspect_checkpoint(cp)
+    assert rep.errors == [] and [p.kind for p in rep.problems] == ["uncommitted"]
+    assert rep.last_complete == last - 1
+
+
+def test_not_a_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(NotACheckpoint, match="not a Spark checkpoint"):
+        inspect_checkpoint(tmp_path)
+    with pytest.raises(NotACheckpoint, match="not a directory"):
+        inspect_checkpoint(tmp_path / "nope")
+
+
+def test_cli_inspect_json_and_exit_codes(cp: Path) -> None:
+    run = lambda *a: subprocess.run([sys.executable, "-m", "rewind.cli", "checkpoint", "inspect", *a],  # noqa: E731
+                                    capture_output=True, text=True, cwd=ROOT, timeout=60)
+    ok = run(str(cp), "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["last_complete"] is not None
+    (cp / "commits" / str(json.loads(ok.stdout)["committed"]["last"])).write_text("")
+    assert run(str(cp)).returncode == 1
+    assert run(str(cp.parent / "missing")).returncode == 2
+
+
+def test_parsers_refuse_garbage() -> None:
+    with pytest.raises(ValueError, match="version"):
+        parse_offsets_file("v9\n{}\n{}")
+    with pytest.raises(ValueError, match="truncated"):
+        parse_offsets_file("v1\n{}")
+    assert parse_commit_file('v1\n{"nextBatchWatermarkMs":0}') == {"nextBatchWatermarkMs": 0}
