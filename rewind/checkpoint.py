@@ -75,15 +75,21 @@ def _batch_ids(directory: Path) -> list[int]:
     return sorted(int(e.name) for e in os.scandir(directory) if e.name.isdigit())
 
 
-def parse_offsets_file(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """'v1', metadata JSON, then one offsets JSON per source ('-' for none); raises ValueError."""
+def _v1_lines(text: str, min_lines: int, missing: str) -> list[str]:
+    """The lines of a Spark log file after checking its 'v1' header; raises ValueError."""
     lines = text.split("\n")
     if not text.strip():
         raise ValueError("empty file")
     if lines[0].strip() != "v1":
         raise ValueError(f"unknown version line {lines[0][:20]!r} (expected 'v1')")
-    if len(lines) < 3 or not lines[1].strip():
-        raise ValueError("truncated: no batch metadata or offsets")
+    if len(lines) < min_lines or not lines[1].strip():
+        raise ValueError(f"truncated: no {missing}")
+    return lines
+
+
+def parse_offsets_file(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """'v1', metadata JSON, then one offsets JSON per source ('-' for none); raises ValueError."""
+    lines = _v1_lines(text, 3, "batch metadata or offsets")
     meta = json.loads(lines[1])
     sources = [json.loads(line) for line in lines[2:] if line.strip() and line.strip() != "-"]
     if not sources:
@@ -92,14 +98,7 @@ def parse_offsets_file(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]
 
 
 def parse_commit_file(text: str) -> dict[str, Any]:
-    lines = text.split("\n")
-    if not text.strip():
-        raise ValueError("empty file")
-    if lines[0].strip() != "v1":
-        raise ValueError(f"unknown version line {lines[0][:20]!r} (expected 'v1')")
-    if len(lines) < 2 or not lines[1].strip():
-        raise ValueError("truncated: no commit metadata")
-    return json.loads(lines[1])
+    return json.loads(_v1_lines(text, 2, "commit metadata")[1])
 
 
 def _classify(exc: Exception) -> str:
@@ -186,11 +185,11 @@ def inspect_checkpoint(path: str | Path, recent: int = 10) -> CheckpointReport:
         infos[bid].complete = True
         last_complete = bid
         break
-    for bid in window:
-        if bid in planned and bid not in committed and bid == max(planned) and bid > max(committed, default=-1):
-            problems.append(Problem(f"offsets/{bid}", "uncommitted", f"batch {bid} is planned but not committed: "
-                                    "normal after a stop or crash; it re-runs with the same offsets on restart",
-                                    severity="info"))
+    if planned and planned[-1] > max(committed, default=-1):
+        bid = planned[-1]
+        problems.append(Problem(f"offsets/{bid}", "uncommitted", f"batch {bid} is planned but not committed: "
+                                "normal after a stop or crash; it re-runs with the same offsets on restart",
+                                severity="info"))
     operators = {op: {part: [min(v), max(v), len(v)] if v else [] for part, v in parts.items()}
                  for op, parts in state.items()}
     return CheckpointReport(str(root), query_id, planned, committed, last_complete,

@@ -36,7 +36,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from typing import Any, Callable
 
 from sqlalchemy.engine import URL, make_url
 
-from rewind.services import parent_death_signal
+from rewind.services import free_port, parent_death_signal
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +125,6 @@ def postgres_available() -> bool:
     except PostgresError:
         return False
     return True
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-_parent_death_signal = parent_death_signal
 
 
 def _admin_connect(url: str) -> Any:
@@ -267,7 +257,7 @@ class LocalPostgres:
             os.chmod(self.root, 0o700)
             self._initdb(bin_dir)
             for attempt in range(3):
-                self.port = _free_port()
+                self.port = free_port()
                 if self._launch(bin_dir):
                     break
                 if "could not bind" not in self._log_tail() or attempt == 2:
@@ -399,7 +389,7 @@ class LocalPostgres:
         kwargs: dict[str, Any] = {}
         if self._ids is not None:
             kwargs.update(user=self._ids[0], group=self._ids[1], extra_groups=[])
-        preexec = _parent_death_signal(signal.SIGQUIT)  # SIGQUIT = immediate shutdown of all backends
+        preexec = parent_death_signal(signal.SIGQUIT)  # SIGQUIT = immediate shutdown of all backends
         with open(self.log_path, "ab") as logf:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                           cwd=self.root, env=self._env(), start_new_session=True,

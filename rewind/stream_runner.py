@@ -71,14 +71,21 @@ def source_options(spec: StreamSpec, bootstrap: str) -> dict[str, str]:
     return {"kafka.bootstrap.servers": bootstrap, "subscribe": ",".join(spec.topics), **spec.source.options}
 
 
-def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
-                checkpoint: str | None = None):
-    """Wire source, transform and sink; return the started StreamingQuery."""
+def open_sink(spec: StreamSpec) -> tuple[Any, Any]:
+    """The stream's sink and its tables module (``tables`` beside the transform's module)."""
     from rewind.sink import ExactlyOnceSqlSink
 
     transform = load_entry_point(spec.transform)
     tables_mod = importlib.import_module(transform.__module__.rsplit(".", 1)[0] + ".tables")
     sink = ExactlyOnceSqlSink(spec.sink.url, spec.name, tables_mod.TABLES, table_prefix=spec.sink.table_prefix)
+    return sink, tables_mod
+
+
+def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
+                checkpoint: str | None = None):
+    """Wire source, transform and sink; return the started StreamingQuery."""
+    transform = load_entry_point(spec.transform)
+    sink, tables_mod = open_sink(spec)
     sink.create_tables()
     fail_env = os.environ.get("REWIND_FAIL_ON_BATCH")
     writer = BatchWriter(sink, tables_mod.split_batch, int(fail_env) if fail_env else None)

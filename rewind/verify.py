@@ -201,14 +201,9 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
     ``bounds`` limits the proof to offsets below them per partition: for a running stream, the
     end offsets of its last committed batch (later records are still in flight).
     """
-    import importlib
+    from rewind.stream_runner import open_sink
 
-    from rewind.sink import ExactlyOnceSqlSink
-    from rewind.stream_runner import load_entry_point
-
-    transform = load_entry_point(spec.transform)
-    tables = importlib.import_module(transform.__module__.rsplit(".", 1)[0] + ".tables")
-    sink = ExactlyOnceSqlSink(spec.sink.url, spec.name, tables.TABLES, table_prefix=spec.sink.table_prefix)
+    sink, _ = open_sink(spec)
     try:
         d = spec.durations()
         records = read_records(bootstrap, spec.topics)

@@ -118,7 +118,8 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
     try:
         for i in range(KILLS):
             stream.start()
-            before = (read_status(spath).last_batch_id if read_status(spath) else None)
+            st = read_status(spath)
+            before = st.last_batch_id if st else None
             wait_for(lambda: (st := read_status(spath)) is not None and st.last_batch_id is not None
                      and st.last_batch_id != before and st.state == "running", 180, "a new batch", stream)
             time.sleep(rng.uniform(0.5, 4.0))  # a random moment: mid-batch, mid-commit or idle

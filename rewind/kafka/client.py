@@ -51,7 +51,6 @@ _TIMESTAMP_WINDOW = 64     # records read before the broker's timestamp answer t
 _JUMP_MIN_OFFSETS = 2_000  # seek to the fetched high watermark rather than read more than this
 _READ_CHASE_S = 1.0        # reading for this long without EOF (a moving end): stop at what was read
 _SILENT_END_S = 2.0        # no record and no EOF this long: end at the start position (no progress)
-_READ_IDLE_END_S = 1.0     # records read, then silence this long without EOF: end at what was read
 _JUMP_WAIT_S = 1.0         # no EOF this long after such a seek: an open transaction, read on instead
 
 
@@ -331,9 +330,12 @@ class KafkaOffsetClient:
         read_committed and an open transaction the EOF comes at the last stable offset, below the
         high watermark, so a jump that brings no EOF within ``_JUMP_WAIT_S`` seeks back and reads on.
 
-        Returns (end offsets, failures). A partition fails on a fetch error, or (when ``stall_s``
-        is given) when nothing at all arrives for it within ``stall_s`` seconds. With no
-        ``stall_s``, silence past the client timeout raises ``KafkaTimeoutError``.
+        A partition that delivered records but no EOF within ``_READ_CHASE_S`` ends one past the
+        last record read (a moving end). Returns (end offsets, failures). A partition fails on a
+        fetch error, or (when ``stall_s`` is given) when nothing at all arrives for it within
+        ``stall_s`` seconds. With no ``stall_s``, a partition silent for ``_SILENT_END_S`` ends at
+        its start position (no new data this time); silence past a shorter client timeout raises
+        ``KafkaTimeoutError``.
         """
         consumer = self.consumer()
         pending = set(positions)
@@ -372,8 +374,7 @@ class KafkaOffsetClient:
                         failed[tp] = str(err)
                     pending.discard(tp)
                 for tp in list(pending):
-                    if tp not in jumped and tp in read_to and (now - last_seen[tp] > _READ_IDLE_END_S
-                                                               or now - start > _READ_CHASE_S):
+                    if tp not in jumped and tp in read_to and now - start > _READ_CHASE_S:
                         # Records arrived but no EOF follows (Tansu under concurrent writes reports a
                         # high watermark ahead of what it serves, so the reader would chase a moving
                         # end): what was read is surely readable, and later batches take the rest.

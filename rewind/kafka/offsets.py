@@ -241,6 +241,21 @@ def parse_timestamps_option(name: str, value: str) -> OffsetSpec:
     return OffsetSpec("timestamps", name, offsets=stamps)
 
 
+def _position_option(opts: Mapping[str, str], prefix: str, default: str, *, allow_earliest: bool,
+                     allow_latest: bool) -> OffsetSpec:
+    """``startingX`` / ``endingX`` with Spark's precedence: global timestamp, per-partition
+    timestamps, then offsets. ``opts`` has lower-case keys; ``prefix`` is 'starting' or 'ending'."""
+    if f"{prefix}timestamp" in opts:
+        return OffsetSpec("timestamp", f"{prefix}Timestamp",
+                          timestamp=_parse_timestamp(f"{prefix}Timestamp", opts[f"{prefix}timestamp"]))
+    if f"{prefix}offsetsbytimestamp" in opts:
+        return parse_timestamps_option(f"{prefix}OffsetsByTimestamp", opts[f"{prefix}offsetsbytimestamp"])
+    if f"{prefix}offsets" in opts:
+        return parse_offset_option(f"{prefix}Offsets", opts[f"{prefix}offsets"],
+                                   allow_earliest=allow_earliest, allow_latest=allow_latest)
+    return OffsetSpec(default, f"{prefix}Offsets")
+
+
 def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     """Validate the user's options once, up front, with errors that name the option."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
@@ -269,18 +284,8 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     if not topics:
         raise KafkaSourceOptionError(f"option 'subscribe': no topic names in {raw_topics!r}")
 
-    # Starting position: the same precedence as Spark (global timestamp, per-partition timestamps,
-    # then offsets).
-    if "startingtimestamp" in opts:
-        starting = OffsetSpec("timestamp", "startingTimestamp",
-                              timestamp=_parse_timestamp("startingTimestamp", opts["startingtimestamp"]))
-    elif "startingoffsetsbytimestamp" in opts:
-        starting = parse_timestamps_option("startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"])
-    elif "startingoffsets" in opts:
-        starting = parse_offset_option("startingOffsets", opts["startingoffsets"],
-                                       allow_earliest=True, allow_latest=streaming)
-    else:
-        starting = OffsetSpec("latest" if streaming else "earliest", "startingOffsets")
+    starting = _position_option(opts, "starting", "latest" if streaming else "earliest",
+                                allow_earliest=True, allow_latest=streaming)
     _check_spec_topics(starting, topics)
 
     ending_keys = [k for k in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp") if k in opts]
@@ -291,16 +296,7 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
                 f"option '{ending_keys[0]}' is not valid for streaming queries (only for spark.read); "
                 "use 'maxOffsetsPerTrigger' or trigger(availableNow=True) to bound a stream")
     else:
-        if "endingtimestamp" in opts:
-            ending = OffsetSpec("timestamp", "endingTimestamp",
-                                timestamp=_parse_timestamp("endingTimestamp", opts["endingtimestamp"]))
-        elif "endingoffsetsbytimestamp" in opts:
-            ending = parse_timestamps_option("endingOffsetsByTimestamp", opts["endingoffsetsbytimestamp"])
-        elif "endingoffsets" in opts:
-            ending = parse_offset_option("endingOffsets", opts["endingoffsets"],
-                                         allow_earliest=False, allow_latest=True)
-        else:
-            ending = OffsetSpec("latest", "endingOffsets")
+        ending = _position_option(opts, "ending", "latest", allow_earliest=False, allow_latest=True)
         _check_spec_topics(ending, topics)
 
     max_per_trigger = None
