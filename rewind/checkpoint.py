@@ -1,29 +1,43 @@
-"""Read a Spark streaming checkpoint and decide what is complete (issue 3, inspection part).
+"""Read a Spark streaming checkpoint and decide what is complete.
 
 Layout (Spark 4): ``metadata`` (query id), ``offsets/N`` ("v1", batch metadata JSON, one
 line of offsets per source scan), ``commits/N`` ("v1", commit metadata JSON), and
-``state/<operator>/<partition>/<version>.zip|.changelog|.delta|.snapshot`` where state version
-N+1 holds the state after batch N. Batch N is *complete* when ``offsets/N`` and ``commits/N``
-parse and every state partition has a readable version N+1 file.
+``state/<operator>/<partition>/`` where state *version* N+1 holds the state after batch N:
+RocksDB writes ``<v>.zip`` (which names the ``SSTs/*.sst`` files it needs) and optionally
+``<v>.changelog``; the HDFS store writes ``<v>.snapshot`` and ``<v>.delta``.
 
-Only directory names are listed (cheap); file contents are read for the newest ``recent``
-batches only, so inspection does not grow with the age of the stream.
+Batch N is *complete* (resumable) when ``offsets/N``, ``offsets/N-1`` (Spark reads it on
+restart to know where N began) and ``commits/N`` parse, and every state partition can load
+version N+1 (the newest snapshot at or below it, every change file after it, the SST files
+a RocksDB snapshot names, none empty or unreadable).
+
+Only directory names are listed; contents are read for the newest ``recent`` batches and
+for the state files of the batch judged complete, so inspection does not grow with the
+age of the stream.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import re
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rewind.checkpoint_store import CheckpointStore, open_store
+
 _STATE_FILE = re.compile(r"^(\d+)\.(zip|changelog|delta|snapshot)$")
+_SNAPSHOT_KINDS = ("zip", "snapshot")
 
 
 class NotACheckpoint(ValueError):
     """The path is not a Spark checkpoint; the message says what is missing."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used for what was asked; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -53,26 +67,25 @@ class CheckpointReport:
     recent: list[BatchInfo]
     operators: dict[str, dict[str, list[int]]]  # op -> partition -> [min version, max version, count]
     problems: list[Problem]
+    state_files: list[str] = field(default_factory=list)  # what resuming after last_complete loads
 
     @property
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == "error"]
 
+    def batch(self, batch_id: int) -> BatchInfo | None:
+        return next((b for b in self.recent if b.batch_id == batch_id), None)
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["planned"] = _span(self.planned)
         out["committed"] = _span(self.committed)
+        out.pop("state_files")
         return out
 
 
 def _span(ids: list[int]) -> dict[str, int | None]:
     return {"count": len(ids), "first": ids[0] if ids else None, "last": ids[-1] if ids else None}
-
-
-def _batch_ids(directory: Path) -> list[int]:
-    if not directory.is_dir():
-        return []
-    return sorted(int(e.name) for e in os.scandir(directory) if e.name.isdigit())
 
 
 def _v1_lines(text: str, min_lines: int, missing: str) -> list[str]:
@@ -110,80 +123,191 @@ def _classify(exc: Exception) -> str:
     return "unparseable"
 
 
-def _state_versions(root: Path) -> dict[str, dict[str, dict[int, int]]]:
-    """op -> partition -> {version: size of its file}."""
-    out: dict[str, dict[str, dict[int, int]]] = {}
-    state = root / "state"
-    if not state.is_dir():
-        return out
-    for op in sorted(e.name for e in os.scandir(state) if e.is_dir() and e.name.isdigit()):
-        parts: dict[str, dict[int, int]] = {}
-        for part in sorted((e for e in os.scandir(state / op) if e.is_dir() and e.name.isdigit()),
-                           key=lambda e: int(e.name)):
-            versions: dict[int, int] = {}
-            for f in os.scandir(part.path):
-                m = _STATE_FILE.match(f.name)
+def _ids(names: list[str]) -> list[int]:
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def list_state(store: CheckpointStore) -> dict[str, dict[str, dict[int, set[str]]]]:
+    """op -> partition -> {version: {file kinds}} from directory names only."""
+    out: dict[str, dict[str, dict[int, set[str]]]] = {}
+    ops, _ = store.list_dir("state")
+    for op in sorted(ops, key=lambda s: (not s.isdigit(), s.zfill(9))):
+        if not op.isdigit():
+            continue
+        parts: dict[str, dict[int, set[str]]] = {}
+        pdirs, _ = store.list_dir(f"state/{op}")
+        for part in sorted((p for p in pdirs if p.isdigit()), key=int):
+            versions: dict[int, set[str]] = {}
+            for name in store.list_dir(f"state/{op}/{part}")[1]:
+                m = _STATE_FILE.match(name)
                 if m:
-                    v = int(m.group(1))
-                    versions[v] = max(versions.get(v, 0), f.stat().st_size)
-            parts[part.name] = versions
+                    versions.setdefault(int(m.group(1)), set()).add(m.group(2))
+            parts[part] = versions
         out[op] = parts
     return out
 
 
-def inspect_checkpoint(path: str | Path, recent: int = 10) -> CheckpointReport:
-    """Report on a local checkpoint (see the module docstring for what 'complete' means)."""
-    root = Path(path)
-    if not root.is_dir():
-        raise NotACheckpoint(f"{root} is not a directory")
-    if not (root / "offsets").is_dir() and not (root / "metadata").exists():
-        raise NotACheckpoint(f"{root} is not a Spark checkpoint (no 'metadata' file and no 'offsets/' folder)")
+def state_chain(versions: dict[int, set[str]], version: int) -> list[str] | None:
+    """File names that load `version` of one state partition, or None when it cannot load.
+
+    The newest snapshot (RocksDB zip / HDFS snapshot) at or below the version, then every
+    change file (changelog / delta) after it; with no snapshot, every change file from 1.
+    """
+    snaps = [v for v, kinds in versions.items() if v <= version and kinds & set(_SNAPSHOT_KINDS)]
+    base = max(snaps, default=0)
+    chain: list[str] = []
+    if base:
+        kind = next(k for k in _SNAPSHOT_KINDS if k in versions[base])
+        chain.append(f"{base}.{kind}")
+    for v in range(base + 1, version + 1):
+        kinds = versions.get(v, set())
+        kind = next((k for k in ("changelog", "delta") if k in kinds), None)
+        if kind is None:
+            return None
+        chain.append(f"{v}.{kind}")
+    return chain or None
+
+
+def _rocksdb_ssts(zip_bytes: bytes) -> list[tuple[str, int]]:
+    """(dfs SST file name, size) that a RocksDB checkpoint zip needs; raises ValueError if unreadable."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(zip_bytes)) as zf:
+            bad = zf.testzip()
+            if bad:
+                raise ValueError(f"corrupt member {bad}")
+            meta = zf.read("metadata").decode() if "metadata" in zf.namelist() else ""
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"not a readable zip: {exc}") from None
+    if not meta:
+        return []
+    info = json.loads(_v1_lines(meta, 2, "RocksDB metadata")[1])
+    return [(f["dfsSstFileName"], int(f.get("sizeBytes", -1))) for f in info.get("sstFiles", [])]
+
+
+def check_state(store: CheckpointStore, state: dict[str, dict[str, dict[int, set[str]]]],
+                batch_id: int) -> tuple[list[str], list[str]]:
+    """(files needed to load the state after `batch_id`, problems) — reads only those files."""
+    version = batch_id + 1
+    files: list[str] = []
+    problems: list[str] = []
+    for op, parts in state.items():
+        for part, versions in parts.items():
+            base = f"state/{op}/{part}"
+            chain = state_chain(versions, version)
+            if chain is None:
+                problems.append(f"{base}/{version}.*: no file loads state version {version}")
+                continue
+            sst_names: set[str] | None = None
+            for name in chain:
+                rel = f"{base}/{name}"
+                size = store.size(rel)
+                if not size:
+                    problems.append(f"{rel}: {'empty' if size == 0 else 'missing'}")
+                    continue
+                files.append(rel)
+                if name.endswith(".zip"):
+                    try:
+                        ssts = _rocksdb_ssts(store.read_bytes(rel))
+                    except (ValueError, OSError) as exc:
+                        problems.append(f"{rel}: unreadable ({exc})")
+                        continue
+                    if ssts and sst_names is None:
+                        sst_names = set(store.list_dir(f"{base}/SSTs")[1])
+                    for sst, expected in ssts:
+                        srel = f"{base}/SSTs/{sst}"
+                        if sst not in (sst_names or set()):
+                            problems.append(f"{srel}: missing (named by {name})")
+                        elif expected >= 0 and store.size(srel) != expected:
+                            problems.append(f"{srel}: size differs from what {name} records ({expected} bytes)")
+                        else:
+                            files.append(srel)
+    return files, problems
+
+
+def _metadata_files(store: CheckpointStore, state: dict[str, dict[str, Any]]) -> list[str]:
+    """Operator and partition ``_metadata`` files (schemas, operator info) Spark reads on restart."""
+    out: list[str] = []
+    for op, parts in state.items():
+        for sub in [f"state/{op}/_metadata", *(f"state/{op}/{p}/_metadata" for p in parts)]:
+            dirs, files = store.list_dir(sub)
+            out += [f"{sub}/{f}" for f in files if not f.endswith(".crc")]
+            for d in dirs:  # e.g. _metadata/v2/... in newer Spark versions
+                out += [f"{sub}/{d}/{f}" for f in store.list_dir(f"{sub}/{d}")[1] if not f.endswith(".crc")]
+    return out
+
+
+def _open(path: str | Path | CheckpointStore, s3_client: Any = None) -> CheckpointStore:
+    store = path if hasattr(path, "list_dir") else open_store(path, s3_client)  # type: ignore[arg-type]
+    if not store.exists():  # type: ignore[union-attr]
+        raise NotACheckpoint(f"{store.location} is not a directory")  # type: ignore[union-attr]
+    dirs, files = store.list_dir("")  # type: ignore[union-attr]
+    if "offsets" not in dirs and "metadata" not in files:
+        raise NotACheckpoint(f"{store.location} is not a Spark checkpoint (no 'metadata' file and no "  # type: ignore[union-attr]
+                             "'offsets/' folder)")
+    return store  # type: ignore[return-value]
+
+
+def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_client: Any = None) -> CheckpointReport:
+    """Report on a checkpoint (see the module docstring for what 'complete' means)."""
+    store = _open(path, s3_client)
     problems: list[Problem] = []
     query_id = None
     try:
-        query_id = json.loads((root / "metadata").read_text()).get("id")
+        query_id = json.loads(store.read_bytes("metadata")).get("id")
     except (OSError, ValueError) as exc:
         problems.append(Problem("metadata", "unparseable", f"query metadata unreadable: {exc}"))
-    planned, committed = _batch_ids(root / "offsets"), _batch_ids(root / "commits")
-    state = _state_versions(root)
+    planned, committed = _ids(store.list_dir("offsets")[1]), _ids(store.list_dir("commits")[1])
+    state = list_state(store)
     window = sorted(set(planned[-recent:]) | set(committed[-recent:]))
     infos: dict[int, BatchInfo] = {}
     good_offsets: set[int] = set()
     good_commits: set[int] = set()
-    for bid in window:
+
+    def read_offsets(bid: int) -> None:
         info = infos.setdefault(bid, BatchInfo(bid, committed=bid in committed))
+        rel = f"offsets/{bid}"
+        try:
+            meta, sources = parse_offsets_file(store.read_bytes(rel).decode(errors="replace"))
+            info.offsets, info.watermark_ms = sources, meta.get("batchWatermarkMs")
+            good_offsets.add(bid)
+        except (OSError, ValueError) as exc:
+            problems.append(Problem(rel, _classify(exc), str(exc)))
+
+    for bid in window:
+        infos.setdefault(bid, BatchInfo(bid, committed=bid in committed))
         if bid in planned:
-            rel = f"offsets/{bid}"
-            try:
-                meta, sources = parse_offsets_file((root / rel).read_text(errors="replace"))
-                info.offsets = sources
-                info.watermark_ms = meta.get("batchWatermarkMs")
-                good_offsets.add(bid)
-            except (OSError, ValueError) as exc:
-                problems.append(Problem(rel, _classify(exc), str(exc)))
+            read_offsets(bid)
         if bid in committed:
             rel = f"commits/{bid}"
             if bid not in planned:
-                problems.append(Problem(rel, "commit_without_offsets", f"batch {bid} is committed but offsets/{bid} "
-                                                                      "is missing"))
+                problems.append(Problem(rel, "commit_without_offsets",
+                                        f"batch {bid} is committed but offsets/{bid} is missing"))
             try:
-                parse_commit_file((root / rel).read_text(errors="replace"))
+                parse_commit_file(store.read_bytes(rel).decode(errors="replace"))
                 good_commits.add(bid)
             except (OSError, ValueError) as exc:
                 problems.append(Problem(rel, _classify(exc), str(exc)))
+    if window and window[0] > 0 and window[0] - 1 in planned:
+        read_offsets(window[0] - 1)  # the start of the oldest batch in the window
     last_complete = None
+    state_files: list[str] = []
     for bid in sorted(window, reverse=True):
         if bid not in good_offsets or bid not in good_commits:
             continue
-        missing = [f"state/{op}/{part}/{bid + 1}.*" for op, parts in state.items()
-                   for part, versions in parts.items() if versions.get(bid + 1, 0) == 0]
-        if missing:
-            problems.append(Problem(missing[0], "missing_state",
-                                    f"batch {bid} is committed but {len(missing)} state file(s) for version "
-                                    f"{bid + 1} are missing or empty: {', '.join(missing[:4])}"))
+        if bid > 0 and bid - 1 not in good_offsets:
+            problems.append(Problem(f"offsets/{bid - 1}", "missing_offsets",
+                                    f"batch {bid} cannot resume: Spark reads offsets/{bid - 1} to know where it "
+                                    "began, and it is missing or unreadable"))
+            continue
+        files, state_problems = check_state(store, state, bid)
+        if state_problems:
+            problems.append(Problem(state_problems[0].split(":")[0], "missing_state",
+                                    f"batch {bid} is committed but its state (version {bid + 1}) cannot load: "
+                                    + "; ".join(state_problems[:4])
+                                    + (f" (+{len(state_problems) - 4} more)" if len(state_problems) > 4 else "")))
             continue
         infos[bid].complete = True
-        last_complete = bid
+        last_complete, state_files = bid, files
         break
     if planned and planned[-1] > max(committed, default=-1):
         bid = planned[-1]
@@ -192,8 +316,52 @@ def inspect_checkpoint(path: str | Path, recent: int = 10) -> CheckpointReport:
                                 severity="info"))
     operators = {op: {part: [min(v), max(v), len(v)] if v else [] for part, v in parts.items()}
                  for op, parts in state.items()}
-    return CheckpointReport(str(root), query_id, planned, committed, last_complete,
-                            [infos[b] for b in window[-recent:]], operators, problems)
+    return CheckpointReport(store.location, query_id, planned, committed, last_complete,
+                            [infos[b] for b in window[-recent:]], operators, problems, state_files)
+
+
+def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None,
+                 s3_client: Any = None) -> list[str]:
+    """Relative paths (no Hadoop ``.crc`` files) a checkpoint needs to resume after `batch_id`.
+
+    Default: the last complete batch. Raises CheckpointError naming the reason when that
+    batch is not complete.
+    """
+    store = _open(path, s3_client)
+    report = inspect_checkpoint(store, s3_client=s3_client)
+    if batch_id is None:
+        batch_id = report.last_complete
+    if batch_id is None:
+        raise CheckpointError(f"{store.location} has no complete batch: "
+                              + "; ".join(f"{p.file}: {p.detail}" for p in report.errors[:3]))
+    if batch_id == report.last_complete:
+        state_files = report.state_files
+    else:
+        state_files, problems = check_state(store, list_state(store), batch_id)
+        if problems:
+            raise CheckpointError(f"batch {batch_id} of {store.location} cannot load its state: {problems[0]}")
+    needed = ["metadata", f"offsets/{batch_id}", f"commits/{batch_id}"]
+    if batch_id > 0:
+        needed.insert(1, f"offsets/{batch_id - 1}")
+    for rel in needed:
+        if not store.size(rel):
+            raise CheckpointError(f"{store.location}{'' if store.location.endswith('/') else '/'}{rel} is missing or "
+                                  f"empty; batch {batch_id} cannot be resumed")
+    return needed + _source_files(store) + _metadata_files(store, list_state(store)) + state_files
+
+
+def _source_files(store: CheckpointStore, rel: str = "sources") -> list[str]:
+    """``sources/<n>/...``: initial offsets some sources (Spark's Kafka source) record once."""
+    dirs, files = store.list_dir(rel)
+    out = [f"{rel}/{f}" for f in files if not f.endswith(".crc")]
+    for d in dirs:
+        out += _source_files(store, f"{rel}/{d}")
+    return out
+
+
+def state_versions(report: CheckpointReport, batch_id: int) -> dict[str, dict[str, int]]:
+    """op -> partition -> the state version a restore after `batch_id` loads."""
+    return {op: {part: batch_id + 1 for part in parts} for op, parts in report.operators.items()}
 
 
 def format_report(rep: CheckpointReport) -> str:
