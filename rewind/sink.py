@@ -149,6 +149,7 @@ class BatchResult:
     skipped: bool
     rows: dict[str, int]
     seconds: float
+    replanned: bool = False  # the id was committed before with other source offsets: rewritten idempotently
 
 
 def _check_table_name(value: str, what: str) -> None:
@@ -338,6 +339,7 @@ class ExactlyOnceSqlSink:
             sa.Column("batch_id", sa.BigInteger, nullable=False),
             sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False),
             sa.Column("rows_json", sa.Text, nullable=False),
+            sa.Column("source_offsets", sa.Text, nullable=True),
             sa.PrimaryKeyConstraint("stream", "batch_id", name=f"{table_prefix}{LEDGER_TABLE}_pkey"[:63]),
         )
         self._engine = self._make_engine()
@@ -383,6 +385,7 @@ class ExactlyOnceSqlSink:
                 if attempt == 2:
                     raise
                 time.sleep(0.2 * (attempt + 1))
+        self._add_ledger_offsets_column()
         with self._read() as conn:
             inspector = sa.inspect(conn)
             for table in [*self._tables.values(), self._ledger]:
@@ -393,12 +396,28 @@ class ExactlyOnceSqlSink:
                                      f"migrate it or use another table_prefix")
         self._tables_ready = True
 
-    def write_batch(self, batch_id: int, rows: Mapping[str, Rows]) -> BatchResult:
+    def _add_ledger_offsets_column(self) -> None:
+        """Ledgers created before ``source_offsets`` existed get the column (nullable, so no rewrite)."""
+        with self._read() as conn:
+            existing = {c["name"] for c in sa.inspect(conn).get_columns(self._ledger.name)}
+        if "source_offsets" in existing:
+            return
+        with self._connect() as conn, conn.begin():
+            conn.execute(sa.text(f'ALTER TABLE "{self._ledger.name}" ADD COLUMN source_offsets TEXT'))
+        log.info("sink %s: added column source_offsets to %s", self.stream, self._ledger.name)
+
+    def write_batch(self, batch_id: int, rows: Mapping[str, Rows], source_offsets: str | None = None) -> BatchResult:
         """Write one micro-batch exactly once: all tables plus the ledger row, in one transaction.
 
         Returns skipped=True (and changes nothing) if `(stream, batch_id)` is already
-        in the ledger. Bad input raises ValueError before anything is written; a
-        database error raises SinkWriteError after a full rollback.
+        in the ledger with the same `source_offsets` (the batch's end offsets as
+        recorded in Spark's offset log; None = unknown, treated as the same). A batch id
+        committed before with *other* offsets was re-planned after a checkpoint repair or
+        a savepoint restore rolled the query back: skipping it would lose the records the
+        new plan holds and the old one did not, so its rows are written (the table writes
+        are idempotent) and the ledger row records the new offsets (``replanned=True``).
+        Bad input raises ValueError before anything is written; a database error raises
+        SinkWriteError after a full rollback.
         """
         if isinstance(batch_id, bool) or not isinstance(batch_id, (int, np.integer)) or batch_id < 0:
             raise ValueError(f"batch_id must be a non-negative integer, not {batch_id!r}")
@@ -411,14 +430,24 @@ class ExactlyOnceSqlSink:
         with self._connect() as conn:
             try:
                 with conn.begin():
-                    claimed = conn.execute(self._ledger_insert, {
-                        "stream": self.stream, "batch_id": batch_id,
-                        "committed_at": self._now(), "rows_json": json.dumps(counts, sort_keys=True),
-                    }).rowcount
+                    ledger_row = {"stream": self.stream, "batch_id": batch_id, "committed_at": self._now(),
+                                  "rows_json": json.dumps(counts, sort_keys=True), "source_offsets": source_offsets}
+                    claimed = conn.execute(self._ledger_insert, ledger_row).rowcount
+                    replanned = False
                     if claimed == 0:
-                        skipped = True
-                    else:
-                        skipped = False
+                        before = conn.execute(sa.select(self._ledger.c.source_offsets).where(
+                            self._ledger.c.stream == self.stream, self._ledger.c.batch_id == batch_id)).scalar()
+                        replanned = source_offsets is not None and before is not None and before != source_offsets
+                    skipped = claimed == 0 and not replanned
+                    if replanned:
+                        log.warning("stream %s batch %s was committed with source offsets %s and is now planned "
+                                    "with %s (the query was rolled back by a repair or restore): writing its rows "
+                                    "idempotently", self.stream, batch_id, before, source_offsets)
+                        conn.execute(self._ledger.update().where(
+                            self._ledger.c.stream == self.stream, self._ledger.c.batch_id == batch_id).values(
+                            committed_at=ledger_row["committed_at"], rows_json=ledger_row["rows_json"],
+                            source_offsets=source_offsets))
+                    if not skipped:
                         self._write_tables(conn, prepared)
             except exc.SQLAlchemyError as e:
                 raise self._write_error(e, f"stream {self.stream!r} batch {batch_id}") from e
@@ -426,8 +455,10 @@ class ExactlyOnceSqlSink:
                 self._warn_if_different(conn, batch_id, counts)
         seconds = time.perf_counter() - started
         log.info("sink %s batch %s %s in %.3fs: %s", self.stream, batch_id,
-                 "skipped (already committed)" if skipped else "committed", seconds, counts)
-        return BatchResult(batch_id=batch_id, skipped=skipped, rows=zero if skipped else counts, seconds=seconds)
+                 "skipped (already committed)" if skipped else "re-planned, rewritten" if replanned else "committed",
+                 seconds, counts)
+        return BatchResult(batch_id=batch_id, skipped=skipped, rows=zero if skipped else counts, seconds=seconds,
+                           replanned=replanned)
 
     def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None) -> dict[str, int]:
         """Idempotent write without the ledger (the replay path): same conflict rules, one transaction.

@@ -9,6 +9,7 @@ row in one transaction and skips a batch id it has already committed.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import signal
@@ -57,14 +58,30 @@ class BatchWriter:
     sink: Any
     split: Callable[[Any, int], dict[str, Any]]
     fail_on_batch: int | None = None  # test hook: a poison batch that always fails
+    checkpoint: str | None = None  # where offsets/<batch> says which Kafka range the batch holds
 
     def __call__(self, df: Any, batch_id: int) -> None:
         if self.fail_on_batch is not None and batch_id == self.fail_on_batch:
             raise RuntimeError(f"poison batch {batch_id} (REWIND_FAIL_ON_BATCH)")
         frame = df.toArrow().to_pandas()
-        result = self.sink.write_batch(batch_id, self.split(frame, batch_id))
+        result = self.sink.write_batch(batch_id, self.split(frame, batch_id), self.source_offsets(batch_id))
         log.info("batch %d %s rows=%s in %.2fs", batch_id, "skipped (already committed)" if result.skipped
-                 else "committed", result.rows, result.seconds)
+                 else "re-planned, rewritten" if result.replanned else "committed", result.rows, result.seconds)
+
+    def source_offsets(self, batch_id: int) -> str | None:
+        """The batch's end offsets from Spark's offset log (written before the batch runs), as the
+        sink ledger stores them: a re-run with other offsets is then told apart from a plain retry."""
+        if self.checkpoint is None:
+            return None
+        from rewind.checkpoint import parse_offsets_file
+
+        try:
+            _, sources = parse_offsets_file((Path(self.checkpoint) / "offsets" / str(batch_id)).read_text())
+        except (OSError, ValueError) as exc:
+            log.warning("batch %d: offsets unreadable (%s); the ledger records no offsets", batch_id, exc)
+            return None
+        unique = {json.dumps(s, sort_keys=True) for s in sources}
+        return unique.pop() if len(unique) == 1 else json.dumps(sources, sort_keys=True)
 
 
 def source_options(spec: StreamSpec, bootstrap: str) -> dict[str, str]:
@@ -88,11 +105,12 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     sink, tables_mod = open_sink(spec)
     sink.create_tables()
     fail_env = os.environ.get("REWIND_FAIL_ON_BATCH")
-    writer = BatchWriter(sink, tables_mod.split_batch, int(fail_env) if fail_env else None)
+    checkpoint = checkpoint or spec.checkpoint
+    writer = BatchWriter(sink, tables_mod.split_batch, int(fail_env) if fail_env else None, checkpoint)
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
     out = transform(source, spec)
     ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)
-          .option("checkpointLocation", checkpoint or spec.checkpoint))
+          .option("checkpointLocation", checkpoint))
     ws = ws.trigger(availableNow=True) if available_now else ws.trigger(
         processingTime=f"{spec.durations()['trigger'].total_seconds()} seconds")
     return ws.start()

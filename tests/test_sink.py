@@ -157,6 +157,33 @@ def test_same_batch_twice_is_skipped_and_changes_nothing(make_sink: Any) -> None
     assert other.committed_batch_ids() == [7] and sink.committed_batch_ids() == [7]
 
 
+def test_batch_replanned_with_other_offsets_is_written_not_skipped(make_sink: Any) -> None:
+    """After a repair or restore rolls the query back, Spark re-plans a committed batch id with a
+    different Kafka range: skipping it would lose the records only the new plan holds."""
+    sink = make_sink()
+    assert not sink.write_batch(3, {"events": events(0, 10, batch_id=3)}, '{"orders":{"0":10}}').skipped
+    retry = sink.write_batch(3, {"events": events(0, 10, batch_id=3)}, '{"orders":{"0":10}}')
+    assert retry.skipped and not retry.replanned, "same offsets: a plain retry, skipped"
+    wider = sink.write_batch(3, {"events": events(0, 25, batch_id=3)}, '{"orders":{"0":25}}')
+    assert wider.replanned and not wider.skipped and wider.rows["events"] == 25
+    assert len(sink.read_table("events")) == 25, "the 15 new records are in, the 10 old ones once"
+    ledger = sink.read_table(LEDGER_TABLE)
+    assert ledger["source_offsets"].tolist() == ['{"orders":{"0":25}}']
+    assert sink.write_batch(3, {"events": events(0, 25, batch_id=3)}, None).skipped, "unknown offsets: skip"
+
+
+def test_old_ledger_gets_the_offsets_column(make_sink: Any, db_url: str) -> None:
+    import sqlalchemy as sa
+
+    sink = make_sink()
+    sink.create_tables()
+    with sink.engine.begin() as conn:
+        conn.execute(sa.text(f'ALTER TABLE "{sink.table_name(LEDGER_TABLE)}" DROP COLUMN source_offsets'))
+    fresh = make_sink()
+    assert not fresh.write_batch(1, {"events": events(0, 2, batch_id=1)}, '{"orders":{"0":2}}').skipped
+    assert fresh.read_table(LEDGER_TABLE)["source_offsets"].tolist() == ['{"orders":{"0":2}}']
+
+
 def test_fresh_sink_reads_empty(make_sink: Any) -> None:
     sink = make_sink()
     assert sink.committed_batch_ids() == [] and sink.last_committed_batch() is None
