@@ -111,18 +111,54 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 2
 
 
+def active_checkpoint_of(spec) -> str:  # type: ignore[no-untyped-def]
+    """Where the stream's checkpoint is now (a restore may have pointed it elsewhere)."""
+    try:
+        from rewind.checkpoint_pointer import active_checkpoint
+    except ImportError:
+        return spec.checkpoint
+    return active_checkpoint(spec)
+
+
+def resolve_checkpoint_target(target: str, registry: str | None):  # type: ignore[no-untyped-def]
+    """STREAM|PATH -> (checkpoint location, the registry stream that owns it or None)."""
+    from rewind.registry import NAME_RE, RegistryError, load_registry
+
+    if NAME_RE.match(target) and not Path(target).exists():
+        spec = load_registry(registry).get(target)
+        return active_checkpoint_of(spec), spec
+    if target.startswith("s3://"):
+        return target, None
+    try:
+        streams = load_registry(registry).streams.values()
+    except (RegistryError, OSError):
+        return target, None
+    here = Path(target).resolve()
+    return target, next((s for s in streams if Path(active_checkpoint_of(s)).resolve() == here), None)
+
+
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     from rewind.checkpoint import NotACheckpoint, format_report, inspect_checkpoint
-    from rewind.registry import NAME_RE, load_registry
+    from rewind.checkpoint_repair import RepairRefused, format_record, repair_checkpoint, stream_running
 
-    target = args.target
-    if NAME_RE.match(target) and not Path(target).exists():
-        target = load_registry(args.registry).get(target).checkpoint
+    target, spec = resolve_checkpoint_target(args.target, args.registry)
     try:
-        report = inspect_checkpoint(target)
+        if args.action == "repair":
+            record = repair_checkpoint(target, running=stream_running(spec) if spec else None, dry_run=args.dry_run)
+            print(json.dumps(record) if args.json else format_record(record))
+            return 0 if record["result"] in ("repaired", "healthy: nothing to repair") or args.dry_run else 1
+        s3 = None
+        if target.startswith("s3://"):
+            from rewind.s3 import s3_client
+
+            s3 = s3_client()
+        report = inspect_checkpoint(target, s3_client=s3)
     except NotACheckpoint as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RepairRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 3
     print(json.dumps(report.to_json(), default=str) if args.json else format_report(report))
     return 1 if report.errors else 0
 
@@ -174,11 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--all", action="store_true", help="every record in the topics, even while the stream runs")
     v.set_defaults(func=cmd_verify)
 
-    cp = sub.add_parser("checkpoint", help="inspect a Spark checkpoint (stream name or path)")
-    cp.add_argument("action", choices=["inspect"])
+    cp = sub.add_parser("checkpoint", help="inspect or repair a Spark checkpoint (stream name, path, s3:// URL)",
+                        description="inspect: report batches, offsets, state and problems (exit 1 on errors). "
+                        "repair: roll back to the last complete batch, moving later files into "
+                        "<checkpoint>.quarantine/ (exit 3 when refused: stream running or nothing complete)")
+    cp.add_argument("action", choices=["inspect", "repair"])
     cp.add_argument("target", metavar="STREAM|PATH")
     cp.add_argument("--registry")
     cp.add_argument("--json", action="store_true")
+    cp.add_argument("--dry-run", action="store_true", help="repair: show what would move, change nothing")
     cp.set_defaults(func=cmd_checkpoint)
 
     up = sub.add_parser("up", help="start the embedded platform, the demo producer and stream; Ctrl-C stops all")
