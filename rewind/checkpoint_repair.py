@@ -82,17 +82,11 @@ def plan_repair(report: CheckpointReport, state: dict[str, dict[str, dict[int, s
 
 
 def stream_running(spec: Any) -> str | None:
-    """Why `spec`'s stream counts as running (pid alive, or a fresh heartbeat), or None."""
-    from rewind.services import pid_alive
-    from rewind.status import read_status, status_path
+    """Why `spec`'s stream counts as running (pid alive and heartbeat fresh), or None."""
+    from rewind.stream_control import stream_liveness
 
-    status = read_status(status_path(spec.status_dir, spec.name))
-    if status is None or status.state not in ("starting", "running", "stopping"):
-        return None
-    if pid_alive(status.pid):
-        return (f"stream {spec.name!r} is {status.state} (pid {status.pid}, heartbeat "
-                f"{time.time() - status.heartbeat:.0f}s ago)")
-    return None
+    live = stream_liveness(spec)
+    return f"stream {spec.name!r} is running ({live.why})" if live.running else None
 
 
 def orphan_checksums(store: LocalStore, state: dict[str, dict[str, Any]], moving: set[str]) -> list[Move]:

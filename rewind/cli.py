@@ -113,10 +113,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def active_checkpoint_of(spec) -> str:  # type: ignore[no-untyped-def]
     """Where the stream's checkpoint is now (a restore may have pointed it elsewhere)."""
-    try:
-        from rewind.checkpoint_pointer import active_checkpoint
-    except ImportError:
-        return spec.checkpoint
+    from rewind.checkpoint_pointer import active_checkpoint
+
     return active_checkpoint(spec)
 
 
@@ -220,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--json", action="store_true")
     cp.add_argument("--dry-run", action="store_true", help="repair: show what would move, change nothing")
     cp.set_defaults(func=cmd_checkpoint)
+
+    from rewind.cli_savepoint import add_savepoint_parser
+
+    add_savepoint_parser(sub)
 
     up = sub.add_parser("up", help="start the embedded platform, the demo producer and stream; Ctrl-C stops all")
     up.add_argument("--registry")

@@ -135,17 +135,24 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     signal.signal(signal.SIGINT, request_stop)
     spark = build_session(f"rewind-{spec.name}", master)
     spark.streams.addListener(make_listener(spath, status))
-    query = build_query(spark, spec, bootstrap, available_now=available_now)
-    log.info("stream %s started: query %s, checkpoint %s, sink %s", spec.name, query.id, spec.checkpoint,
+    from rewind.checkpoint_pointer import active_checkpoint
+
+    checkpoint = active_checkpoint(spec)  # a savepoint restore may have pointed the stream elsewhere
+    query = build_query(spark, spec, bootstrap, available_now=available_now, checkpoint=checkpoint)
+    log.info("stream %s started: query %s, checkpoint %s, sink %s", spec.name, query.id, checkpoint,
              spec.sink.url.split("@")[-1])
     try:
         while query.isActive:
             if stop_requested.is_set():
                 status.state = "stopping"
                 write_status(spath, status)
+                # Let the batch in flight commit (its progress event moves last_batch_id), then stop
+                # before a backlog starts the next one; past the deadline, stop anyway.
+                in_flight = status.last_batch_id
                 deadline = time.monotonic() + GRACEFUL_STOP_S
-                while query.status.get("isTriggerActive") and time.monotonic() < deadline:
-                    time.sleep(0.2)  # let the running batch commit; past the deadline, stop anyway
+                while (query.status.get("isTriggerActive") and status.last_batch_id == in_flight
+                       and time.monotonic() < deadline):
+                    time.sleep(0.1)
                 query.stop()
                 break
             query.awaitTermination(1)

@@ -59,7 +59,8 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
         last = 0.0
         while not stopping:
             time.sleep(0.5)
-            if not job.alive():
+            if not job.alive() and (job.proc is None or job.proc.returncode != 0):
+                # exit 0 is a graceful stop (`savepoint create --stop` stops it and relaunches a new one)
                 print(f"the stream exited (code {job.proc.returncode if job.proc else '?'}); see {job.log_path}")
                 break
             if time.time() - last >= 10:
@@ -71,6 +72,12 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
         return 0
     finally:
         _say("stopping ...")
+        from rewind.stream_control import stop_stream
+
+        try:
+            stop_stream(spec, timeout=60)  # the live stream may be one that `savepoint create --stop` relaunched
+        except Exception as exc:  # noqa: BLE001 - the teardown goes on
+            _say(f"stream stop: {exc}")
         for child in reversed(children):
             child.stop(grace=30.0)
         platform.stop()

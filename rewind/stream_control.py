@@ -1,0 +1,113 @@
+"""Is a stream running, stop it gracefully, launch it detached.
+
+Why here and not in the runner: a savepoint with ``--stop`` and a restore act on a
+stream from another process; all they have is the status file (pid, heartbeat) the
+runner keeps, and the runner's promise that SIGTERM means "stop after the current
+batch commits".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rewind.registry import StreamSpec
+from rewind.services import pid_alive
+from rewind.status import StreamStatus, read_status, status_path
+
+ROOT = Path(__file__).resolve().parents[1]
+ACTIVE_STATES = ("starting", "running", "stopping")
+#: A heartbeat older than this (with a live pid) is a hung driver or a reused pid, not a running stream.
+STALE_AFTER_S = 600.0
+
+
+class StreamControlError(RuntimeError):
+    """A stop or launch did not happen; the message says what is left running or where the log is."""
+
+
+@dataclass(frozen=True)
+class Liveness:
+    running: bool
+    pid: int | None
+    why: str
+
+
+def liveness(status: StreamStatus | None, now: float, alive: Callable[[int], bool],
+             stale_after: float = STALE_AFTER_S) -> Liveness:
+    """Pure: is the stream described by ``status`` running (pid alive and heartbeat fresh)?"""
+    if status is None:
+        return Liveness(False, None, "no status file")
+    if status.state not in ACTIVE_STATES:
+        return Liveness(False, status.pid, f"state {status.state}")
+    if not alive(status.pid):
+        return Liveness(False, status.pid, f"pid {status.pid} is gone (state {status.state} is stale)")
+    age = now - status.heartbeat
+    if age > stale_after:
+        return Liveness(False, status.pid, f"heartbeat {age:.0f}s old (pid {status.pid} is not a live stream)")
+    return Liveness(True, status.pid, f"{status.state}, pid {status.pid}, heartbeat {age:.0f}s ago")
+
+
+def stream_liveness(spec: StreamSpec) -> Liveness:
+    return liveness(read_status(status_path(spec.status_dir, spec.name)), time.time(), pid_alive)
+
+
+def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
+    """SIGTERM the stream's driver and wait until it has exited.
+
+    Returns False when no stream was running. The signal goes to the driver process only
+    (not its group): the runner then stops after the current batch commits and stops
+    Spark itself. Raises StreamControlError if it is still alive after ``timeout``.
+    """
+    live = stream_liveness(spec)
+    if not live.running or live.pid is None:
+        return False
+    try:
+        os.kill(live.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while pid_alive(live.pid):
+        if time.monotonic() > deadline:
+            raise StreamControlError(f"stream {spec.name} (pid {live.pid}) did not stop within {timeout:.0f}s of "
+                                     "SIGTERM; it is still running")
+        time.sleep(0.2)
+    return True
+
+
+def launch_stream(spec: StreamSpec, registry_path: str | Path | None, bootstrap: str, log_path: Path,
+                  env: dict[str, str] | None = None) -> int:
+    """Start ``rewind stream run`` detached (own session, survives this process); returns its pid."""
+    argv = [sys.executable, "-m", "rewind.cli", "stream", "run", spec.name, "--bootstrap", bootstrap]
+    if registry_path:
+        argv += ["--registry", str(Path(registry_path).resolve())]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    base = {**os.environ, **(env or {})}
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=base,
+                                start_new_session=True)
+    return proc.pid
+
+
+def wait_running(spec: StreamSpec, pid: int, timeout: float = 120.0, log_path: Path | None = None) -> None:
+    """Wait until the status file shows ``pid`` running; raise naming the log if it dies first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = read_status(status_path(spec.status_dir, spec.name))
+        if st is not None and st.pid == pid and st.state == "running":
+            return
+        if not pid_alive(pid):
+            raise StreamControlError(f"stream {spec.name} (pid {pid}) exited during start-up; see {log_path}")
+        time.sleep(0.3)
+    raise StreamControlError(f"stream {spec.name} (pid {pid}) not running after {timeout:.0f}s; see {log_path}")
+
+
+def default_log_path(spec: StreamSpec) -> Path:
+    """``<status_dir>/../logs/stream-NAME.log``: where ``rewind up`` logs the demo stream too."""
+    return Path(spec.status_dir).parent / "logs" / f"stream-{spec.name}.log"
