@@ -8,6 +8,13 @@ the partition at an offset known to be at or below the end and consume until lib
 offset for ``read_committed`` consumers, the high watermark otherwise). On real Kafka, ListOffsets
 is exact, so the consumer is assigned right at the end and the EOF arrives after one empty fetch.
 
+Fetch waits: Tansu answers a Fetch when ``fetch.wait.max.ms`` runs out, with whatever it gathered
+by then, and every Fetch first lists all record-batch objects (one per produced batch) of the
+partition in S3. On a partition of thousands of tiny batches (a rate-limited producer) that
+listing outlasts a 50 ms wait, so such fetches come back empty below the high watermark, without
+error or EOF. Look-ups keep the 50 ms wait (a fast EOF) and retry only such partitions with longer
+waits; range reads raise their wait when a read yields too little (see ``iter_range``).
+
 Public entry points other modules should use:
 - ``KafkaOffsetClient`` (one cached consumer): ``partitions``, ``earliest_offsets``,
   ``end_offsets``, ``offsets_for_times``;
@@ -52,6 +59,17 @@ _JUMP_MIN_OFFSETS = 2_000  # seek to the fetched high watermark rather than read
 _READ_CHASE_S = 1.0        # reading for this long without EOF (a moving end): stop at what was read
 _SILENT_END_S = 2.0        # no record and no EOF this long: end at the start position (no progress)
 _JUMP_WAIT_S = 1.0         # no EOF this long after such a seek: an open transaction, read on instead
+_SLOW_LOOKUP_WAITS_MS = (1_000, 4_000)  # fetch waits for partitions that sent nothing at the look-up's 50 ms
+# Range reads (see iter_range): Tansu answers a Fetch when fetch.wait.max.ms runs out with whatever it
+# gathered by then, and each Fetch first lists every record-batch object of the partition. With many
+# tiny batches that listing alone outlasts a 50 ms wait, so fetches come back empty and the read stalls.
+_MIN_FETCH_WAIT_MS = 50       # never less (a 10 ms fetch went unanswered on Tansu: that listing again)
+_MAX_FETCH_WAIT_MS = 10_000   # the longest fetch wait a range read escalates to
+_FETCH_WAIT_STEP = 4          # escalation factor: 50 -> 200 -> 800 -> 3,200 -> 10,000 ms
+_RANGE_WINDOW_S = 1.0         # a range read's progress is judged over windows at least this long ...
+_WINDOW_FETCHES = 4           # ... and at least this many fetch waits
+_MIN_RECORDS_PER_FETCH = 128  # fewer records than this per fetch wait: the wait is too short, raise it
+_range_waits: dict[tuple[str, str, int], int] = {}  # fetch wait a partition needed (per worker process)
 
 
 class KafkaTimeoutError(TimeoutError):
@@ -299,7 +317,9 @@ class KafkaOffsetClient:
         ``hints`` are end offsets seen before (e.g. the previous micro-batch's): starting there keeps
         the bytes read small on brokers whose ListOffsets is too low. A hint beyond the end (the
         topic was recreated) yields nothing or an out-of-range error; those partitions are retried
-        from their earliest offset.
+        from their earliest offset. A partition that sends nothing at the short look-up wait though
+        the Fetch high watermark is above the position is read again with longer waits
+        (``_slow_end_offsets``), not ended at its start position.
         """
         tps = sorted(set(tps))
         if not tps:
@@ -309,20 +329,27 @@ class KafkaOffsetClient:
         hints = hints or {}
         first = {tp: max(earliest[tp], listed[tp], hints.get(tp, -1)) for tp in tps}
         guessed = {tp for tp in tps if hints.get(tp, -1) > max(earliest[tp], listed[tp])}
-        found, failed = self._eof_offsets(first, stall_s=min(_HINT_STALL_S, self.timeout_s) if guessed else None)
+        found, failed, slow = self._eof_offsets(first, stall_s=min(_HINT_STALL_S, self.timeout_s) if guessed else None)
+        more, more_failed = self._slow_end_offsets(slow)
+        found.update(more)
+        failed.update(more_failed)
         retry = {tp: earliest[tp] for tp in failed}
         if retry:
             log.info("end offset look-up retried from earliest for %s (%s)", sorted(retry),
                      {str(tp): failed[tp] for tp in retry})
-            more, still = self._eof_offsets(retry, stall_s=None)
+            more, still, slow = self._eof_offsets(retry, stall_s=None)
             found.update(more)
+            more, more_failed = self._slow_end_offsets(slow)
+            found.update(more)
+            still.update(more_failed)
             if still:
                 raise KafkaTimeoutError(
                     "could not find the end offset of "
                     + ", ".join(f"{tp.topic}[{tp.partition}] ({still[tp]})" for tp in sorted(still)))
         return {tp: found[tp] for tp in tps}
 
-    def _eof_offsets(self, positions: Mapping[TP, int], stall_s: float | None) -> tuple[Offsets, dict[TP, str]]:
+    def _eof_offsets(self, positions: Mapping[TP, int], stall_s: float | None, consumer: Consumer | None = None,
+                     wait_s: float | None = None) -> tuple[Offsets, dict[TP, str], Offsets]:
         """Assign at ``positions`` and consume until each partition reports EOF.
 
         The first Fetch response for a partition carries its true high watermark: when that is far
@@ -331,13 +358,24 @@ class KafkaOffsetClient:
         high watermark, so a jump that brings no EOF within ``_JUMP_WAIT_S`` seeks back and reads on.
 
         A partition that delivered records but no EOF within ``_READ_CHASE_S`` ends one past the
-        last record read (a moving end). Returns (end offsets, failures). A partition fails on a
-        fetch error, or (when ``stall_s`` is given) when nothing at all arrives for it within
-        ``stall_s`` seconds. With no ``stall_s``, a partition silent for ``_SILENT_END_S`` ends at
+        last record read (a moving end). Returns (end offsets, failures, slow partitions). A
+        partition fails on a fetch error, or (when ``stall_s`` is given) when nothing at all arrives
+        for it within ``stall_s`` seconds. A partition silent for ``_SILENT_END_S`` while the high
+        watermark of the (empty) Fetch responses is above its position is slow, not at its end:
+        Tansu answers a fetch with what it gathered when the wait runs out, which on a partition of
+        many tiny record batches is nothing, every time; it is returned with its position for a
+        retry with a longer wait. With no ``stall_s``, any other partition silent that long ends at
         its start position (no new data this time); silence past a shorter client timeout raises
-        ``KafkaTimeoutError``.
+        ``KafkaTimeoutError``. ``consumer`` / ``wait_s``: another consumer and its fetch wait (the
+        time limits above grow with a long wait).
         """
-        consumer = self.consumer()
+        if consumer is None:
+            consumer = self.consumer()
+            wait_s = int(self.config["fetch.wait.max.ms"]) / 1000
+        wait_s = wait_s or 0.0
+        chase_s = max(_READ_CHASE_S, 2 * wait_s)
+        silent_s = max(_SILENT_END_S, 3 * wait_s)
+        jump_wait_s = max(_JUMP_WAIT_S, 2 * wait_s)
         pending = set(positions)
         found: Offsets = {}
         failed: dict[TP, str] = {}
@@ -347,6 +385,7 @@ class KafkaOffsetClient:
         settled: set[TP] = set()                      # partitions that read on without jumping
         read_to: Offsets = {}                         # one past the last record actually read
         silent: list[TP] = []                         # partitions that answered nothing this time
+        slow: Offsets = {}                            # ... though the broker holds records past them
         consumer.assign(_tp_list(sorted(positions), positions))
         try:
             while pending:
@@ -374,21 +413,25 @@ class KafkaOffsetClient:
                         failed[tp] = str(err)
                     pending.discard(tp)
                 for tp in list(pending):
-                    if tp not in jumped and tp in read_to and now - start > _READ_CHASE_S:
+                    if tp not in jumped and tp in read_to and now - start > chase_s:
                         # Records arrived but no EOF follows (Tansu under concurrent writes reports a
                         # high watermark ahead of what it serves, so the reader would chase a moving
                         # end): what was read is surely readable, and later batches take the rest.
                         found[tp] = read_to[tp]
                         pending.discard(tp)
                         continue
-                    if tp in jumped and now - jumped[tp][1] > _JUMP_WAIT_S:
+                    if tp in jumped and now - jumped[tp][1] > jump_wait_s:
                         resume = jumped.pop(tp)[2]
                         settled.add(tp)
                         last_seen[tp] = now
                         consumer.seek(TopicPartition(tp.topic, tp.partition, resume))
                         continue
                     idle = now - last_seen[tp]
-                    if stall_s is None and tp not in jumped and idle > _SILENT_END_S:
+                    if tp not in jumped and idle > silent_s and _fetched_high(consumer, tp) > positions[tp]:
+                        slow[tp] = positions[tp]
+                        pending.discard(tp)
+                        continue
+                    if stall_s is None and tp not in jumped and idle > silent_s:
                         # Neither a record nor EOF (seen on Tansu with a too-short fetch wait): the
                         # start position is a safe end (no new data this time) and the next look-up
                         # tries again, rather than the micro-batch waiting out the whole timeout.
@@ -410,7 +453,35 @@ class KafkaOffsetClient:
                 pass
         if silent:
             log.warning("end-offset look-up: no answer from %s within %.0fs; no new data taken from them "
-                        "this time", ", ".join(f"{tp}@{positions[tp]}" for tp in silent), _SILENT_END_S)
+                        "this time", ", ".join(f"{tp}@{positions[tp]}" for tp in silent), silent_s)
+        return found, failed, slow
+
+    def _slow_end_offsets(self, positions: Mapping[TP, int]) -> tuple[Offsets, dict[TP, str]]:
+        """End offsets of partitions that sent nothing at the look-up's short fetch wait though records
+        lie past ``positions`` (see ``_eof_offsets``): read again by a consumer of their own with
+        longer waits, so every other look-up keeps its 50 ms EOF latency. Nothing even at the
+        longest wait: the start position (no new data taken this time). Returns (ends, failures).
+        """
+        found: Offsets = {}
+        failed: dict[TP, str] = {}
+        pending = dict(positions)
+        limit_ms = int(self.config.get("socket.timeout.ms", 60_000)) - 1_000  # librdkafka's rule
+        for wait_ms in sorted({min(w, limit_ms) for w in _SLOW_LOOKUP_WAITS_MS}):
+            if not pending:
+                break
+            log.info("end-offset look-up: nothing fetched from %s although records follow; retrying with "
+                     "fetch.wait.max.ms=%d", ", ".join(f"{tp}@{off}" for tp, off in sorted(pending.items())), wait_ms)
+            consumer = Consumer({**self.config, "fetch.wait.max.ms": wait_ms})
+            try:
+                more, more_failed, pending = self._eof_offsets(pending, None, consumer, wait_ms / 1000)
+            finally:
+                consumer.close()
+            found.update(more)
+            failed.update(more_failed)
+        if pending:
+            log.warning("end-offset look-up: still nothing fetched from %s; no new data taken from them this time",
+                        ", ".join(f"{tp}@{off}" for tp, off in sorted(pending.items())))
+            found.update(pending)
         return found, failed
 
     @staticmethod
@@ -431,6 +502,15 @@ class KafkaOffsetClient:
             settled.add(tp)
             return
         jumped[tp] = (high, now, next_offset)
+
+
+def _fetched_high(consumer: Consumer, tp: TP) -> int:
+    """The high watermark of the last Fetch response for ``tp`` (-1 when none was seen)."""
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), cached=True)
+    except KafkaException:
+        return -1
+    return high if high is not None and high >= 0 else -1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,17 +562,28 @@ def iter_range(config: Mapping[str, Any], rng: OffsetRange, batch_size: int, tim
     may be one), so the read ends when a record at or beyond ``until`` arrives or librdkafka
     reports EOF at or beyond ``until``, never by waiting for offset ``until - 1``. Silence from
     the broker for ``timeout_s`` raises ``KafkaTimeoutError``.
+
+    The fetch wait starts at the configured ``fetch.wait.max.ms`` (at least 50 ms). When a window
+    of reading (>= 1 s and >= 4 waits) yields fewer than 128 records per wait, the wait is too short
+    for the broker (Tansu answers at the wait with what it gathered, often nothing, when a partition
+    holds many tiny record batches): the consumer is recreated at the next offset with a 4x longer
+    wait (up to 10 s). The wait a partition needed is remembered by this process for later reads.
     """
     until = rng.until_offset
     if until <= rng.from_offset:
         return
-    consumer = Consumer(dict(config))
     where = f"{rng.topic}[{rng.partition}] range [{rng.from_offset}, {until})"
+    key = (str(config.get("bootstrap.servers", "")), rng.topic, rng.partition)
+    configured_ms = max(_MIN_FETCH_WAIT_MS, int(config.get("fetch.wait.max.ms", 500)))
+    socket_timeout_ms = int(config.get("socket.timeout.ms", 60_000))  # librdkafka: must exceed the wait by 1 s
+    max_wait_ms = max(_MIN_FETCH_WAIT_MS, min(_MAX_FETCH_WAIT_MS, socket_timeout_ms - 1_000))
+    wait_ms = max(configured_ms, min(_range_waits.get(key, 0), max_wait_ms))
+    next_offset = rng.from_offset
+    consumer = _range_consumer(config, wait_ms, rng.topic, rng.partition, next_offset)
     try:
-        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.from_offset)])
-        next_offset = rng.from_offset
         pending: list[Message] = []
-        last_progress = time.monotonic()
+        last_progress = window_start = time.monotonic()
+        window_records = 0
         done = False
         while not done:
             # +1: the record or EOF just past the range ends the read without waiting a poll.
@@ -502,8 +593,7 @@ def iter_range(config: Mapping[str, Any], rng: OffsetRange, batch_size: int, tim
                 if time.monotonic() - last_progress > timeout_s:
                     raise KafkaTimeoutError(
                         f"no answer from Kafka for {timeout_s:.0f}s while reading {where} at offset {next_offset} "
-                        "(kafkaConsumer.pollTimeoutMs)")
-                continue
+                        f"(kafkaConsumer.pollTimeoutMs; fetch wait {wait_ms} ms)")
             eof_below: int | None = None
             if any([m.error() is not None for m in msgs]):
                 data = []
@@ -530,6 +620,7 @@ def iter_range(config: Mapping[str, Any], rng: OffsetRange, batch_size: int, tim
                 msgs = data
             if msgs:
                 last_progress = time.monotonic()
+                window_records += len(msgs)
                 if msgs[-1].offset() >= until:
                     offsets = [m.offset() for m in msgs]
                     msgs = msgs[:bisect_left(offsets, until)]
@@ -543,11 +634,49 @@ def iter_range(config: Mapping[str, Any], rng: OffsetRange, batch_size: int, tim
                 done = True
             if next_offset >= until:
                 done = True
+            if not done and wait_ms < max_wait_ms:
+                now = time.monotonic()
+                window_s = now - window_start
+                if window_s >= max(_RANGE_WINDOW_S, _WINDOW_FETCHES * wait_ms / 1000):
+                    if _fetch_wait_too_short(window_records, window_s, wait_ms):
+                        # Records already fetched into the old consumer's queue are fetched again
+                        # from next_offset: nothing is skipped and nothing is delivered twice.
+                        new_wait = min(int(wait_ms * _FETCH_WAIT_STEP), max_wait_ms)
+                        log.info("reading %s: %d records in %.1fs at fetch.wait.max.ms=%d (next offset %d); "
+                                 "fetching with %d ms from here", where, window_records, window_s, wait_ms,
+                                 next_offset, new_wait)
+                        consumer.close()
+                        wait_ms = new_wait
+                        consumer = _range_consumer(config, wait_ms, rng.topic, rng.partition, next_offset)
+                    window_start, window_records = time.monotonic(), 0
             if len(pending) >= batch_size or (done and pending):
+                paused = time.monotonic()
                 yield pending
                 pending = []
+                window_start += time.monotonic() - paused  # the caller's time is not the broker's
+        if wait_ms > max(configured_ms, _range_waits.get(key, 0)):
+            _range_waits[key] = wait_ms  # a later read of this partition starts there
     finally:
-        consumer.close()
+        try:
+            consumer.close()
+        except RuntimeError:  # closed by an escalation whose new consumer failed to start
+            pass
+
+
+def _fetch_wait_too_short(records: int, window_s: float, wait_ms: int) -> bool:
+    """A window of a range read yielded fewer than ``_MIN_RECORDS_PER_FETCH`` records per fetch wait.
+
+    On Tansu each fetch lasts about the wait, so that is a broker answering mostly empty fetches. On
+    Kafka a read this slow is bandwidth-bound and a longer wait only delays the EOF at a range that
+    ends on a transaction marker.
+    """
+    return records < _MIN_RECORDS_PER_FETCH * window_s * 1000 / wait_ms
+
+
+def _range_consumer(config: Mapping[str, Any], wait_ms: int, topic: str, partition: int, offset: int) -> Consumer:
+    consumer = Consumer({**config, "fetch.wait.max.ms": wait_ms})
+    consumer.assign([TopicPartition(topic, partition, offset)])
+    return consumer
 
 
 def _end_below_range(where: str, end: int, fail_on_data_loss: bool) -> None:
