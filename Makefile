@@ -34,6 +34,7 @@ test-fast: java venv
 
 bench: java venv
 	$(PY) bench/throughput.py
+	$(PY) bench/checkpoint_inspect.py
 
 clean:
 	rm -rf .rewind .pytest_cache

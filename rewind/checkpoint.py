@@ -127,6 +127,41 @@ def _ids(names: list[str]) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
+def _log_ids(store: CheckpointStore, d: str, full: bool) -> list[int] | range:
+    """The batch ids of ``offsets/`` or ``commits/``.
+
+    Spark's logs hold contiguous ids (new ones at the top, cleanup from the bottom), so on a
+    local store the range is found by galloping and bisecting on file existence from any one
+    id: O(log n) stats instead of listing thousands of names. Exact membership near the top
+    is checked by the caller; ``full`` (repair) lists every name.
+    """
+    probe = getattr(store, "any_batch_id", None)
+    if full or probe is None:
+        return _ids(store.list_dir(d)[1])
+    member = probe(d)
+    if member is None:
+        return []
+    has = lambda i: i >= 0 and store.exists(f"{d}/{i}")  # type: ignore[call-arg]  # noqa: E731
+
+    def edge(start: int, step_sign: int) -> int:
+        known, step = start, 1
+        while has(known + step_sign * step):
+            known, step = known + step_sign * step, step * 2
+        lo, hi = known, known + step_sign * step  # has(lo), not has(hi)
+        while abs(hi - lo) > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if has(mid) else (lo, mid)
+        return lo
+
+    last = edge(member, 1)
+    for gap in range(2, 9):  # a damaged file just below the top must not hide newer batches
+        if has(last + gap):
+            last = edge(last + gap, 1)
+            break
+    first = edge(member, -1)
+    return range(first, last + 1)
+
+
 def list_state(store: CheckpointStore) -> dict[str, dict[str, dict[int, set[str]]]]:
     """op -> partition -> {version: {file kinds}} from directory names only."""
     out: dict[str, dict[str, dict[int, set[str]]]] = {}
@@ -184,20 +219,45 @@ def _rocksdb_ssts(zip_bytes: bytes) -> list[tuple[str, int]]:
     return [(f["dfsSstFileName"], int(f.get("sizeBytes", -1))) for f in info.get("sstFiles", [])]
 
 
-def check_state(store: CheckpointStore, state: dict[str, dict[str, dict[int, set[str]]]],
+def list_state_dirs(store: CheckpointStore) -> dict[str, list[str]]:
+    """op -> its partition directories (a few names; the version files are not listed)."""
+    out: dict[str, list[str]] = {}
+    for op in sorted((o for o in store.list_dir("state")[0] if o.isdigit()), key=int):
+        out[op] = sorted((p for p in store.list_dir(f"state/{op}")[0] if p.isdigit()), key=int)
+    return out
+
+
+def _probe_versions(store: CheckpointStore, base: str, version: int, limit: int = 1000) -> dict[int, set[str]]:
+    """The version files from `version` down to the newest snapshot, found by exact names."""
+    found: dict[int, set[str]] = {}
+    for v in range(version, max(0, version - limit), -1):
+        kinds = {k for k in ("zip", "snapshot", "changelog", "delta") if store.exists(f"{base}/{v}.{k}")}  # type: ignore[call-arg]
+        if not kinds:
+            break
+        found[v] = kinds
+        if kinds & set(_SNAPSHOT_KINDS):
+            break
+    return found
+
+
+def check_state(store: CheckpointStore, state: dict[str, dict[str, dict[int, set[str]]]] | dict[str, list[str]],
                 batch_id: int) -> tuple[list[str], list[str]]:
-    """(files needed to load the state after `batch_id`, problems) — reads only those files."""
+    """(files needed to load the state after `batch_id`, problems) — reads only those files.
+
+    `state` is a full listing (list_state) or just the partition directories (list_state_dirs),
+    in which case the version files are found by their exact names.
+    """
     version = batch_id + 1
     files: list[str] = []
     problems: list[str] = []
     for op, parts in state.items():
-        for part, versions in parts.items():
+        for part in parts:
             base = f"state/{op}/{part}"
+            versions = parts[part] if isinstance(parts, dict) else _probe_versions(store, base, version)
             chain = state_chain(versions, version)
             if chain is None:
                 problems.append(f"{base}/{version}.*: no file loads state version {version}")
                 continue
-            sst_names: set[str] | None = None
             for name in chain:
                 rel = f"{base}/{name}"
                 size = store.size(rel)
@@ -211,13 +271,12 @@ def check_state(store: CheckpointStore, state: dict[str, dict[str, dict[int, set
                     except (ValueError, OSError) as exc:
                         problems.append(f"{rel}: unreadable ({exc})")
                         continue
-                    if ssts and sst_names is None:
-                        sst_names = set(store.list_dir(f"{base}/SSTs")[1])
                     for sst, expected in ssts:
                         srel = f"{base}/SSTs/{sst}"
-                        if sst not in (sst_names or set()):
+                        actual = store.size(srel)
+                        if actual is None:
                             problems.append(f"{srel}: missing (named by {name})")
-                        elif expected >= 0 and store.size(srel) != expected:
+                        elif expected >= 0 and actual != expected:
                             problems.append(f"{srel}: size differs from what {name} records ({expected} bytes)")
                         else:
                             files.append(srel)
@@ -247,8 +306,13 @@ def _open(path: str | Path | CheckpointStore, s3_client: Any = None) -> Checkpoi
     return store  # type: ignore[return-value]
 
 
-def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_client: Any = None) -> CheckpointReport:
-    """Report on a checkpoint (see the module docstring for what 'complete' means)."""
+def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_client: Any = None,
+                       full: bool = False) -> CheckpointReport:
+    """Report on a checkpoint (see the module docstring for what 'complete' means).
+
+    By default the cost does not depend on the number of batches (ids by galloping, state files
+    by exact names); ``full=True`` lists every file, as repair needs to move all of them.
+    """
     store = _open(path, s3_client)
     problems: list[Problem] = []
     query_id = None
@@ -256,15 +320,22 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
         query_id = json.loads(store.read_bytes("metadata")).get("id")
     except (OSError, ValueError) as exc:
         problems.append(Problem("metadata", "unparseable", f"query metadata unreadable: {exc}"))
-    planned, committed = _ids(store.list_dir("offsets")[1]), _ids(store.list_dir("commits")[1])
-    state = list_state(store)
+    planned, committed = _log_ids(store, "offsets", full), _log_ids(store, "commits", full)
+    state: Any = list_state(store) if full else list_state_dirs(store)
     window = sorted(set(planned[-recent:]) | set(committed[-recent:]))
+    if isinstance(planned, range) or isinstance(committed, range):  # exact membership near the top
+        exists = store.exists  # type: ignore[attr-defined]
+        planned_set = {b for b in window if b in planned and exists(f"offsets/{b}")}
+        committed_set = {b for b in window if b in committed and exists(f"commits/{b}")}
+        window = sorted(planned_set | committed_set)
+    else:
+        planned_set, committed_set = set(planned), set(committed)
     infos: dict[int, BatchInfo] = {}
     good_offsets: set[int] = set()
     good_commits: set[int] = set()
 
     def read_offsets(bid: int) -> None:
-        info = infos.setdefault(bid, BatchInfo(bid, committed=bid in committed))
+        info = infos.setdefault(bid, BatchInfo(bid, committed=bid in committed_set))
         rel = f"offsets/{bid}"
         try:
             meta, sources = parse_offsets_file(store.read_bytes(rel).decode(errors="replace"))
@@ -274,12 +345,12 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
             problems.append(Problem(rel, _classify(exc), str(exc)))
 
     for bid in window:
-        infos.setdefault(bid, BatchInfo(bid, committed=bid in committed))
-        if bid in planned:
+        infos.setdefault(bid, BatchInfo(bid, committed=bid in committed_set))
+        if bid in planned_set:
             read_offsets(bid)
-        if bid in committed:
+        if bid in committed_set:
             rel = f"commits/{bid}"
-            if bid not in planned:
+            if bid not in planned_set:
                 problems.append(Problem(rel, "commit_without_offsets",
                                         f"batch {bid} is committed but offsets/{bid} is missing"))
             try:
@@ -287,7 +358,7 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
                 good_commits.add(bid)
             except (OSError, ValueError) as exc:
                 problems.append(Problem(rel, _classify(exc), str(exc)))
-    if window and window[0] > 0 and window[0] - 1 in planned:
+    if window and window[0] > 0 and window[0] - 1 in planned and store.size(f"offsets/{window[0] - 1}") is not None:
         read_offsets(window[0] - 1)  # the start of the oldest batch in the window
     last_complete = None
     state_files: list[str] = []
@@ -314,10 +385,28 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
         problems.append(Problem(f"offsets/{bid}", "uncommitted", f"batch {bid} is planned but not committed: "
                                 "normal after a stop or crash; it re-runs with the same offsets on restart",
                                 severity="info"))
-    operators = {op: {part: [min(v), max(v), len(v)] if v else [] for part, v in parts.items()}
-                 for op, parts in state.items()}
+    operators = _operators(store, state, planned[-1] + 1 if len(planned) else 0)
     return CheckpointReport(store.location, query_id, planned, committed, last_complete,
                             [infos[b] for b in window[-recent:]], operators, problems, state_files)
+
+
+def _operators(store: CheckpointStore, state: Any, top: int) -> dict[str, dict[str, list[int]]]:
+    """op -> partition -> [first, last version, count] from a full listing, or [last version] when
+    only the partition directories were listed (the newest version at or below `top`, probed)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for op, parts in state.items():
+        out[op] = {}
+        for part in parts:
+            if isinstance(parts, dict):
+                v = parts[part]
+                out[op][part] = [min(v), max(v), len(v)] if v else []
+            else:
+                base = f"state/{op}/{part}"
+                last = next((x for x in range(top + 1, max(0, top - 20), -1)
+                             if any(store.exists(f"{base}/{x}.{k}") for k in ("zip", "changelog", "delta", "snapshot"))),  # type: ignore[call-arg]
+                            None)
+                out[op][part] = [last] if last is not None else []
+    return out
 
 
 def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None,
@@ -337,7 +426,7 @@ def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None
     if batch_id == report.last_complete:
         state_files = report.state_files
     else:
-        state_files, problems = check_state(store, list_state(store), batch_id)
+        state_files, problems = check_state(store, list_state_dirs(store), batch_id)
         if problems:
             raise CheckpointError(f"batch {batch_id} of {store.location} cannot load its state: {problems[0]}")
     needed = ["metadata", f"offsets/{batch_id}", f"commits/{batch_id}"]
@@ -347,7 +436,7 @@ def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None
         if not store.size(rel):
             raise CheckpointError(f"{store.location}{'' if store.location.endswith('/') else '/'}{rel} is missing or "
                                   f"empty; batch {batch_id} cannot be resumed")
-    return needed + _source_files(store) + _metadata_files(store, list_state(store)) + state_files
+    return needed + _source_files(store) + _metadata_files(store, list_state_dirs(store)) + state_files
 
 
 def _source_files(store: CheckpointStore, rel: str = "sources") -> list[str]:
@@ -375,10 +464,11 @@ def format_report(rep: CheckpointReport) -> str:
         lines.append(f"{b.batch_id:>7}  {'yes' if b.committed else 'no':9}  {'yes' if b.complete else '':8}  "
                      f"{json.dumps(b.offsets[0]) if b.offsets else '-'}")
     if rep.operators:
-        lines += ["", "state operators (partition: first..last version, count)"]
+        lines += ["", "state operators (partition: newest state version)"]
         for op, parts in rep.operators.items():
-            lines.append(f"  op {op}: " + ", ".join(f"{p}: {v[0]}..{v[1]} ({v[2]})" if v else f"{p}: none"
-                                                  for p, v in parts.items()))
+            lines.append(f"  op {op}: " + ", ".join(
+                f"{p}: {v[0]}..{v[1]} ({v[2]})" if len(v) == 3 else f"{p}: latest {v[0]}" if v else f"{p}: none"
+                for p, v in parts.items()))
     lines += ["", "problems: none" if not rep.problems else "problems:"]
     for p in rep.problems:
         lines.append(f"  [{p.severity}] {p.file}: {p.kind}: {p.detail}")

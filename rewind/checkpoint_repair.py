@@ -120,7 +120,7 @@ def repair_checkpoint(path: str | Path, *, running: str | None = None, dry_run: 
         raise RepairRefused("repair works on a local checkpoint; a checkpoint in S3 is a savepoint's copy: "
                             "restore it with `rewind savepoint restore`")
     store = LocalStore(root)
-    report = inspect_checkpoint(store)
+    report = inspect_checkpoint(store, full=True)
     if running:
         raise RepairRefused(f"{running}: stop it first (it writes into {root}); repair never touches a "
                             "checkpoint in use")

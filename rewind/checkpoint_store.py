@@ -18,7 +18,7 @@ class CheckpointStore(Protocol):
     location: str
     reads: int
 
-    def exists(self) -> bool: ...
+    def exists(self, rel: str = "") -> bool: ...
     def list_dir(self, rel: str) -> tuple[list[str], list[str]]: ...  # (subdirectories, files)
     def read_bytes(self, rel: str) -> bytes: ...
     def size(self, rel: str) -> int | None: ...
@@ -29,9 +29,6 @@ class LocalStore:
         self.root = Path(root)
         self.location = str(self.root)
         self.reads = 0
-
-    def exists(self) -> bool:
-        return self.root.is_dir()
 
     def list_dir(self, rel: str) -> tuple[list[str], list[str]]:
         dirs: list[str] = []
@@ -47,6 +44,20 @@ class LocalStore:
     def read_bytes(self, rel: str) -> bytes:
         self.reads += 1
         return (self.root / rel).read_bytes()
+
+    def exists(self, rel: str = "") -> bool:
+        return os.path.exists(self.root / rel) if rel else self.root.is_dir()
+
+    def any_batch_id(self, rel: str) -> int | None:
+        """Some numeric entry of a directory, found without listing it all (the first one scandir yields)."""
+        try:
+            with os.scandir(self.root / rel) as it:
+                for e in it:
+                    if e.name.isdigit():
+                        return int(e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return None
 
     def size(self, rel: str) -> int | None:
         try:
@@ -64,7 +75,9 @@ class S3Store:
         self.location = f"s3://{bucket}/{self.prefix}"
         self.reads = 0
 
-    def exists(self) -> bool:
+    def exists(self, rel: str = "") -> bool:
+        if rel:
+            return self.size(rel) is not None
         resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         return resp.get("KeyCount", 0) > 0
 
