@@ -223,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_savepoint_parser(sub)
 
+    from rewind.cli_dq import add_dq_parser
+
+    add_dq_parser(sub)
+
     up = sub.add_parser("up", help="start the embedded platform, the demo producer and stream; Ctrl-C stops all")
     up.add_argument("--registry")
     up.add_argument("--stream", default="demo")
@@ -235,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("botocore", "boto3", "urllib3", "py4j"):
+    for noisy in ("botocore", "boto3", "urllib3", "py4j", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from rewind.airflow_local import AirflowError
     from rewind.registry import RegistryError
 
     try:
@@ -244,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     except RegistryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except AirflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

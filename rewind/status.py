@@ -90,8 +90,9 @@ def make_listener(path: Path, status: StreamStatus):
         def onQueryProgress(self, event: Any) -> None:
             p = event.progress
             status.heartbeat = time.time()
+            if p.batchId != status.last_batch_id or status.last_batch_at is None:
+                status.last_batch_at = time.time()  # progress = a new batch id, not a repeated idle report
             status.last_batch_id = p.batchId
-            status.last_batch_at = time.time()
             # numInputRows counts every scan of the source (a plan with three branches over one
             # source reports 3x), so records are counted from the offsets the batch covered.
             status.input_rows += _offset_span(p.sources[0].startOffset, p.sources[0].endOffset) \

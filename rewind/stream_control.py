@@ -111,3 +111,20 @@ def wait_running(spec: StreamSpec, pid: int, timeout: float = 120.0, log_path: P
 def default_log_path(spec: StreamSpec) -> Path:
     """``<status_dir>/../logs/stream-NAME.log``: where ``rewind up`` logs the demo stream too."""
     return Path(spec.status_dir).parent / "logs" / f"stream-{spec.name}.log"
+
+
+def wait_caught_up(spec: StreamSpec, bootstrap: str, timeout: float) -> dict[str, int]:
+    """Wait until the stream's committed end offsets reach the end of its topics; returns them."""
+    from rewind.kafka.client import true_end_offsets
+
+    end = {f"{tp.topic}/{tp.partition}": o for tp, o in true_end_offsets(bootstrap, spec.topics).items()}
+    deadline = time.monotonic() + timeout
+    done: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        st = read_status(status_path(spec.status_dir, spec.name))
+        done = {f"{t}/{p}": int(o) for t, parts in (st.end_offsets if st else {}).items() for p, o in parts.items()}
+        if all(done.get(k, -1) >= v for k, v in end.items()):
+            return done
+        time.sleep(1)
+    raise StreamControlError(f"{spec.name} did not catch up within {timeout:.0f}s: committed {done}, "
+                             f"topic end {end}")

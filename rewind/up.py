@@ -1,4 +1,4 @@
-"""`make up`: the embedded platform, the demo producer and the demo stream, until Ctrl-C."""
+"""`make up`: the embedded platform, Airflow (which launches and supervises the demo stream) and the demo producer, until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from rewind.airflow_local import LocalAirflow
 from rewind.registry import load_registry
 from rewind.services import EmbeddedPlatform, ManagedProcess
 from rewind.status import read_status, status_path
@@ -20,6 +21,7 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
     spec = load_registry(registry).get(stream)  # refuse a bad registry before anything starts
     platform = EmbeddedPlatform(home / "services")
     children: list[ManagedProcess] = []
+    airflow: LocalAirflow | None = None
     stopping = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -31,8 +33,13 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
     print(f"starting the embedded platform in {home} ...", flush=True)
     info = platform.start()
     env = {**info.env(), "REWIND_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    if registry:
+        env["REWIND_REGISTRY"] = str(Path(registry).resolve())  # the DAGs are generated from it
     os.environ.update(env)
     try:
+        print("starting Airflow (api-server, scheduler, dag-processor, triggerer) ...", flush=True)
+        airflow = LocalAirflow(home / "airflow", ROOT / "dags", ROOT / "plugins", env=env, platform=info)
+        airflow.launch()  # migrates the DB and starts the components; readiness is awaited below
         py = sys.executable
         producer = ManagedProcess("producer", [py, "-m", "rewind.cli", "produce", "--topic", spec.topics[0],
                                                "--count", str(10**9), "--rate", str(rate), "--partitions",
@@ -41,27 +48,35 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
                                   home / "logs" / "producer.log", env=env, cwd=ROOT)
         producer.start()
         time.sleep(2)  # the producer creates the topic
-        job = ManagedProcess(f"stream-{stream}", [py, str(ROOT / "spark_jobs" / "stream.py"), stream]
-                             + (["--registry", registry] if registry else []),
-                             home / "logs" / f"stream-{stream}.log", env=env, cwd=ROOT)
-        job.start()
-        children += [producer, job]
+        children.append(producer)
+        airflow.wait_ready(timeout=300)
+        from rewind.airflow_local import AirflowClient
+        from rewind.stream_control import default_log_path
+
+        # The stream is Airflow's to run: the supervisor DAG launches it (spark-submit) and heals it.
+        client = AirflowClient(airflow.url, airflow.username, airflow.password)
+        supervisor = f"rewind_{stream}_supervisor"
+        client.unpause(supervisor)
+        run_id = client.trigger_dag(supervisor, {"chain": True})
+        stream_log = default_log_path(spec)
         print(f"""
 Rewind is up (embedded default). Ctrl-C stops everything started here.
   Kafka (Tansu)       {info.kafka_bootstrap}      topic {spec.topics[0]} ({spec.partitions} partitions)
   S3 (SeaweedFS)      {info.s3_endpoint}   bucket {info.bucket}; credentials in {home}/services/services.json
   demo producer       {rate:.0f} events/s, malformed 1/97, late 1/211, duplicate 1/53; log {producer.log_path}
-  demo stream         checkpoint {spec.checkpoint}; log {job.log_path}
+  demo stream         launched by the DAG {supervisor} (run {run_id}); checkpoint {spec.checkpoint}; log {stream_log}
   sink                {spec.sink.url}
   status              {status_path(spec.status_dir, stream)}
   prove exactly-once  .venv/bin/rewind verify {stream}
+  Airflow UI          {airflow.url}   user {airflow.username}, password {airflow.password}
+                      (generated; kept in {airflow.password_file}, mode 0600); logs {airflow.log_dir}
 """, flush=True)
         last = 0.0
         while not stopping:
             time.sleep(0.5)
-            if not job.alive() and (job.proc is None or job.proc.returncode != 0):
-                # exit 0 is a graceful stop (`savepoint create --stop` stops it and relaunches a new one)
-                print(f"the stream exited (code {job.proc.returncode if job.proc else '?'}); see {job.log_path}")
+            dead = airflow.dead_components()
+            if dead:
+                print(f"Airflow {', '.join(dead)} exited; see {airflow.log_dir}")
                 break
             if time.time() - last >= 10:
                 last = time.time()
@@ -72,10 +87,12 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
         return 0
     finally:
         _say("stopping ...")
+        if airflow is not None:
+            airflow.stop()  # first, so that no DAG relaunches the stream being stopped
         from rewind.stream_control import stop_stream
 
         try:
-            stop_stream(spec, timeout=60)  # the live stream may be one that `savepoint create --stop` relaunched
+            stop_stream(spec, timeout=60)  # launched by the supervisor DAG (or relaunched by a savepoint --stop)
         except Exception as exc:  # noqa: BLE001 - the teardown goes on
             _say(f"stream stop: {exc}")
         for child in reversed(children):

@@ -6,7 +6,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
@@ -15,6 +15,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from rewind.services import EmbeddedPlatform, PlatformInfo  # noqa: E402
+
+if TYPE_CHECKING:
+    from rewind.airflow_local import LocalAirflow
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +30,44 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformInfo]
         yield info
     finally:
         plat.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_factory(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFactory
+                    ) -> Iterator[Callable[..., "LocalAirflow"]]:
+    """Start a real Airflow (api-server, scheduler, dag-processor, triggerer; ~25 s) on free ports.
+
+    ``make(env={...}, dags=..., plugins=...)``: the repo's dags/ and plugins/ by default, the
+    platform's connections and variables, ``PYTHONPATH`` = the repo; ``env`` is added (e.g.
+    ``REWIND_REGISTRY``, read when the DAGs are parsed). Every Airflow started is stopped at the end.
+    """
+    from rewind.airflow_local import LocalAirflow
+
+    started: list[LocalAirflow] = []
+
+    def make(env: dict[str, str] | None = None, dags: Path | None = None, plugins: Path | None = None,
+             **kwargs: object) -> LocalAirflow:
+        home = tmp_path_factory.mktemp("airflow")
+        full_env = {**platform.env(), "REWIND_HOME": str(home / "rewind"), "PYTHONPATH": str(ROOT), **(env or {})}
+        af = LocalAirflow(home / "airflow_home", dags or ROOT / "dags", plugins or ROOT / "plugins", env=full_env,
+                          platform=platform, **kwargs)  # type: ignore[arg-type]
+        started.append(af)
+        return af.start(timeout=300)
+
+    try:
+        yield make
+    finally:
+        for af in started:
+            af.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow(airflow_factory: Callable[..., "LocalAirflow"]) -> "LocalAirflow":
+    """One shared Airflow for the run, with the repo's DAGs and the platform's connections.
+
+    Scheduled runs are off: only the runs a test triggers run (DAG files may unpause themselves).
+    """
+    return airflow_factory(schedules=False)
 
 
 @pytest.fixture(scope="session")

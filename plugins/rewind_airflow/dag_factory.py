@@ -1,0 +1,212 @@
+"""DAGs generated from the stream registry: per stream a supervisor, a savepoint and a DQ DAG.
+
+Parse time does no network I/O: it reads the registry file and builds task graphs; every
+connection to Kafka, S3, Spark or the sink happens inside tasks. A registry error raises at
+import, so Airflow shows it as an import error naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Param, task
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
+from rewind_airflow.operators import LaunchStreamOperator, WatchStreamOperator, launch, s3_store
+
+ROOT = Path(__file__).resolve().parents[2]
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def registry_path() -> str:
+    return os.environ.get("REWIND_REGISTRY") or str(ROOT / "streams.yaml")
+
+
+def supervisor_dag(spec: Any, registry: str) -> DAG:
+    """launch -> watch (deferred) -> diagnose -> recover checkpoint -> relaunch -> prove -> next run."""
+    name = spec.name
+    with DAG(
+        dag_id=f"rewind_{name}_supervisor", schedule=None, start_date=START, catchup=False, max_active_runs=1,
+        tags=["rewind", name], is_paused_upon_creation=False,
+        doc_md=f"Keeps stream `{name}` running: watches it without holding a worker slot, and on a failure "
+               "inspects and repairs (or restores) the checkpoint, relaunches it and proves the output. "
+               "Each run triggers the next while `chain` is true.",
+        params={"chain": Param(True, type="boolean", description="start the next supervision run at the end"),
+                "watch_s": Param(3600, type="integer", minimum=5, description="seconds one run watches"),
+                "reset": Param(False, type="boolean", description="clear a crash-loop verdict before launching")},
+    ) as dag:
+        @task
+        def reset_if_asked(**context: Any) -> None:
+            from rewind.registry import load_registry
+            from rewind.supervisor import reset_history
+
+            if context["params"].get("reset"):
+                reset_history(load_registry(registry).get(name))
+
+        ensure = LaunchStreamOperator(task_id="launch", stream=name, registry=registry)
+        watch = WatchStreamOperator(task_id="watch", stream=name, registry=registry,
+                                    watch_s="{{ params.watch_s }}")  # type: ignore[arg-type]
+
+        @task
+        def diagnose(event: dict[str, Any]) -> dict[str, Any]:
+            from airflow.exceptions import AirflowFailException, AirflowSkipException
+
+            from rewind.registry import load_registry
+            from rewind.stream_control import stop_stream
+            from rewind.supervisor import record_failure
+
+            if event.get("healthy"):
+                raise AirflowSkipException("healthy for the whole watch period: nothing to recover")
+            spec_ = load_registry(registry).get(name)
+            if event["cause"] in ("heartbeat_stale", "stalled"):
+                stop_stream(spec_, timeout=60)  # a hung driver is stopped before a new one starts
+            decision = record_failure(spec_, event["cause"], event["detail"], now=event["detected_at"])
+            print(f"failure: {event['cause']}: {event['detail']}\ndecision: {decision.reason}")
+            if not decision.restart:
+                raise AirflowFailException(decision.reason)
+            st = event.get("status") or {}
+            return {"cause": event["cause"], "detected_at": event["detected_at"], "delay_s": decision.delay_s,
+                    "attempt": decision.attempt, "after_batch": st.get("last_batch_id")}
+
+        @task
+        def recover_checkpoint() -> dict[str, Any]:
+            from rewind.registry import load_registry
+            from rewind.supervisor import recover_checkpoint as recover
+
+            try:
+                store = s3_store()
+            except Exception as exc:  # noqa: BLE001 - repair needs no S3; a restore would say so
+                print(f"no savepoint storage ({exc}): a restore will not be possible")
+                store = None
+            result = recover(load_registry(registry).get(name), store)
+            print(f"checkpoint: {result['action']}: {result}")
+            return result
+
+        @task
+        def relaunch(failure: dict[str, Any], checkpoint: dict[str, Any]) -> dict[str, Any]:
+            from rewind.registry import load_registry
+            from rewind.supervisor import wait_for_progress
+
+            time.sleep(failure["delay_s"])
+            started = launch(name, registry, "spark_default", 240.0)
+            after = failure["after_batch"]
+            first = wait_for_progress(load_registry(registry).get(name), started["pid"], after, 300.0)
+            timings = {"detect_to_relaunch_s": started["launched_at"] - failure["detected_at"],
+                       "detect_to_running_s": started["running_at"] - failure["detected_at"],
+                       "detect_to_first_batch_s": time.time() - failure["detected_at"]}
+            print(f"recovered after {failure['cause']}: {timings}, first batch {first}")
+            return {**started, "first_batch": first, **timings, "checkpoint_action": checkpoint["action"]}
+
+        @task
+        def prove(recovery: dict[str, Any]) -> dict[str, Any]:
+            return run_proof_task(name, registry)
+
+        next_run = TriggerDagRunOperator(
+            task_id="next_run", trigger_dag_id=f"rewind_{name}_supervisor", trigger_rule="none_failed",
+            conf={"chain": True}, skip_when_already_exists=True)
+
+        @task.short_circuit(trigger_rule="none_failed")
+        def chain_enabled(**context: Any) -> bool:
+            return bool(context["params"].get("chain", True))
+
+        reset = reset_if_asked()
+        event = watch.output
+        failure = diagnose(event)
+        cp = recover_checkpoint()
+        failure >> cp
+        rec = relaunch(failure, cp)
+        proof = prove(rec)
+        reset >> ensure >> watch
+        proof >> chain_enabled() >> next_run
+    return dag
+
+
+def run_proof_task(name: str, registry: str) -> dict[str, Any]:
+    """The Great Expectations proof for what the stream has committed; fails the task with the counts,
+    example rows and links to the stored results and Data Docs."""
+    from airflow.exceptions import AirflowFailException
+    from airflow.sdk import get_current_context
+
+    from rewind.dq import format_proof, run_proof
+    from rewind.registry import load_registry
+
+    from rewind_airflow.operators import kafka_bootstrap
+
+    spec = load_registry(registry).get(name)
+    run_id = str(get_current_context()["run_id"]).replace(":", "_").replace("+", "_")
+    try:
+        store = s3_store()
+    except Exception as exc:  # noqa: BLE001 - the proof still runs; results stay in the run dir
+        print(f"no S3 for the results ({exc}): keeping them in the run dir only")
+        store = None
+    result = run_proof(spec, kafka_bootstrap(), run_dir=Path(spec.status_dir).parent / "dq" / name / run_id,
+                       s3=store, run_id=run_id)
+    text = format_proof(result)
+    print(text)
+    if not result.ok:
+        raise AirflowFailException(text)
+    return {"ok": True, "counts": result.counts}
+
+
+def savepoint_dag(spec: Any, registry: str) -> DAG:
+    name = spec.name
+    with DAG(dag_id=f"rewind_{name}_savepoint", schedule=spec.savepoints.schedule, start_date=START, catchup=False,
+             max_active_runs=1, tags=["rewind", name],
+             doc_md=f"Savepoint of `{name}` (online copy of its last complete batch) to S3, then retention "
+                    f"(keep {spec.savepoints.keep_last}, max age {spec.savepoints.max_age}).") as dag:
+        @task
+        def take_savepoint() -> dict[str, Any]:
+            from rewind.registry import load_registry
+            from rewind.savepoint import create_savepoint
+
+            m = create_savepoint(load_registry(registry).get(name), s3_store())
+            print(f"savepoint {m.savepoint_id}: batch {m.batch_id}, {len(m.files)} files, {m.total_bytes} bytes, "
+                  f"offsets {m.offsets}")
+            return {"savepoint_id": m.savepoint_id, "batch_id": m.batch_id, "bytes": m.total_bytes}
+
+        @task
+        def apply_retention(saved: dict[str, Any]) -> dict[str, Any]:
+            from rewind.registry import load_registry, parse_duration
+            from rewind.savepoint import apply_prune, list_savepoints, plan_prune
+
+            spec_ = load_registry(registry).get(name)
+            store = s3_store()
+            plan = plan_prune(list_savepoints(store, name), spec_.savepoints.keep_last,
+                              parse_duration(spec_.savepoints.max_age), datetime.now(timezone.utc))
+            apply_prune(store, name, plan)
+            deleted = [m.savepoint_id for m in plan.delete]
+            print(f"retention: deleted {deleted}, kept {[m.savepoint_id for m in plan.keep]}")
+            return {"deleted": deleted}
+
+        apply_retention(take_savepoint())
+    return dag
+
+
+def dq_dag(spec: Any, registry: str) -> DAG:
+    name = spec.name
+    with DAG(dag_id=f"rewind_{name}_dq", schedule=timedelta(hours=1), start_date=START, catchup=False,
+             max_active_runs=1, tags=["rewind", name],
+             doc_md=f"Data-quality proof of `{name}`: every Kafka record up to the last committed batch is in "
+                    "the sink or the dead-letter table exactly once, windows reconcile.") as dag:
+        @task
+        def proof() -> dict[str, Any]:
+            return run_proof_task(name, registry)
+
+        proof()
+    return dag
+
+
+def build_dags(registry: str | None = None) -> dict[str, DAG]:
+    from rewind.registry import load_registry
+
+    registry = registry or registry_path()
+    out: dict[str, DAG] = {}
+    for spec in load_registry(registry).streams.values():
+        for make in (supervisor_dag, savepoint_dag, dq_dag):
+            dag = make(spec, registry)
+            out[dag.dag_id] = dag
+    return out

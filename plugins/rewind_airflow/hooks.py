@@ -1,0 +1,51 @@
+"""Launch a registered stream through spark-submit, detached when it is a long-running local job."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+ROOT = Path(__file__).resolve().parents[2]
+STREAM_APP = ROOT / "spark_jobs" / "stream.py"
+
+
+class RewindStreamHook(SparkSubmitHook):
+    """SparkSubmitHook that can leave a streaming driver running.
+
+    ``SparkSubmitHook.submit`` waits for spark-submit to end, which for a stream in local
+    or client mode is never. `launch_detached` builds the same command (connection,
+    conf, env) and starts it in its own session, returning the pid; the stream then
+    reports through its status file. On a cluster (deploy mode ``cluster``) spark-submit
+    returns once the driver is accepted, so plain `submit` is right there.
+    """
+
+    def __init__(self, stream: str, registry: str | None = None, bootstrap: str | None = None,
+                 conn_id: str = "spark_default", **kwargs: Any) -> None:
+        args = [stream] + (["--registry", registry] if registry else []) + \
+            (["--bootstrap", bootstrap] if bootstrap else [])
+        kwargs.setdefault("name", f"rewind-{stream}")
+        super().__init__(conn_id=conn_id, application_args=args, **kwargs)
+        self.stream = stream
+
+    def submit_command(self) -> list[str]:
+        return self._build_spark_submit_command(str(STREAM_APP))
+
+    def launch_detached(self, log_path: Path, env: dict[str, str] | None = None) -> int:
+        cmd = self.submit_command()
+        full_env = {**os.environ, **(self._env_vars or {}), **(env or {})}
+        # spark-submit and the driver's Python come from the interpreter running Airflow.
+        full_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), full_env.get("PATH", "")])
+        full_env.setdefault("PYSPARK_PYTHON", sys.executable)
+        full_env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full_env.get("PYTHONPATH", "")) if p)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=full_env, cwd=ROOT, start_new_session=True)
+        self.log.info("launched %s detached: pid %d, log %s", self.stream, proc.pid, log_path)
+        return proc.pid

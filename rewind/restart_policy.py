@@ -1,0 +1,82 @@
+"""When to restart a failed stream, and when to stop trying: Flink's restart strategies.
+
+Pure: the supervisor keeps the failure history (a small JSON file beside the status) and
+asks `decide` what to do. A *crash loop* is a run of failures that all end at the same last
+committed batch: the same input keeps killing the job, so retrying forever would only hide
+it. After `max_attempts` such failures the answer is "give up" with the batch, its offsets
+and the last exception, so a person looks; no data is skipped to get past it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rewind.registry import RestartSpec, parse_duration
+
+
+@dataclass(frozen=True)
+class Failure:
+    at: float
+    cause: str
+    batch_id: int | None  # last committed batch when it failed
+    offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Decision:
+    restart: bool
+    delay_s: float
+    attempt: int  # 1-based attempt number of this restart (or of the refused one)
+    reason: str
+
+
+def same_batch_run(history: list[Failure]) -> list[Failure]:
+    """The trailing failures that share the newest failure's batch id (no progress between them)."""
+    if not history:
+        return []
+    last = history[-1].batch_id
+    run: list[Failure] = []
+    for f in reversed(history):
+        if f.batch_id != last:
+            break
+        run.append(f)
+    return list(reversed(run))
+
+
+def decide(spec: RestartSpec, history: list[Failure], now: float) -> Decision:
+    """What to do after the newest failure in `history` (oldest first)."""
+    if not history:
+        return Decision(True, 0.0, 1, "first start")
+    delay = parse_duration(spec.delay).total_seconds()
+    max_delay = parse_duration(spec.max_delay).total_seconds()
+    last = history[-1]
+    loop = same_batch_run(history)
+    if len(loop) > spec.max_attempts:  # every strategy: the same batch keeps failing
+        return Decision(False, 0.0, len(loop), crash_loop_message(loop))
+    if spec.strategy == "failure-rate":
+        window = parse_duration(spec.failure_rate_interval).total_seconds()
+        attempts = sum(1 for f in history if now - f.at <= window)
+        if attempts > spec.max_attempts:
+            return Decision(False, 0.0, attempts, f"{attempts} failures within {spec.failure_rate_interval} "
+                                                  f"(limit {spec.max_attempts}); last: {last.cause}: "
+                                                  f"{last.detail[:1500]}")
+    else:
+        attempts = len(loop)
+        if spec.strategy == "exponential-backoff":
+            delay = min(max_delay, delay * 2 ** (attempts - 1))
+    return Decision(True, delay, attempts, f"restart {attempts}/{spec.max_attempts} after {last.cause} "
+                                           f"({spec.strategy}, in {delay:.0f}s)")
+
+
+def crash_loop_message(loop: list[Failure]) -> str:
+    last = loop[-1]
+    nxt = "the first batch" if last.batch_id is None else f"batch {last.batch_id + 1}"
+    return (f"crash loop: {len(loop)} failures in a row without committing past batch {last.batch_id} "
+            f"(the next batch, {nxt}, starts at offsets {last.offsets}); last cause {last.cause}: "
+            f"{last.detail[:1500]}. Nothing was skipped: fix the cause (or the poison record) and "
+            f"clear the task to resume from the same offsets")

@@ -1,0 +1,335 @@
+"""The Great Expectations proof (rewind/dq.py).
+
+- Pure: the coverage and window frames over hand-made Kafka records and sink tables, and
+  the suite's verdicts on them (no services).
+- Real: the demo stream runs (available_now) over events with malformed, late and
+  duplicate records on Tansu; the proof passes and stores Data Docs locally and in
+  SeaweedFS; a damaged copy of the sink tables (a gap, a duplicate row, a forged event at
+  taken coordinates, a wrong window count) fails with the right expectations, counts and
+  example rows; `rewind dq` exits 0 / 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rewind.demo.events import make_event, malformed_payload
+from rewind.dq import (ProofFailed, build_frames, format_proof, kafka_frame, normalize_bounds, run_proof,
+                       validate_frames)
+from rewind.verify import KafkaRecord, recompute_windows
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+WINDOW, DELAY, LATENESS = timedelta(seconds=10), timedelta(seconds=30), timedelta(seconds=20)
+
+
+# --------------------------------------------------------------------------- pure
+def scenario(n: int = 60):
+    """Kafka records (every 10th malformed, every 7th event sent twice) and a consistent sink."""
+    records, events, dead = [], [], []
+    for i in range(n):
+        t = T0 + timedelta(seconds=2 * i)
+        ms = int(t.timestamp() * 1000)
+        p = i % 2
+        if i % 10 == 9:
+            records.append(KafkaRecord("t", p, i, ms, malformed_payload(i)))
+            dead.append({"topic": "t", "partition": p, "offset": i, "reason": "malformed", "batch_id": 0})
+            continue
+        ev = make_event("p", i, t)
+        records.append(KafkaRecord("t", p, i, ms, ev.encode()))
+        events.append({"event_id": ev.event_id, "key": ev.key, "amount": ev.amount, "event_time": pd.Timestamp(t),
+                       "topic": "t", "partition": p, "offset": i, "batch_id": 0})
+        if i % 7 == 0:  # the same bytes again at a later offset: the sink keeps one row
+            records.append(KafkaRecord("t", p, 1000 + i, ms, ev.encode()))
+    ev_df = pd.DataFrame(events)
+    win = recompute_windows(ev_df, WINDOW).assign(batch_id=0)
+    return records, ev_df, pd.DataFrame(dead), win
+
+
+def frames_of(records, ev, dead, win, **kw):  # type: ignore[no-untyped-def]
+    kw.setdefault("bounds", None)
+    return build_frames(kafka_frame(records, LATENESS), ev, dead, win, window=WINDOW, watermark_delay=DELAY, **kw)
+
+
+def test_frames_of_a_consistent_sink() -> None:
+    records, ev, dead, win = scenario()
+    f = frames_of(records, ev, dead, win)
+    landed = f.coverage["landed_in"].value_counts().to_dict()
+    assert landed == {"events": len(ev), "dead_letter": len(dead), "duplicate_send": 8}
+    dup = f.coverage[f.coverage["landed_in"] == "duplicate_send"].iloc[0]
+    assert dup["offset"] >= 1000 and dup["sink_location"] == f"t/{dup['partition']}/{dup['offset'] - 1000}"
+    assert (f.events["kafka_event_id"] == f.events["event_id"]).all()
+    assert set(f.dead_letter["kafka_verdict"]) == {"dead"}
+    states = f.windows["window_state"].value_counts().to_dict()
+    assert set(states) == {"match"} and f.counts["windows_checked"] == len(win)
+    assert f.counts["missing"] == 0 and f.counts["duplicate_sends"] == 8 and f.counts["records_in_range"] == 68
+    assert f.range == {"t": {"0": [0, 1057], "1": [1, 1036]}}
+
+
+def test_frames_name_each_defect() -> None:
+    records, ev, dead, win = scenario()
+    gone = ev.iloc[0]["event_id"]  # seq 0: also sent twice, so two Kafka records lose their event
+    broken = pd.concat([ev.iloc[1:], ev.iloc[[3]], ev.iloc[[4]].assign(event_id="forged")], ignore_index=True)
+    moved = broken.index[broken["event_id"] == ev.iloc[5]["event_id"]][0]
+    broken.loc[moved, "offset"] = 555  # an event at coordinates Kafka has no record at
+    bad_win = win.copy()
+    bad_win.loc[1, "event_count"] += 1
+    closed_first = bad_win.iloc[[0]]
+    f = frames_of(records, broken, dead.iloc[1:], bad_win.drop(index=0))
+    cov = f.coverage.set_index("offset")["landed_in"]
+    assert cov[0] == "missing" and cov[1000] == "missing" and cov[dead.iloc[0]["offset"]] == "missing"
+    assert cov[ev.iloc[5]["offset"]] == "wrong_coordinates"
+    assert f.counts["missing"] == 3 and f.counts["duplicate_event_rows"] == 1
+    assert f.counts["duplicate_coordinate_rows"] == 2  # the repeated row, the forged row
+    assert set(f.events.loc[f.events["event_id"] == "forged", "kafka_event_id"]) == {ev.iloc[4]["event_id"]}
+    assert f.events.loc[f.events["offset"] == 555, "kafka_verdict"].tolist() == ["absent"]
+    w = f.windows.set_index(["window_start", "key"])["window_state"]
+    first = (pd.Timestamp(closed_first.iloc[0]["window_start"]).tz_convert("UTC"), closed_first.iloc[0]["key"])
+    assert w[first] == "missing"
+    assert (f.windows["window_state"] == "mismatch").sum() >= 1
+    assert gone not in set(f.events["event_id"])
+
+
+def test_window_horizon_and_batches() -> None:
+    records, ev, dead, win = scenario()
+    # the stream's watermark is behind the raw horizon: late windows not in the sink are pending, not missing
+    early = T0 + timedelta(seconds=20)
+    f = frames_of(records, ev, dead, win[pd.to_datetime(win["window_start"], utc=True) + WINDOW <= early],
+                  stream_watermark=early)
+    assert f.counts["windows_missing"] == 0 and f.counts["windows_pending"] > 0
+    # while the stream runs, rows of batches after the proven one are left out
+    later = win.assign(batch_id=[0] * (len(win) - 1) + [7])
+    f = frames_of(records, ev, dead, later, last_batch=3)
+    assert f.counts["windows_checked"] == len(win) - 1
+
+
+def test_bounds_judge_only_the_range() -> None:
+    records, ev, dead, win = scenario()
+    bounds = normalize_bounds({"t": {"0": [10, 30], "1": [11, 31]}})
+    assert bounds == {("t", 0): (10, 30), ("t", 1): (11, 31)}
+    assert normalize_bounds({("t", 0): 5}) == {("t", 0): (0, 5)}
+    with pytest.raises(ValueError, match="bad range"):
+        normalize_bounds({("t", 0): (5, 2)})
+    f = frames_of(records, ev.iloc[:3], dead, win, bounds=bounds)  # sink rows before the range are not judged
+    assert f.coverage["offset"].between(10, 30).all() and f.counts["records_in_range"] == 20
+    assert f.counts["missing"] == 18 and f.events.empty
+    # the range's windows only: those its own events fall in
+    assert pd.to_datetime(f.windows["window_start"], utc=True).min() >= T0 + timedelta(seconds=20)
+
+
+def test_empty_sink_and_empty_topic() -> None:
+    from rewind.demo.tables import TABLES
+
+    records, _, _, _ = scenario(30)
+    empty = {t.name: pd.DataFrame(columns=list(t.column_names)) for t in TABLES}
+    f = frames_of(records, empty["events"], empty["dead_letter"], empty["window_results"])
+    assert f.counts["missing"] == f.counts["records_in_range"] == len(records) and f.events.empty
+    assert f.counts["windows_checked"] == 0 and f.counts["windows_missing"] > 0
+    f = frames_of([], empty["events"], empty["dead_letter"], empty["window_results"])
+    assert f.counts["records_in_range"] == 0 and f.coverage.empty and f.windows.empty and f.range == {}
+
+
+def test_suite_verdicts_on_hand_made_frames() -> None:
+    records, ev, dead, win = scenario()
+    ok = frames_of(records, ev, dead, win)
+    _, failures, total = validate_frames(ok.frames(), "unit", "r-ok", None)
+    assert failures == [] and total >= 20
+    broken = pd.concat([ev.iloc[1:], ev.iloc[[3]], ev.iloc[[4]].assign(event_id="forged")], ignore_index=True)
+    bad_win = win.copy()
+    bad_win.loc[1, "event_count"] += 1
+    bad_win.loc[2, "amount_sum"] += 0.5
+    f = frames_of(records, broken, pd.concat([dead, dead.iloc[[0]]]), bad_win.drop(index=0))
+    _, failures, _ = validate_frames(f.frames(), "unit", "r-bad", None)
+    by = {x.name: x for x in failures}
+    assert set(by) == {"no_duplicate_event_ids", "no_duplicate_event_coordinates", "events_match_kafka",
+                       "no_duplicate_dead_letter_coordinates", "no_kafka_record_missing", "window_counts_reconcile",
+                       "window_sums_reconcile", "closed_windows_present"}
+    assert by["no_kafka_record_missing"].unexpected_count == 2
+    assert {e["event_id"] for e in by["no_kafka_record_missing"].examples} == {ev.iloc[0]["event_id"]}
+    assert by["events_match_kafka"].examples[0]["event_id"] == "forged"
+    assert by["no_duplicate_event_ids"].examples[0]["event_id"] == ev.iloc[3]["event_id"]
+
+
+# --------------------------------------------------------------------------- real services
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, platform, spark):  # type: ignore[no-untyped-def]
+    """The demo stream over 3,000 events (malformed, late, duplicate), run to the end with available_now.
+
+    Events span 3 s of event time and two micro-batches; with 1 s windows and a 1 s watermark delay the
+    second batch closes the first second's windows, so some window results exist to reconcile.
+    """
+    from rewind.producer import ProduceSpec, produce
+    from rewind.registry import load_registry
+    from rewind.stream_runner import build_query
+
+    t0 = time.perf_counter()
+    work = tmp_path_factory.mktemp("dq")
+    topic = f"dq-{uuid.uuid4().hex[:8]}"
+    sent = produce(platform.kafka_bootstrap, ProduceSpec(
+        topic=topic, count=3000, rate=1000, partitions=3, id_prefix="dq", malformed_every=50, late_every=70,
+        duplicate_every=40))
+    body = f"""
+    topics: [{topic}]
+    transform: rewind.demo.transform:build
+    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 2000}}}}
+    checkpoint: {work}/checkpoint
+    status_dir: {work}/status
+    window: 1 second
+    watermark_delay: 1 second
+    allowed_lateness: 500 ms"""
+    (work / "s.yaml").write_text(f"""
+streams:
+  dq:{body}
+    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: dq_}}
+  dqbad:{body}
+    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: bad_}}
+""")
+    registry = load_registry(work / "s.yaml")
+    query = build_query(spark, registry.get("dq"), platform.kafka_bootstrap, available_now=True)
+    t1 = time.perf_counter()
+    assert query.awaitTermination(180), "the available_now run did not finish"
+    print(f"demo_run: produced {sent.sent} records in {sent.seconds:.1f}s, stream (available_now) "
+          f"{time.perf_counter() - t1:.1f}s, fixture {time.perf_counter() - t0:.1f}s")
+    return {"work": work, "registry": work / "s.yaml", "spec": registry.get("dq"), "bad": registry.get("dqbad"),
+            "sent": sent, "topic": topic}
+
+
+def s3_store(platform):  # type: ignore[no-untyped-def]
+    from rewind.s3 import S3Config, S3Store
+
+    return S3Store(S3Config.from_platform(platform))
+
+
+def test_proof_passes_and_stores_data_docs(demo_run, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    store = s3_store(platform)
+    started = time.perf_counter()
+    result = run_proof(demo_run["spec"], platform.kafka_bootstrap, run_dir=tmp_path / "run", s3=store)
+    elapsed = time.perf_counter() - started
+    text = format_proof(result)
+    print(text, f"\nproof of {result.counts['records_in_range']} records in {elapsed:.2f}s: {result.seconds}")
+    assert result.ok, text
+    c = result.counts
+    assert c["records_in_range"] == demo_run["sent"].sent
+    # late events are sent twice too (both copies are dead letters): duplicate sends count valid events only
+    assert 0 < c["duplicate_sends"] == c["valid_records"] - c["distinct_events"] <= demo_run["sent"].duplicates
+    assert c["expected_dead_letters"] >= demo_run["sent"].malformed + demo_run["sent"].late > 0
+    assert c["sink_dead_letters"] == c["expected_dead_letters"]
+    assert c["sink_events"] == c["distinct_events"] and c["missing"] == 0
+    assert c["windows_checked"] > 0, "no closed windows to reconcile"
+    assert "PASS" in text and result.run_id in text
+    index = Path(result.local["data_docs"])
+    assert index.is_file() and "exactly_once" in index.read_text()
+    saved = json.loads(Path(result.local["result"]).read_text())
+    assert saved["success"] is True and set(saved["suites"]) == {f"dq.exactly_once.{f}" for f in
+                                                                 ("events", "dead_letter", "coverage", "windows")}
+    assert result.s3_error is None and result.s3["data_docs"].endswith(f"dq/dq/{result.run_id}/data_docs/index.html")
+    prefix = f"dq/dq/{result.run_id}/"
+    assert b"exactly_once" in (store.get_bytes(prefix + "data_docs/index.html") or b"")
+    assert json.loads(store.get_bytes(prefix + "validation_result.json") or b"{}")["success"] is True
+    assert json.loads(store.get_bytes(prefix + "proof.json") or b"{}")["ok"] is True
+
+
+def test_running_stream_is_proven_up_to_its_last_committed_batch(demo_run, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A status file saying the stream runs (a live pid) at batch 0: only batch 0's range is judged."""
+    from rewind.checkpoint import parse_offsets_file
+    from rewind.status import StreamStatus, status_path, write_status
+
+    spec = demo_run["spec"]
+    _, sources = parse_offsets_file((Path(spec.checkpoint) / "offsets" / "0").read_text())
+    path = status_path(spec.status_dir, spec.name)
+    write_status(path, StreamStatus(stream=spec.name, state="running", pid=os.getpid(), last_batch_id=0,
+                                    end_offsets=sources[0]))
+    try:
+        result = run_proof(spec, platform.kafka_bootstrap, run_dir=tmp_path / "running")
+    finally:
+        path.unlink()
+    assert result.ok, format_proof(result)
+    assert result.range == {t: {p: [0, int(o)] for p, o in parts.items()} for t, parts in sources[0].items()}
+    assert result.counts["records_in_range"] == sum(int(o) for parts in sources[0].values() for o in parts.values())
+    assert result.counts["records_in_range"] < demo_run["sent"].sent and result.counts["watermark_batch"] == 0
+    assert any("is running" in n for n in result.notes) and not result.s3
+
+
+def damage_copy(work: Path, drop: int = 3) -> dict:
+    """bad_* copies of the sink tables (no primary keys), then a gap, duplicates, a forgery, a wrong window."""
+    db = sqlite3.connect(work / "sink.db")
+    try:
+        for t in ("events", "dead_letter", "window_results"):
+            db.execute(f"DROP TABLE IF EXISTS bad_{t}")
+            db.execute(f"CREATE TABLE bad_{t} AS SELECT * FROM dq_{t}")
+        gone = [r[0] for r in db.execute(f"SELECT event_id FROM bad_events ORDER BY event_id LIMIT {drop}")]
+        db.execute(f"DELETE FROM bad_events WHERE event_id IN ({','.join('?' * len(gone))})", gone)
+        dup = db.execute("SELECT * FROM bad_events ORDER BY event_id DESC LIMIT 1").fetchone()
+        db.execute(f"INSERT INTO bad_events VALUES ({','.join('?' * len(dup))})", dup)
+        cols = [r[1] for r in db.execute("PRAGMA table_info(bad_events)")]
+        forged = list(db.execute("SELECT * FROM bad_events ORDER BY event_id DESC LIMIT 1 OFFSET 5").fetchone())
+        forged[cols.index("event_id")] = "forged-1"
+        db.execute(f"INSERT INTO bad_events VALUES ({','.join('?' * len(forged))})", forged)
+        win = db.execute("SELECT window_start, key FROM bad_window_results ORDER BY window_start, key LIMIT 1").fetchone()
+        db.execute("UPDATE bad_window_results SET event_count = event_count + 1 WHERE window_start = ? AND key = ?",
+                   win)
+        db.commit()
+        return {"gone": gone, "dup": dup[0], "win_key": win[1]}
+    finally:
+        db.close()
+
+
+def test_proof_fails_with_names_counts_and_examples(demo_run, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    damage = damage_copy(demo_run["work"])
+    result = run_proof(demo_run["bad"], platform.kafka_bootstrap, run_dir=tmp_path / "bad", s3=s3_store(platform))
+    text = format_proof(result)
+    print(text)
+    assert not result.ok
+    by = {f.name: f for f in result.failures}
+    assert set(by) == {"no_duplicate_event_ids", "no_duplicate_event_coordinates", "events_match_kafka",
+                       "no_kafka_record_missing", "window_counts_reconcile"}, text
+    missing = by["no_kafka_record_missing"]
+    assert missing.unexpected_count == result.counts["missing"] >= len(damage["gone"])
+    assert {e["event_id"] for e in missing.examples} <= set(damage["gone"]) and len(missing.examples) == min(
+        5, missing.unexpected_count)
+    assert {e["landed_in"] for e in missing.examples} == {"missing"}
+    assert by["no_duplicate_event_ids"].unexpected_count == 2
+    assert {e["event_id"] for e in by["no_duplicate_event_ids"].examples} == {damage["dup"]}
+    assert by["events_match_kafka"].examples[0]["event_id"] == "forged-1"
+    assert by["no_duplicate_event_coordinates"].unexpected_count == 4  # two pairs of rows share coordinates
+    assert by["window_counts_reconcile"].examples[0]["key"] == damage["win_key"]
+    assert result.counts["duplicate_event_rows"] == 1 and result.counts["windows_mismatched"] == 1
+    for name in by:
+        assert f"FAILED {name}" in text
+    assert "e.g. {" in text and "FAIL:" in text.splitlines()[0]
+    assert Path(result.local["data_docs"]).is_file() and result.s3_error is None
+    with pytest.raises(ProofFailed, match="no_kafka_record_missing"):
+        result.raise_if_failed()
+
+
+def test_cli_exit_codes(demo_run, platform, tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from rewind.cli_dq import add_dq_parser
+
+    for k, v in platform.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("REWIND_HOME", str(tmp_path / "home"))
+    parser = argparse.ArgumentParser(prog="rewind")
+    add_dq_parser(parser.add_subparsers(dest="command", required=True))
+
+    def run(*argv: str) -> int:
+        args = parser.parse_args(["dq", *argv, "--registry", str(demo_run["registry"]),
+                                  "--bootstrap", platform.kafka_bootstrap])
+        return args.func(args)
+
+    assert run("dq", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True and out["s3"]["data_docs"].startswith(f"s3://{platform.bucket}/dq/dq/")
+    assert Path(out["local"]["data_docs"]).is_relative_to(tmp_path / "home" / "dq" / "dq")
+    damage_copy(demo_run["work"])
+    assert run("dqbad", "--no-s3", "--run-dir", str(tmp_path / "cli-bad")) == 2
+    text = capsys.readouterr().out
+    assert "FAILED no_kafka_record_missing" in text and (tmp_path / "cli-bad" / "data_docs" / "index.html").is_file()

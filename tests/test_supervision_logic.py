@@ -1,0 +1,83 @@
+"""Pure supervision decisions: health verdicts and restart strategies (no services)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewind.health import Thresholds, diagnose
+from rewind.registry import RestartSpec
+from rewind.restart_policy import Failure, decide, same_batch_run
+from rewind.status import StreamStatus
+
+NOW = 1_000_000.0
+
+
+def status(**kw) -> StreamStatus:  # type: ignore[no-untyped-def]
+    base = dict(stream="s", state="running", pid=123, heartbeat=NOW - 1, started_at=NOW - 500,
+                last_batch_id=7, last_batch_at=NOW - 3, end_offsets={"t": {"0": 10}})
+    return StreamStatus(**{**base, **kw})
+
+
+@pytest.mark.parametrize("st,alive,cause", [
+    (None, False, "not_started"),
+    (status(state="failed", exception="boom"), False, "query_failed"),
+    (status(state="stopped"), False, "stopped"),
+    (status(), False, "process_gone"),
+    (status(heartbeat=NOW - 500), True, "heartbeat_stale"),
+    (status(total_lag=50, last_batch_at=NOW - 400), True, "stalled"),
+    (status(total_lag=5000), True, "lag_over_threshold"),
+    (status(state="starting", started_at=NOW - 1000), True, "heartbeat_stale"),
+])
+def test_unhealthy_verdicts_name_the_cause(st, alive, cause) -> None:  # type: ignore[no-untyped-def]
+    h = diagnose(st, NOW, alive, Thresholds(max_lag=1000))
+    assert not h.healthy and h.cause == cause and h.detail
+    assert h.needs_restart == (cause != "lag_over_threshold")
+
+
+@pytest.mark.parametrize("st", [status(), status(state="starting", started_at=NOW - 10, last_batch_at=None),
+                                status(total_lag=0, last_batch_at=NOW - 5000),  # idle, nothing to read
+                                status(total_lag=50, last_batch_at=NOW - 5)])
+def test_healthy_verdicts(st) -> None:  # type: ignore[no-untyped-def]
+    assert diagnose(st, NOW, True, Thresholds(max_lag=1000)).healthy
+
+
+def test_query_failure_carries_the_exception_and_offsets() -> None:
+    h = diagnose(status(state="failed", exception="poison batch 8"), NOW, False)
+    assert "poison batch 8" in h.detail and "last batch 7" in h.detail and "'t'" in h.detail
+
+
+def fails(*batches: int | None, start: float = NOW - 100, step: float = 10.0) -> list[Failure]:
+    return [Failure(start + i * step, "process_gone", b, {"t": {"0": 5}}, "killed") for i, b in enumerate(batches)]
+
+
+def test_exponential_backoff_doubles_up_to_max_delay() -> None:
+    spec = RestartSpec(strategy="exponential-backoff", max_attempts=10, delay="5 seconds", max_delay="30 seconds")
+    delays = [decide(spec, fails(*[3] * n), NOW).delay_s for n in range(1, 6)]
+    assert delays == [5, 10, 20, 30, 30]
+
+
+def test_progress_between_failures_resets_the_count() -> None:
+    spec = RestartSpec(strategy="fixed-delay", max_attempts=2, delay="1 seconds")
+    d = decide(spec, fails(1, 2, 3, 4, 5), NOW)
+    assert d.restart and d.attempt == 1 and d.delay_s == 1
+    assert same_batch_run(fails(1, 2, 2)) == fails(1, 2, 2)[1:]
+
+
+def test_crash_loop_on_one_batch_gives_up_loudly() -> None:
+    spec = RestartSpec(strategy="fixed-delay", max_attempts=3, delay="1 seconds")
+    assert decide(spec, fails(9, 9, 9), NOW).restart
+    d = decide(spec, fails(9, 9, 9, 9), NOW)
+    assert not d.restart and "crash loop" in d.reason and "batch 9" in d.reason and "batch 10" in d.reason
+    assert "{'t': {'0': 5}}" in d.reason and "Nothing was skipped" in d.reason
+
+
+def test_failure_rate_counts_failures_in_the_interval() -> None:
+    spec = RestartSpec(strategy="failure-rate", max_attempts=3, delay="2 seconds", failure_rate_interval="1 min")
+    assert decide(spec, fails(1, 2, 3, start=NOW - 500, step=100), NOW).restart, "old failures fall out"
+    d = decide(spec, fails(1, 2, 3, 4, start=NOW - 40), NOW)
+    assert not d.restart and "4 failures within 1 min" in d.reason
+
+
+def test_first_start_is_immediate() -> None:
+    assert decide(RestartSpec(), [], NOW) == decide(RestartSpec(), [], NOW + 5)
+    assert decide(RestartSpec(), [], NOW).restart and decide(RestartSpec(), [], NOW).delay_s == 0
