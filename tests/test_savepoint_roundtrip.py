@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from rewind.checkpoint import inspect_checkpoint
+from rewind.checkpoint import NotACheckpoint, inspect_checkpoint
 from rewind.checkpoint_pointer import active_checkpoint, pointer_path, read_pointer
 from rewind.kafka.client import true_end_offsets
 from rewind.producer import ProduceSpec, produce
@@ -431,3 +431,15 @@ def test_stop_savepoint_cli_restart_restore_resume(tmp_path: Path, platform: Pla
     assert report.ok, str(report)
     print(json.dumps({"stop_savepoint_cli_s": round(stop_s, 1), "dead_s3_s": round(dead_s, 1),
                       "restore_s": json.loads(restored.stdout)["seconds"], "bytes": summary["total_bytes"]}))
+
+
+def test_inspect_reads_a_savepoint_in_s3(online: dict[str, Any]) -> None:
+    """`rewind checkpoint inspect s3://...`: the savepoint's copy is itself a complete checkpoint."""
+    store, manifest = online["store"], online["manifest"]
+    url = f"s3://{store.bucket}/{savepoint_prefix(manifest.stream, manifest.savepoint_id)}{FILES_DIR}"
+    rep = inspect_checkpoint(url, s3_client=store.client)
+    assert rep.errors == [] and rep.last_complete == manifest.batch_id
+    assert rep.batch(manifest.batch_id).offsets[0] == manifest.offsets
+    assert set(rep.operators) == set(manifest.state_versions)
+    with pytest.raises(NotACheckpoint):
+        inspect_checkpoint(f"s3://{store.bucket}/savepoints/no-such-stream/", s3_client=store.client)
