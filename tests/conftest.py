@@ -98,6 +98,10 @@ def spark():
     session = build_session("rewind-tests")
     yield session
     session.stop()
+    # py4j logs from __del__ at interpreter exit, after pytest closed the streams ("Logging error").
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
