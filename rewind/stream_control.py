@@ -86,12 +86,17 @@ def launch_stream(spec: StreamSpec, registry_path: str | Path | None, bootstrap:
     argv = [sys.executable, "-m", "rewind.cli", "stream", "run", spec.name, "--bootstrap", bootstrap]
     if registry_path:
         argv += ["--registry", str(Path(registry_path).resolve())]
+    return spawn_detached(argv, log_path, {**os.environ, **(env or {})})
+
+
+def spawn_detached(argv: list[str], log_path: Path, env: dict[str, str], cwd: Path | None = None) -> int:
+    """Start `argv` in its own session with output appended to `log_path` and the repo importable;
+    the process outlives its caller (a stream is not the child of whoever launched it)."""
+    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)}
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    base = {**os.environ, **(env or {})}
-    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=base,
-                                start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=cwd, start_new_session=True)
     return proc.pid
 
 

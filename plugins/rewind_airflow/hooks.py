@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,16 +35,13 @@ class RewindStreamHook(SparkSubmitHook):
         return self._build_spark_submit_command(str(STREAM_APP))
 
     def launch_detached(self, log_path: Path, env: dict[str, str] | None = None) -> int:
-        cmd = self.submit_command()
+        from rewind.stream_control import spawn_detached
+
         full_env = {**os.environ, **(self._env_vars or {}), **(env or {})}
         # spark-submit and the driver's Python come from the interpreter running Airflow.
         full_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), full_env.get("PATH", "")])
         full_env.setdefault("PYSPARK_PYTHON", sys.executable)
         full_env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full_env.get("PYTHONPATH", "")) if p)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=full_env, cwd=ROOT, start_new_session=True)
-        self.log.info("launched %s detached: pid %d, log %s", self.stream, proc.pid, log_path)
-        return proc.pid
+        pid = spawn_detached(self.submit_command(), log_path, full_env, cwd=ROOT)
+        self.log.info("launched %s detached: pid %d, log %s", self.stream, pid, log_path)
+        return pid
