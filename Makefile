@@ -35,6 +35,7 @@ test-fast: java venv
 bench: java venv
 	$(PY) bench/throughput.py
 	$(PY) bench/checkpoint_inspect.py
+	$(PY) bench/recovery.py
 
 clean:
 	rm -rf .rewind .pytest_cache

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
-from rewind.services import ManagedProcess, PlatformInfo, free_port
+from rewind.services import ManagedProcess, PlatformInfo, free_port, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ class LocalAirflow:
         self.timings["db_migrate_s"] = round(time.monotonic() - t0, 2)
         if result.returncode != 0:
             raise AirflowError(f"`airflow db migrate` failed (exit {result.returncode}); see {migrate_log}:\n"
-                               + _tail(migrate_log))
+                               + log_tail(migrate_log))
 
     # -- running -----------------------------------------------------------------------------
 
@@ -336,7 +336,7 @@ class LocalAirflow:
                     proc = self.processes[dead[0]]
                     code = proc.proc.returncode if proc.proc else "?"
                     raise AirflowError(f"Airflow {dead[0]} exited during start-up (code {code}); "
-                                       f"see {proc.log_path}:\n{_tail(proc.log_path)}")
+                                       f"see {proc.log_path}:\n{log_tail(proc.log_path)}")
                 try:
                     last = client.health()
                     if all((last.get(part) or {}).get("status") == "healthy"
@@ -346,7 +346,7 @@ class LocalAirflow:
                 except AirflowApiError as exc:
                     last = str(exc)
                 time.sleep(0.5)
-        logs = "\n".join(f"--- {p.log_path}\n{_tail(p.log_path, 8)}" for p in self.processes.values())
+        logs = "\n".join(f"--- {p.log_path}\n{log_tail(p.log_path, 8)}" for p in self.processes.values())
         raise AirflowError(f"Airflow at {self.url} not healthy after {timeout:.0f}s; last health: {last}\n{logs}")
 
     def dead_components(self) -> list[str]:
@@ -565,12 +565,6 @@ def _write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.chmod(path, 0o600)
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    if not path.exists():
-        return ""
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 __all__ = ["AirflowApiError", "AirflowClient", "AirflowError", "LocalAirflow", "airflow_binary",

@@ -66,7 +66,7 @@ class LocalStore:
             return None
 
 
-class S3Store:
+class S3CheckpointStore:
     """A checkpoint (or a savepoint's copy of one) under ``s3://bucket/prefix/``."""
 
     def __init__(self, client: Any, bucket: str, prefix: str) -> None:
@@ -121,5 +121,5 @@ def open_store(location: str | Path, s3_client: Any = None) -> CheckpointStore:
     if text.startswith("s3://"):
         if s3_client is None:
             raise ValueError(f"{text}: an S3 client is needed to read a checkpoint in S3")
-        return S3Store(s3_client, *parse_s3_url(text))
+        return S3CheckpointStore(s3_client, *parse_s3_url(text))
     return LocalStore(text)

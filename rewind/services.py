@@ -75,17 +75,18 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, log_path: P
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if alive is not None and not alive():
-            raise ServiceError(f"{what} exited during start-up; see {log_path}:\n{_tail(log_path)}")
+            raise ServiceError(f"{what} exited during start-up; see {log_path}:\n{log_tail(log_path)}")
         try:
             if check():
                 return
         except Exception:  # readiness probes fail until the service is up
             pass
         time.sleep(0.2)
-    raise ServiceError(f"{what} not ready after {timeout:.0f}s; see {log_path}:\n{_tail(log_path)}")
+    raise ServiceError(f"{what} not ready after {timeout:.0f}s; see {log_path}:\n{log_tail(log_path)}")
 
 
-def _tail(path: Path | None, lines: int = 15) -> str:
+def log_tail(path: Path | None, lines: int = 15) -> str:
+    """The last lines of a log, for error messages that show why a process died."""
     if path is None or not path.exists():
         return ""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

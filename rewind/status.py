@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ class StreamStatus:
     lag: dict[str, int] = field(default_factory=dict)
     total_lag: int = 0
     exception: str | None = None
+    lag_at: float | None = None  # when latest_offsets (Kafka's end) was last looked up
 
 
 def lag_of(end: dict[str, dict[str, int]], latest: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -48,11 +50,15 @@ def status_path(status_dir: str | Path, stream: str) -> Path:
     return Path(status_dir) / f"{stream}.json"
 
 
+_WRITE_LOCK = threading.Lock()  # the listener and the lag probe write from different threads
+
+
 def write_status(path: Path, status: StreamStatus) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(asdict(status), indent=1, default=str))
-    os.replace(tmp, path)
+    with _WRITE_LOCK:
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(status), indent=1, default=str))
+        os.replace(tmp, path)
 
 
 def read_status(path: Path) -> StreamStatus | None:

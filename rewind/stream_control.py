@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from rewind.registry import StreamSpec
-from rewind.services import pid_alive
+from rewind.services import log_tail, pid_alive
 from rewind.status import StreamStatus, read_status, status_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +29,15 @@ STALE_AFTER_S = 600.0
 
 class StreamControlError(RuntimeError):
     """A stop or launch did not happen; the message says what is left running or where the log is."""
+
+
+class StreamFailed(StreamControlError):
+    """A (re)launched stream failed: its query raised (``query_failed``) or its process exited
+    (``process_gone``) before it got where it was asked to."""
+
+    def __init__(self, cause: str, detail: str) -> None:
+        super().__init__(detail)
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -100,15 +109,26 @@ def spawn_detached(argv: list[str], log_path: Path, env: dict[str, str], cwd: Pa
     return proc.pid
 
 
-def wait_running(spec: StreamSpec, pid: int, timeout: float = 120.0, log_path: Path | None = None) -> None:
-    """Wait until the status file shows ``pid`` running; raise naming the log if it dies first."""
+def wait_running(spec: StreamSpec, pid: int, timeout: float = 120.0, log_path: Path | None = None,
+                 started_after: float | None = None) -> StreamStatus:
+    """Wait until the stream launched as `pid` reports running; its status then.
+
+    `pid` is the driver itself, or (with `started_after`, the launch time) spark-submit, whose
+    child the driver is: then the status written after the launch is the new driver's.
+    Raises `StreamFailed` (naming the log) when the query fails or the process exits first.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = read_status(status_path(spec.status_dir, spec.name))
-        if st is not None and st.pid == pid and st.state == "running":
-            return
+        mine = st is not None and (st.pid == pid or (started_after is not None and st.started_at >= started_after - 1))
+        if mine and st is not None and st.state == "running" and pid_alive(st.pid):
+            return st
+        if mine and st is not None and st.state == "failed":
+            raise StreamFailed("query_failed", f"stream {spec.name} failed while starting (last batch "
+                                               f"{st.last_batch_id}): {st.exception}; see {log_path}")
         if not pid_alive(pid):
-            raise StreamControlError(f"stream {spec.name} (pid {pid}) exited during start-up; see {log_path}")
+            raise StreamFailed("process_gone", f"stream {spec.name} (pid {pid}) exited during start-up; "
+                                               f"see {log_path}:\n{log_tail(log_path, 30)}")
         time.sleep(0.3)
     raise StreamControlError(f"stream {spec.name} (pid {pid}) not running after {timeout:.0f}s; see {log_path}")
 

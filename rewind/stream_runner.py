@@ -138,9 +138,12 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     from rewind.checkpoint_pointer import active_checkpoint
 
     checkpoint = active_checkpoint(spec)  # a savepoint restore may have pointed the stream elsewhere
+    seed_from_checkpoint(status, checkpoint)
+    write_status(spath, status)
     query = build_query(spark, spec, bootstrap, available_now=available_now, checkpoint=checkpoint)
-    log.info("stream %s started: query %s, checkpoint %s, sink %s", spec.name, query.id, checkpoint,
-             spec.sink.url.split("@")[-1])
+    log.info("stream %s started: query %s, checkpoint %s, sink %s, resuming after batch %s", spec.name, query.id,
+             checkpoint, spec.sink.url.split("@")[-1], status.last_batch_id)
+    probe = start_lag_probe(spec, bootstrap, status, spath)
     try:
         while query.isActive:
             if stop_requested.is_set():
@@ -166,4 +169,45 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
         write_status(spath, status)
         return 0
     finally:
+        probe.stop()
         spark.stop()
+
+
+def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
+    """Start the status at the checkpoint's last committed batch and its offsets.
+
+    Why: the supervisor tells a crash loop (failures that never get past the same batch) from
+    progress by the last committed batch; a relaunched driver that fails before its first
+    progress event must still report the batch it is stuck behind, not "none".
+    """
+    from rewind.checkpoint import CheckpointError, NotACheckpoint, inspect_checkpoint
+
+    if not (Path(checkpoint) / "commits").is_dir():
+        return
+    try:
+        report = inspect_checkpoint(checkpoint, recent=2)
+    except (CheckpointError, NotACheckpoint, OSError) as exc:
+        log.warning("cannot read the last committed batch from %s: %s", checkpoint, exc)
+        return
+    if not report.committed:
+        return
+    last = report.committed[-1]
+    info = report.batch(last)
+    status.last_batch_id = last
+    if info and info.offsets:
+        status.end_offsets = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in info.offsets[0].items()}
+
+
+def start_lag_probe(spec: StreamSpec, bootstrap: str, status: StreamStatus, spath: Path) -> Any:
+    """The Kafka lag look-up thread (REWIND_LAG_PROBE_S seconds apart, default 10; 0 turns it off)."""
+    from rewind.kafka.client import base_consumer_config
+    from rewind.kafka.offsets import parse_options
+    from rewind.lag_probe import LagProbe
+
+    interval = float(os.environ.get("REWIND_LAG_PROBE_S", "10"))
+    opts = parse_options(source_options(spec, bootstrap), streaming=True)
+    probe = LagProbe(base_consumer_config(bootstrap, opts.consumer_conf, group_id=f"rewind-lag-{spec.name}"),
+                     spec.topics, status, spath, interval_s=max(interval, 0.5))
+    if interval > 0:
+        probe.start()
+    return probe

@@ -14,11 +14,12 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rewind.registry import StreamSpec
 from rewind.restart_policy import Decision, Failure, decide
 from rewind.status import read_status, status_path
+from rewind.stream_control import StreamFailed
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +129,41 @@ def wait_for_progress(spec: StreamSpec, pid: int, after_batch: int | None, timeo
         st = read_status(status_path(spec.status_dir, spec.name))
         if st and st.pid == pid:
             if st.state == "failed":
-                raise RuntimeError(f"{spec.name} failed after relaunch: {st.exception}")
+                raise StreamFailed("query_failed", f"{spec.name} failed after relaunch (last batch "
+                                                        f"{st.last_batch_id}, offsets {st.end_offsets}): {st.exception}")
             advanced = st.last_batch_id is not None and (after_batch is None or st.last_batch_id > after_batch)
             caught_up = st.last_batch_id is not None and bool(st.latest_offsets) and st.total_lag == 0
             if st.state == "running" and (advanced or caught_up):
                 return {"batch": st.last_batch_id, "lag": st.total_lag, "at": st.last_batch_at}
         if not pid_alive(pid):
-            raise RuntimeError(f"{spec.name} (pid {pid}) exited after relaunch (state "
-                               f"{st.state if st else 'unknown'})")
+            raise StreamFailed("process_gone", f"{spec.name} (pid {pid}) exited after relaunch (state "
+                                                    f"{st.state if st else 'unknown'})")
         time.sleep(0.5)
     raise TimeoutError(f"{spec.name} (pid {pid}) committed no batch after {after_batch} within {timeout:.0f}s")
+
+
+def relaunch_until_progress(spec: StreamSpec, start: Callable[[], dict[str, Any]], after_batch: int | None,
+                            delay_s: float, timeout_s: float = 300.0,
+                            sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Relaunch (after `delay_s`) until a new batch commits, as the restart strategy allows.
+
+    Each failure of a relaunched stream is recorded and the strategy asked again, so a poison
+    batch ends in `CrashLoop` (batch, offsets, exception) after the configured attempts rather
+    than in endless restarts; the checkpoint is untouched, so no offset is skipped.
+    """
+    attempt = 0
+    while True:
+        if delay_s > 0:
+            log.info("%s: relaunching in %.0fs", spec.name, delay_s)
+            sleep(delay_s)
+        attempt += 1
+        try:
+            started = start()
+            first = wait_for_progress(spec, started["pid"], after_batch, timeout_s)
+            return {**started, "first_batch": first, "relaunches": attempt}
+        except StreamFailed as exc:
+            decision = record_failure(spec, exc.cause, str(exc))
+            log.warning("%s: relaunch %d failed: %s; %s", spec.name, attempt, exc, decision.reason)
+            if not decision.restart:
+                raise CrashLoop(f"{spec.name}: {decision.reason}") from exc
+            delay_s = decision.delay_s

@@ -93,6 +93,49 @@ def test_registry_error_is_an_import_error_naming_file_and_key(airflow_env: dict
     assert str(bad) in err and "trigerr" in err
 
 
+def _supervised_registry(tmp_path: Path, topic: str, platform: Any, monkeypatch: pytest.MonkeyPatch,
+                         max_offsets: int = 500, restart: str = "{strategy: fixed-delay, max_attempts: 3, "
+                                                                "delay: 1 seconds}") -> Path:
+    """A one-stream registry (`sup`) in tmp_path, and the env dag.test() tasks need (platform,
+    Spark and Kafka connections) set for this test."""
+    registry = tmp_path / "streams.yaml"
+    registry.write_text(f"""
+streams:
+  sup:
+    topics: [{topic}]
+    transform: rewind.demo.transform:build
+    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: {max_offsets}}}}}
+    sink: {{url: "sqlite:///{tmp_path}/sink.db", table_prefix: sup_}}
+    checkpoint: {tmp_path}/checkpoints/sup
+    status_dir: {tmp_path}/status
+    trigger: 1 second
+    restart: {restart}
+""")
+    for k, v in {**platform.env(), "REWIND_REGISTRY": str(registry), "REWIND_LAG_PROBE_S": "2",
+                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                 "AIRFLOW_CONN_REWIND_KAFKA": json.dumps({"conn_type": "generic",
+                                                          "extra": {"bootstrap": platform.kafka_bootstrap}})}.items():
+        monkeypatch.setenv(k, v)
+    return registry
+
+
+def _states(run: Any) -> dict[str, str]:
+    return {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
+
+
+def _kill_hard(pid: int) -> None:
+    """SIGKILL the driver and everything in its session (the spark-submit JVM too), and wait."""
+    from rewind.services import pid_alive
+
+    try:
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 30
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[str, str], platform: Any,
                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,24 +149,7 @@ def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[
     from rewind.verify import verify_stream
 
     topic = "sup-demo"
-    registry = tmp_path / "streams.yaml"
-    registry.write_text(f"""
-streams:
-  sup:
-    topics: [{topic}]
-    transform: rewind.demo.transform:build
-    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 500}}}}
-    sink: {{url: "sqlite:///{tmp_path}/sink.db", table_prefix: sup_}}
-    checkpoint: {tmp_path}/checkpoints/sup
-    status_dir: {tmp_path}/status
-    trigger: 1 second
-    restart: {{strategy: fixed-delay, max_attempts: 3, delay: 1 seconds}}
-""")
-    for k, v in {**platform.env(), "REWIND_REGISTRY": str(registry),
-                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-                 "AIRFLOW_CONN_REWIND_KAFKA": json.dumps({"conn_type": "generic",
-                                                          "extra": {"bootstrap": platform.kafka_bootstrap}})}.items():
-        monkeypatch.setenv(k, v)
+    registry = _supervised_registry(tmp_path, topic, platform, monkeypatch)
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=3000, partitions=2, malformed_every=50,
                                                   duplicate_every=40, id_prefix="s1"))
     spec = load_registry(registry).get("sup")
@@ -145,10 +171,10 @@ streams:
     dag = _load(registry)["rewind_sup_supervisor"]
     run = dag.test(run_conf={"chain": False, "watch_s": 600})
     try:
-        states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+        states = _states(run)
         assert killed, f"the stream never reached batch 2; tasks: {states}"
         assert str(run.state) in ("success", "DagRunState.SUCCESS"), states
-        assert states["relaunch"].endswith("success") and states["prove"].endswith("success"), states
+        assert states["relaunch"] == "success" and states["prove"] == "success", states
         st = read_status(status_path(spec.status_dir, "sup"))
         assert st and st.pid != killed["pid"] and st.state == "running"
         print(f"[recovery] killed pid {killed['pid']} at batch {killed['batch']}; now pid {st.pid}, "
@@ -159,3 +185,135 @@ streams:
     report = verify_stream(spec, platform.kafka_bootstrap)
     assert report.ok, str(report)
     assert report.kafka_records >= 4500
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["repair", "restore"])
+def test_checkpoint_corrupted_while_down_is_recovered(airflow_env: dict[str, str], platform: Any, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    """The stream (process group) is SIGKILLed and, while it is down, its checkpoint is damaged:
+    `repair`: the newest committed batch's offsets file is truncated -> the supervisor rolls back;
+    `restore`: every offsets file is emptied (no complete batch) -> it restores the newest savepoint.
+    Either way it relaunches, the proof passes, and every Kafka record is in the sink exactly once."""
+    from rewind.checkpoint import inspect_checkpoint
+    from rewind.producer import ProduceSpec, produce
+    from rewind.registry import load_registry
+    from rewind.s3 import S3Store, resolve_s3_config
+    from rewind.savepoint import create_savepoint
+    from rewind.status import read_status, status_path
+    from rewind.stream_control import stop_stream, wait_caught_up
+    from rewind.verify import verify_stream
+
+    topic = f"corrupt-{damage}"
+    registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=400)
+    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=2400, partitions=2, malformed_every=60,
+                                                  duplicate_every=45, id_prefix="c1"))
+    spec = load_registry(registry).get("sup")
+    cp = Path(spec.checkpoint)
+    done: dict[str, Any] = {}
+
+    def saboteur() -> None:
+        try:
+            deadline = time.monotonic() + 300
+            savepoint_batch = None
+            while time.monotonic() < deadline:
+                st = read_status(status_path(spec.status_dir, "sup"))
+                batch = (st.last_batch_id or 0) if st and st.state == "running" else -1
+                if damage == "restore" and savepoint_batch is None and batch >= 1:
+                    savepoint_batch = create_savepoint(spec, S3Store(resolve_s3_config())).batch_id
+                    done["savepoint_batch"] = savepoint_batch
+                if batch >= 3 and (damage == "repair" or (savepoint_batch is not None and batch > savepoint_batch)):
+                    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1200, partitions=2,
+                                                                  id_prefix="c2"))
+                    assert st is not None
+                    _kill_hard(st.pid)
+                    last = inspect_checkpoint(cp).committed[-1]
+                    if damage == "repair":
+                        f = cp / "offsets" / str(last)
+                        f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2])
+                    else:
+                        for f in (cp / "offsets").iterdir():
+                            f.write_bytes(b"")
+                    done.update(pid=st.pid, batch=last, at=time.time())
+                    return
+                time.sleep(0.3)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertions below
+            done["error"] = repr(exc)
+
+    threading.Thread(target=saboteur, daemon=True).start()
+    run = _load(registry)["rewind_sup_supervisor"].test(run_conf={"chain": False, "watch_s": 600})
+    try:
+        states = _states(run)
+        assert "error" not in done and "pid" in done, f"{done}; tasks: {states}"
+        assert states["recover_checkpoint"] == "success" and states["prove"] == "success", states
+        if damage == "repair":
+            records = list(Path(f"{cp}.quarantine").glob("*/record.json"))
+            assert records, "repair left no quarantine record"
+            moved = json.loads(records[0].read_text())["moved"]
+            assert any(m["file"] == f"offsets/{done['batch']}" for m in moved), moved
+        else:
+            active = json.loads(Path(f"{cp}.active.json").read_text())["active"]
+            assert active["path"] != str(cp) and active["restored_from"], active
+        st = read_status(status_path(spec.status_dir, "sup"))
+        assert st and st.pid != done["pid"] and st.state == "running"
+        wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
+    finally:
+        stop_stream(spec, timeout=90)
+    report = verify_stream(spec, platform.kafka_bootstrap)
+    assert report.ok, str(report)
+    assert report.kafka_records >= 3600  # plus the producer's deliberate duplicates
+
+
+@pytest.mark.slow
+def test_crash_loop_stops_after_configured_attempts_and_skips_nothing(
+        airflow_env: dict[str, str], platform: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch 2 always fails (a poison batch). With max_attempts 2 the supervisor restarts twice,
+    then fails the relaunch task naming the batch, its offsets and the exception, and refuses to
+    launch again until reset. After the fix (the poison removed) and a reset, the stream resumes
+    from the same offsets and every Kafka record reaches the sink exactly once."""
+    from rewind.checkpoint import inspect_checkpoint
+    from rewind.producer import ProduceSpec, produce
+    from rewind.registry import load_registry
+    from rewind.stream_control import stop_stream, wait_caught_up
+    from rewind.supervisor import read_history
+    from rewind.verify import verify_stream
+
+    topic = "crash-loop"
+    registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=300,
+                                    restart="{strategy: fixed-delay, max_attempts: 2, delay: 1 seconds}")
+    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1500, partitions=2, id_prefix="p"))
+    spec = load_registry(registry).get("sup")
+    monkeypatch.setenv("REWIND_FAIL_ON_BATCH", "2")
+    dags = _load(registry)
+    started = time.monotonic()
+    run = dags["rewind_sup_supervisor"].test(run_conf={"chain": False, "watch_s": 600})
+    states = _states(run)
+    print(f"[crash loop] gave up after {time.monotonic() - started:.0f}s: {states}")
+    assert states["relaunch"] == "failed" and states["prove"] != "success", states
+    history = read_history(spec)
+    assert [f["batch_id"] for f in history["failures"]] == [1, 1, 1], history["failures"]
+    reason = history["gave_up"]["reason"]
+    assert "crash loop: 3 failures in a row without committing past batch 1" in reason, reason
+    assert "poison batch 2" in reason and topic in reason, reason  # the exception and the offsets
+    report = inspect_checkpoint(spec.checkpoint)
+    assert report.committed[-1] == 1 and 2 in report.planned  # batch 2 planned, never committed: nothing skipped
+
+    # No launch behind a person's back while the verdict stands.
+    run = dags["rewind_sup_supervisor"].test(run_conf={"chain": False, "watch_s": 5})
+    assert _states(run)["launch"] == "failed"
+
+    shown = subprocess.run([str(Path(sys.executable).parent / "rewind"), "supervisor", "status", "sup",
+                            "--registry", str(registry)], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 3, shown.stderr
+    assert "GAVE UP" in shown.stdout and "rewind supervisor reset sup" in shown.stdout, shown.stdout
+
+    monkeypatch.delenv("REWIND_FAIL_ON_BATCH")  # the fix
+    run = dags["rewind_sup_supervisor"].test(run_conf={"chain": False, "watch_s": 5, "reset": True})
+    try:
+        states = _states(run)
+        assert states["launch"] == "success", states
+        wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
+    finally:
+        stop_stream(spec, timeout=90)
+    result = verify_stream(spec, platform.kafka_bootstrap)
+    assert result.ok and result.kafka_records == 1500, str(result)

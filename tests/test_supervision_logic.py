@@ -81,3 +81,35 @@ def test_failure_rate_counts_failures_in_the_interval() -> None:
 def test_first_start_is_immediate() -> None:
     assert decide(RestartSpec(), [], NOW) == decide(RestartSpec(), [], NOW + 5)
     assert decide(RestartSpec(), [], NOW).restart and decide(RestartSpec(), [], NOW).delay_s == 0
+
+
+def test_relaunch_loop_records_each_failure_and_gives_up_on_a_poison_batch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The loop over a fake launcher whose stream fails at once, stuck behind batch 4: two
+    restarts (max_attempts 2), then CrashLoop naming the batch and offsets; delays as decided."""
+    import os
+
+    from rewind.registry import StreamSpec
+    from rewind.status import status_path, write_status
+    from rewind.supervisor import CrashLoop, read_history, record_failure, relaunch_until_progress
+
+    spec = StreamSpec.model_construct(name="s", status_dir=str(tmp_path),
+                                      restart=RestartSpec(strategy="fixed-delay", max_attempts=2, delay="3 seconds"))
+    path = status_path(tmp_path, "s")
+    launches: list[float] = []
+    slept: list[float] = []
+
+    def start() -> dict:  # type: ignore[type-arg]
+        launches.append(1)
+        write_status(path, status(pid=os.getpid(), state="failed", last_batch_id=4, exception="poison record",
+                                  end_offsets={"t": {"0": 40}}))
+        return {"pid": os.getpid(), "launched_at": 0.0, "running_at": 0.0}
+
+    write_status(path, status(pid=os.getpid(), state="failed", last_batch_id=4, exception="poison record"))
+    first = record_failure(spec, "query_failed", "poison record")  # what the watch + diagnose did
+    assert first.restart and first.delay_s == 3
+    with pytest.raises(CrashLoop) as err:
+        relaunch_until_progress(spec, start, after_batch=4, delay_s=first.delay_s, timeout_s=5, sleep=slept.append)
+    assert len(launches) == 2 and slept == [3, 3]
+    assert "3 failures in a row without committing past batch 4" in str(err.value)
+    assert "{'t': {'0': 40}}" in str(err.value) and "poison record" in str(err.value)
+    assert read_history(spec)["gave_up"] is not None

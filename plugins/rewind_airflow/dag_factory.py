@@ -53,7 +53,7 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
 
         @task
         def diagnose(event: dict[str, Any]) -> dict[str, Any]:
-            from airflow.exceptions import AirflowFailException, AirflowSkipException
+            from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
             from rewind.registry import load_registry
             from rewind.stream_control import stop_stream
@@ -88,18 +88,23 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
 
         @task
         def relaunch(failure: dict[str, Any], checkpoint: dict[str, Any]) -> dict[str, Any]:
-            from rewind.registry import load_registry
-            from rewind.supervisor import wait_for_progress
+            from airflow.sdk.exceptions import AirflowFailException
 
-            time.sleep(failure["delay_s"])
-            started = launch(name, registry, "spark_default", 240.0)
-            after = failure["after_batch"]
-            first = wait_for_progress(load_registry(registry).get(name), started["pid"], after, 300.0)
+            from rewind.registry import load_registry
+            from rewind.supervisor import CrashLoop, relaunch_until_progress
+
+            try:
+                started = relaunch_until_progress(
+                    load_registry(registry).get(name), lambda: launch(name, registry, "spark_default", 240.0),
+                    failure["after_batch"], failure["delay_s"])
+            except CrashLoop as exc:  # the strategy gave up: fail loudly, no retry of this task
+                raise AirflowFailException(str(exc)) from exc
             timings = {"detect_to_relaunch_s": started["launched_at"] - failure["detected_at"],
                        "detect_to_running_s": started["running_at"] - failure["detected_at"],
                        "detect_to_first_batch_s": time.time() - failure["detected_at"]}
-            print(f"recovered after {failure['cause']}: {timings}, first batch {first}")
-            return {**started, "first_batch": first, **timings, "checkpoint_action": checkpoint["action"]}
+            print(f"recovered after {failure['cause']}: {timings}, first batch {started['first_batch']}, "
+                  f"{started['relaunches']} launch(es)")
+            return {**started, **timings, "checkpoint_action": checkpoint["action"]}
 
         @task
         def prove(recovery: dict[str, Any]) -> dict[str, Any]:
@@ -128,7 +133,7 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
 def run_proof_task(name: str, registry: str) -> dict[str, Any]:
     """The Great Expectations proof for what the stream has committed; fails the task with the counts,
     example rows and links to the stored results and Data Docs."""
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
     from airflow.sdk import get_current_context
 
     from rewind.dq import format_proof, run_proof

@@ -6,7 +6,6 @@ Thin: each calls into ``rewind`` (which decides) with what Airflow knows (connec
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseHook, BaseOperator
@@ -50,9 +49,7 @@ def s3_store(conn_id: str = "rewind_s3") -> Any:
 def launch(stream: str, registry: str | None, conn_id: str, wait_s: float) -> dict[str, Any]:
     """Start the stream through spark-submit (detached) and wait until its driver reports running."""
     from rewind.registry import load_registry
-    from rewind.services import pid_alive
-    from rewind.status import read_status, status_path
-    from rewind.stream_control import default_log_path
+    from rewind.stream_control import default_log_path, wait_running
 
     from rewind_airflow.hooks import RewindStreamHook
 
@@ -60,26 +57,9 @@ def launch(stream: str, registry: str | None, conn_id: str, wait_s: float) -> di
     log_path = default_log_path(spec)
     started = time.time()
     submit_pid = RewindStreamHook(stream, registry, kafka_bootstrap(), conn_id=conn_id).launch_detached(log_path)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        st = read_status(status_path(spec.status_dir, spec.name))
-        if st and st.started_at >= started - 1 and st.state == "running" and pid_alive(st.pid):
-            return {"pid": st.pid, "submit_pid": submit_pid, "launched_at": started, "running_at": time.time(),
-                    "log": str(log_path)}
-        if st and st.started_at >= started - 1 and st.state == "failed":
-            raise RuntimeError(f"{stream} failed while starting: {st.exception}; log {log_path}")
-        if not pid_alive(submit_pid):
-            raise RuntimeError(f"spark-submit for {stream} exited before the stream ran; log {log_path}:\n"
-                               + _tail(log_path))
-        time.sleep(0.5)
-    raise TimeoutError(f"{stream} not running {wait_s:.0f}s after spark-submit (pid {submit_pid}); log {log_path}")
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+    st = wait_running(spec, submit_pid, wait_s, log_path, started_after=started)
+    return {"pid": st.pid, "submit_pid": submit_pid, "launched_at": started, "running_at": time.time(),
+            "log": str(log_path)}
 
 
 class LaunchStreamOperator(BaseOperator):

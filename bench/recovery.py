@@ -1,0 +1,205 @@
+"""Recovery time of the supervisor: SIGKILL -> detected -> relaunched -> first new batch committed.
+
+Prints one JSON object. Runs the real supervisor DAG (``dag.test()`` in this process: the same
+tasks, trigger and spark-submit launch Airflow runs) against the embedded Kafka and S3 while a
+producer keeps writing. Each run kills the stream's driver with SIGKILL after it has committed
+new batches, and reads the times from the facts the platform records:
+
+- detected: the failure the supervisor recorded (``<stream>.failures.json``, the trigger's time);
+- relaunched: the new driver's ``started_at`` in the status file;
+- first new batch: the first status of the new driver with a batch past the one at the kill.
+
+Reference measured in the same run: the cold start of the same stream (launch -> first batch),
+which bounds what a restart can cost. At the end every Kafka record is checked against the sink.
+Airflow's own log goes to ``<work>/bench.log``; stdout holds only the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def keep_stdout_for_json(log: Path) -> Any:
+    """Send fd 1 and 2 (Airflow, Spark, children) to `log`; return a file on the real stdout."""
+    real = os.fdopen(os.dup(1), "w")
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    return real
+
+
+class Producer(threading.Thread):
+    """Keeps data arriving (`rate` events/s in small bursts) so every restart has work waiting."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
+        self.stop = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        from rewind.producer import ProduceSpec, produce
+
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            produce(self.bootstrap, ProduceSpec(topic=self.topic, count=self.rate, partitions=2,
+                                                id_prefix="rec", start_seq=1_000_000 + self.sent))
+            self.sent += self.rate
+            self.stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+
+
+def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
+    from rewind.status import read_status, status_path
+
+    while True:
+        st = read_status(status_path(spec.status_dir, spec.name))
+        if st and st.last_batch_id is not None and st.started_at >= t0 - 1:
+            out["first_batch"] = time.time()
+            return
+        time.sleep(0.1)
+
+
+def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any]) -> None:
+    """Wait for progress past `after_batch`, SIGKILL the driver, then time the recovery."""
+    from rewind.status import read_status, status_path
+
+    path = status_path(spec.status_dir, spec.name)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        st = read_status(path)
+        if st and st.state == "running" and st.last_batch_id is not None and \
+                (after_batch is None or st.last_batch_id >= after_batch + 2):
+            break
+        time.sleep(0.2)
+    else:
+        out["error"] = "the stream made no progress to kill"
+        return
+    time.sleep(1.0)
+    st = read_status(path)
+    assert st is not None
+    out.update(pid=st.pid, batch=st.last_batch_id, killed_at=time.time())
+    os.kill(st.pid, signal.SIGKILL)
+    while time.monotonic() < deadline:
+        now = read_status(path)
+        if now and now.pid != st.pid and now.started_at > out["killed_at"]:
+            out.setdefault("relaunched_at", now.started_at)
+            if now.last_batch_id is not None and now.last_batch_id > out["batch"] and now.last_batch_at:
+                out["first_batch_at"] = now.last_batch_at
+                return
+        time.sleep(0.1)
+    out["error"] = "no new batch after the kill"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3, help="kills (the median is reported)")
+    ap.add_argument("--rate", type=int, default=500, help="events/s produced during the runs")
+    ap.add_argument("--poll-s", type=float, default=2.0, help="the trigger's poll interval (registry default 2)")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="rewind-bench-recovery-"))
+    out = keep_stdout_for_json(work / "bench.log")
+    home = work / "airflow"
+    os.environ.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                       "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+                       "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins")})
+    sys.path.insert(0, str(ROOT / "plugins"))
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, timeout=600)
+
+    from rewind.producer import ProduceSpec, produce
+    from rewind.registry import load_registry
+    from rewind.services import EmbeddedPlatform
+    from rewind.stream_control import stop_stream, wait_caught_up
+    from rewind.supervisor import read_history
+    from rewind.verify import verify_stream
+
+    with EmbeddedPlatform(work / "services") as plat:
+        info = plat.info()
+        topic = "recovery-events"
+        reg = work / "streams.yaml"
+        reg.write_text(f"""
+streams:
+  rec:
+    topics: [{topic}]
+    transform: rewind.demo.transform:build
+    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 5000}}}}
+    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: rec_}}
+    checkpoint: {work}/checkpoints/rec
+    status_dir: {work}/status
+    trigger: 1 second
+    restart: {{strategy: fixed-delay, max_attempts: 100, delay: 1 seconds}}
+""")
+        os.environ.update({**info.env(), "REWIND_REGISTRY": str(reg),
+                           "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                           "AIRFLOW_CONN_REWIND_KAFKA": json.dumps(
+                               {"conn_type": "generic", "extra": {"bootstrap": info.kafka_bootstrap}})})
+        produce(info.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=2, id_prefix="seed"))
+        spec = load_registry(reg).get("rec")
+        from rewind_airflow.dag_factory import build_dags
+
+        dag = build_dags(str(reg))["rewind_rec_supervisor"]
+        producer = Producer(info.kafka_bootstrap, topic, args.rate)
+        producer.start()
+        runs: list[dict[str, Any]] = []
+        cold: dict[str, float] = {}
+        t0 = time.time()
+        threading.Thread(target=watch_cold_start, args=(spec, t0, cold), daemon=True).start()
+        try:
+            for i in range(args.runs):
+                timing: dict[str, Any] = {}
+                killer = threading.Thread(target=kill_and_time, args=(spec, runs[-1]["batch"] if runs else None,
+                                                                      timing), daemon=True)
+                killer.start()
+                run = dag.test(run_conf={"chain": False, "watch_s": 900})
+                killer.join(timeout=300)
+                states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
+                failures = read_history(spec)["failures"]
+                detected = next((f["at"] for f in reversed(failures) if f["at"] >= timing.get("killed_at", 1e18)),
+                                None)
+                if "error" in timing or detected is None or "first_batch_at" not in timing:
+                    raise RuntimeError(f"run {i}: {timing}, tasks {states}")
+                k = timing["killed_at"]
+                runs.append({"batch": timing["batch"], "detect_s": round(detected - k, 2),
+                             "relaunch_s": round(timing["relaunched_at"] - k, 2),
+                             "first_batch_s": round(timing["first_batch_at"] - k, 2), "tasks": states})
+        finally:
+            producer.stop.set()
+            producer.join(timeout=60)
+        wait_caught_up(spec, info.kafka_bootstrap, timeout=600)
+        stop_stream(spec, timeout=90)
+        report = verify_stream(spec, info.kafka_bootstrap)
+
+    def med(key: str) -> float:
+        return round(statistics.median(r[key] for r in runs), 2)
+
+    result = {
+        "benchmark": "recovery", "runs": len(runs),
+        "machine": {"cores": os.cpu_count(), "spark_master": "local[2]"},
+        "poll_s": args.poll_s, "restart_delay_s": 1.0, "produce_rate_eps": args.rate,
+        "median_s": {"sigkill_to_detected": med("detect_s"), "sigkill_to_relaunched": med("relaunch_s"),
+                     "sigkill_to_first_new_batch": med("first_batch_s")},
+        "reference_cold_start_to_first_batch_s": round(cold["first_batch"] - t0, 2) if cold else None,
+        "per_run": [{k: v for k, v in r.items() if k != "tasks"} for r in runs],
+        "exactly_once": {"ok": report.ok, "kafka_records": report.kafka_records},
+        "log": str(work / "bench.log"),
+    }
+    out.write(json.dumps(result) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()

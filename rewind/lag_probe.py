@@ -1,0 +1,74 @@
+"""Kafka lag of a running stream, looked up beside the query and written into its status.
+
+Why: Spark reports no ``latestOffset`` for a Python data source, so the progress events alone
+cannot say how far behind a stream is, and "stalled" (Kafka has data, no batch comes) would be
+invisible. A daemon thread in the driver asks Kafka for the true end of every partition every
+few seconds (starting from the last batch's end offsets, so each look-up reads little) and
+updates ``latest_offsets``/``lag``. It never touches the heartbeat: a hung query with a live
+probe still shows as stalled, a hung driver as a stale heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rewind.status import StreamStatus, lag_of, write_status
+
+log = logging.getLogger(__name__)
+
+
+def end_offsets_json(ends: dict[Any, int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for tp, off in ends.items():
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(off)
+    return out
+
+
+def hints_from(end_offsets: dict[str, dict[str, int]]) -> dict[Any, int]:
+    from rewind.kafka.offsets import TP
+
+    return {TP(t, int(p)): int(o) for t, parts in end_offsets.items() for p, o in parts.items()}
+
+
+class LagProbe(threading.Thread):
+    """Every `interval_s`: true end offsets of the stream's topics -> status lag (until `stop`)."""
+
+    def __init__(self, consumer_config: dict[str, Any], topics: list[str], status: StreamStatus, path: Path,
+                 interval_s: float = 10.0, timeout_s: float = 30.0) -> None:
+        super().__init__(name=f"lag-probe-{status.stream}", daemon=True)
+        self.config, self.topics, self.status, self.path = consumer_config, topics, status, path
+        self.interval_s, self.timeout_s = interval_s, timeout_s
+        self.stopped = threading.Event()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def probe_once(self, client: Any) -> None:
+        ends = client.end_offsets(client.partitions(self.topics), hints_from(self.status.end_offsets))
+        latest = end_offsets_json(ends)
+        st = self.status
+        if st.state in ("stopped", "failed"):
+            return
+        st.latest_offsets = latest
+        st.lag = lag_of(st.end_offsets, latest)
+        st.total_lag = sum(st.lag.values())
+        st.lag_at = time.time()
+        write_status(self.path, st)
+
+    def run(self) -> None:
+        from rewind.kafka.client import KafkaOffsetClient
+
+        warned = False
+        with KafkaOffsetClient(self.config, self.timeout_s) as client:
+            while not self.stopped.wait(self.interval_s):
+                try:
+                    self.probe_once(client)
+                    warned = False
+                except Exception as exc:  # noqa: BLE001 - a broker hiccup must not end the stream
+                    if not warned:
+                        log.warning("lag look-up failed (will retry every %.0fs): %s", self.interval_s, exc)
+                        warned = True
