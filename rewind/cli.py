@@ -226,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     from rewind.cli_dq import add_dq_parser
 
     add_dq_parser(sub)
+    from rewind.cli_supervisor import add_supervisor_parser
+
+    add_supervisor_parser(sub)
+    from rewind.cli_replay import add_replay_parser
+    add_replay_parser(sub)
 
     up = sub.add_parser("up", help="start the embedded platform, the demo producer and stream; Ctrl-C stops all")
     up.add_argument("--registry")
