@@ -78,6 +78,28 @@ class SavepointSpec(_Strict):
     max_age: str = "7d"
 
 
+class SupervisionSpec(_Strict):
+    """When the supervisor calls a stream unhealthy (rewind.health.Thresholds), and how often it looks."""
+
+    poll: str = "2 seconds"
+    heartbeat_timeout: str = "60 seconds"  # no listener event at all: the driver is hung
+    stall_after: str = "2 min"  # Kafka has data but no new batch for this long
+    startup_grace: str = "3 min"  # a starting stream is left alone this long
+    max_lag: int | None = Field(None, ge=1)  # records behind that raise an alarm (no restart)
+
+    @field_validator("poll", "heartbeat_timeout", "stall_after", "startup_grace")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+    def thresholds(self) -> dict[str, Any]:
+        """Keyword arguments of ``rewind.health.Thresholds`` (plain JSON: the trigger serializes them)."""
+        return {"heartbeat_stale_s": parse_duration(self.heartbeat_timeout).total_seconds(),
+                "stall_s": parse_duration(self.stall_after).total_seconds(),
+                "startup_grace_s": parse_duration(self.startup_grace).total_seconds(), "max_lag": self.max_lag}
+
+
 class StreamSpec(_Strict):
     name: str = ""
     topics: list[str] = Field(min_length=1)
@@ -93,6 +115,7 @@ class StreamSpec(_Strict):
     allowed_lateness: str = "20 seconds"
     restart: RestartSpec = Field(default_factory=RestartSpec)
     savepoints: SavepointSpec = Field(default_factory=SavepointSpec)
+    supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
     dq_suite: str = "exactly_once"
 
     @field_validator("topics")

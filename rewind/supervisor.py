@@ -131,7 +131,9 @@ def wait_for_progress(spec: StreamSpec, pid: int, after_batch: int | None, timeo
             if st.state == "failed":
                 raise StreamFailed("query_failed", f"{spec.name} failed after relaunch (last batch "
                                                         f"{st.last_batch_id}, offsets {st.end_offsets}): {st.exception}")
-            advanced = st.last_batch_id is not None and (after_batch is None or st.last_batch_id > after_batch)
+            # last_batch_at is set by this driver's own progress events (a seeded status has none)
+            ran = st.last_batch_at is not None and st.last_batch_at >= st.started_at
+            advanced = ran and st.last_batch_id is not None and (after_batch is None or st.last_batch_id > after_batch)
             caught_up = st.last_batch_id is not None and bool(st.latest_offsets) and st.total_lag == 0
             if st.state == "running" and (advanced or caught_up):
                 return {"batch": st.last_batch_id, "lag": st.total_lag, "at": st.last_batch_at}

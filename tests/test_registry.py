@@ -81,3 +81,15 @@ def test_parse_duration() -> None:
     assert parse_duration("7d").days == 7
     with pytest.raises(ValueError):
         parse_duration("fortnight")
+
+
+def test_supervision_thresholds(tmp_path: Path) -> None:
+    text = GOOD + "    supervision: {stall_after: 5 min, max_lag: 10000}\n"
+    spec = load_registry(write(tmp_path, text), env={"REWIND_HOME": "/h"}).get("s1")
+    t = spec.supervision.thresholds()
+    assert t["stall_s"] == 300 and t["max_lag"] == 10000 and t["heartbeat_stale_s"] == 60
+    from rewind.health import Thresholds
+
+    assert Thresholds(**t).stall_s == 300  # the trigger builds its thresholds from exactly this dict
+    with pytest.raises(RegistryError, match="stall_after"):
+        load_registry(write(tmp_path, GOOD + "    supervision: {stall_after: soon}\n"), env={"REWIND_HOME": "/h"})

@@ -28,6 +28,8 @@ def registry_path() -> str:
 
 def supervisor_dag(spec: Any, registry: str) -> DAG:
     """launch -> watch (deferred) -> diagnose -> recover checkpoint -> relaunch -> prove -> next run."""
+    from rewind.registry import parse_duration
+
     name = spec.name
     with DAG(
         dag_id=f"rewind_{name}_supervisor", schedule=None, start_date=START, catchup=False, max_active_runs=1,
@@ -49,6 +51,8 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
 
         ensure = LaunchStreamOperator(task_id="launch", stream=name, registry=registry)
         watch = WatchStreamOperator(task_id="watch", stream=name, registry=registry,
+                                    poll_s=parse_duration(spec.supervision.poll).total_seconds(),
+                                    thresholds=spec.supervision.thresholds(),
                                     watch_s="{{ params.watch_s }}")  # type: ignore[arg-type]
 
         @task
