@@ -122,6 +122,7 @@ def main() -> None:
 
     from rewind.producer import ProduceSpec, produce
     from rewind.registry import load_registry
+    from rewind.registry_templates import demo_stream, write_registry
     from rewind.services import EmbeddedPlatform
     from rewind.stream_control import stop_stream, wait_caught_up
     from rewind.supervisor import read_history
@@ -130,19 +131,9 @@ def main() -> None:
     with EmbeddedPlatform(work / "services") as plat:
         info = plat.info()
         topic = "recovery-events"
-        reg = work / "streams.yaml"
-        reg.write_text(f"""
-streams:
-  rec:
-    topics: [{topic}]
-    transform: rewind.demo.transform:build
-    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 5000}}}}
-    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: rec_}}
-    checkpoint: {work}/checkpoints/rec
-    status_dir: {work}/status
-    trigger: 1 second
-    restart: {{strategy: fixed-delay, max_attempts: 100, delay: 1 seconds}}
-""")
+        reg = write_registry(work / "streams.yaml", demo_stream(
+            "rec", topic, work, max_offsets=5000, trigger="1 second",
+            restart="{strategy: fixed-delay, max_attempts: 100, delay: 1 seconds}"))
         os.environ.update({**info.env(), "REWIND_REGISTRY": str(reg),
                            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
                            "AIRFLOW_CONN_REWIND_KAFKA": json.dumps(

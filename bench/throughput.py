@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from rewind.producer import ProduceSpec, produce  # noqa: E402
 from rewind.registry import load_registry  # noqa: E402
+from rewind.registry_templates import demo_stream, write_registry  # noqa: E402
 from rewind.services import EmbeddedPlatform  # noqa: E402
 from rewind.verify import read_records  # noqa: E402
 
@@ -47,17 +48,8 @@ def main() -> None:
         produce_s = time.perf_counter() - t0
         raw_n, raw_s = raw_consumer_eps(info.kafka_bootstrap, topic)
 
-        reg = work / "streams.yaml"
-        reg.write_text(f"""
-streams:
-  bench:
-    topics: [{topic}]
-    transform: rewind.demo.transform:build
-    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: {args.max_offsets_per_trigger}}}}}
-    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: bench_}}
-    checkpoint: {work}/checkpoint
-    status_dir: {work}/status
-""")
+        reg = write_registry(work / "streams.yaml", demo_stream("bench", topic, work,
+                                                                max_offsets=args.max_offsets_per_trigger))
         spec = load_registry(reg).get("bench")
         from rewind.spark_session import build_session
         from rewind.stream_runner import build_query

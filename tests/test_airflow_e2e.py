@@ -14,6 +14,7 @@ import pytest
 
 from rewind.producer import ProduceSpec, produce
 from rewind.registry import load_registry
+from rewind.registry_templates import demo_stream, write_registry
 from rewind.status import read_status, status_path
 from rewind.stream_control import stop_stream, wait_caught_up
 from rewind.supervisor import read_history
@@ -33,19 +34,9 @@ def _wait(what: str, check: Callable[[], Any], timeout: float, poll: float = 0.5
 @pytest.mark.slow
 def test_supervisor_heals_two_kills_through_real_airflow(airflow_factory, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     topic = "e2e-events"
-    registry = tmp_path / "streams.yaml"
-    registry.write_text(f"""
-streams:
-  e2e:
-    topics: [{topic}]
-    transform: rewind.demo.transform:build
-    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 500}}}}
-    sink: {{url: "sqlite:///{tmp_path}/sink.db", table_prefix: e2e_}}
-    checkpoint: {tmp_path}/checkpoints/e2e
-    status_dir: {tmp_path}/status
-    trigger: 1 second
-    restart: {{strategy: fixed-delay, max_attempts: 5, delay: 1 seconds}}
-""")
+    registry = write_registry(tmp_path / "streams.yaml", demo_stream(
+        "e2e", topic, tmp_path, max_offsets=500, trigger="1 second",
+        restart="{strategy: fixed-delay, max_attempts: 5, delay: 1 seconds}"))
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=2, malformed_every=50,
                                                   duplicate_every=40, id_prefix="e0"))
     spec = load_registry(registry).get("e2e")

@@ -98,19 +98,10 @@ def _supervised_registry(tmp_path: Path, topic: str, platform: Any, monkeypatch:
                                                                 "delay: 1 seconds}") -> Path:
     """A one-stream registry (`sup`) in tmp_path, and the env dag.test() tasks need (platform,
     Spark and Kafka connections) set for this test."""
-    registry = tmp_path / "streams.yaml"
-    registry.write_text(f"""
-streams:
-  sup:
-    topics: [{topic}]
-    transform: rewind.demo.transform:build
-    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: {max_offsets}}}}}
-    sink: {{url: "sqlite:///{tmp_path}/sink.db", table_prefix: sup_}}
-    checkpoint: {tmp_path}/checkpoints/sup
-    status_dir: {tmp_path}/status
-    trigger: 1 second
-    restart: {restart}
-""")
+    from rewind.registry_templates import demo_stream, write_registry
+
+    registry = write_registry(tmp_path / "streams.yaml", demo_stream(
+        "sup", topic, tmp_path, max_offsets=max_offsets, trigger="1 second", restart=restart))
     for k, v in {**platform.env(), "REWIND_REGISTRY": str(registry), "REWIND_LAG_PROBE_S": "2",
                  "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
                  "AIRFLOW_CONN_REWIND_KAFKA": json.dumps({"conn_type": "generic",

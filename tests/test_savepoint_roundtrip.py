@@ -30,6 +30,7 @@ from rewind.checkpoint_pointer import active_checkpoint, pointer_path, read_poin
 from rewind.kafka.client import true_end_offsets
 from rewind.producer import ProduceSpec, produce
 from rewind.registry import StreamSpec, load_registry
+from rewind.registry_templates import demo_stream
 from rewind.s3 import S3Config, S3Store, S3Unreachable
 from rewind.savepoint import (FILES_DIR, MANIFEST, Manifest, SavepointCorrupt, SavepointNotFound,
                               create_savepoint, list_savepoints, load_manifest, restore_savepoint, savepoint_prefix,
@@ -43,20 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def stream_yaml(name: str, topic: str, home: Path, **extra: str) -> str:
-    lines = "".join(f"    {k}: {v}\n" for k, v in extra.items())
-    return f"""  {name}:
-    topics: [{topic}]
-    partitions: 2
-    transform: rewind.demo.transform:build
-    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 1500}}}}
-    sink: {{url: "sqlite:///{home}/sink-{name}.db", table_prefix: {name}_}}
-    checkpoint: {home}/checkpoints/{name}
-    status_dir: {home}/status
-    trigger: 1 second
-    window: 5 seconds
-    watermark_delay: 30 seconds
-    allowed_lateness: 20 seconds
-{lines}"""
+    return demo_stream(name, topic, home, max_offsets=1500, partitions="2", trigger="1 second",
+                       window="5 seconds", watermark_delay="30 seconds", allowed_lateness="20 seconds", **extra)
 
 
 def make_topic(bootstrap: str, prefix: str) -> str:
