@@ -54,7 +54,7 @@ def test_dags_import_without_network(airflow_env: dict[str, str], monkeypatch: p
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
     dags = _load()
-    assert set(dags) == {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq"}
+    assert set(dags) == {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq", "rewind_replay"}
 
 
 def test_dagbag_has_no_import_errors(airflow_env: dict[str, str]) -> None:
@@ -62,7 +62,7 @@ def test_dagbag_has_no_import_errors(airflow_env: dict[str, str]) -> None:
 
     bag = DagBag(dag_folder=str(DAG_FILE))
     assert bag.import_errors == {}
-    assert {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq"} <= set(bag.dag_ids)
+    assert {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq", "rewind_replay"} <= set(bag.dag_ids)
 
 
 def test_supervisor_task_graph(airflow_env: dict[str, str]) -> None:
@@ -77,6 +77,40 @@ def test_supervisor_task_graph(airflow_env: dict[str, str]) -> None:
     assert dag.max_active_runs == 1 and dag.schedule is None or dag.timetable.summary in ("None", "")
     sp = _load()["rewind_demo_savepoint"]
     assert [sorted(t.downstream_task_ids) for t in sp.tasks if t.task_id == "take_savepoint"] == [["apply_retention"]]
+
+
+def test_replay_dag_form_and_graph(airflow_env: dict[str, str]) -> None:
+    dag = _load()["rewind_replay"]
+    edges = {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
+    assert edges == {"plan": ["not_dry_run", "replay"], "not_dry_run": ["replay"], "replay": []}
+    params = dag.params.dump()
+    assert set(params) == {"stream", "from", "to", "topics", "partitions", "mode", "dry_run",
+                           "allow_beyond_retention", "replay_id"}
+    assert dag.params.get_param("stream").schema["enum"] == ["demo"]
+    assert dag.params.get_param("mode").schema["enum"] == ["into-sink", "shadow"]
+    assert params["dry_run"] is True  # the form plans unless told otherwise
+
+
+@pytest.mark.parametrize("form,message", [
+    ({"from": "500", "to": "100"}, "after"),
+    ({"from": "0", "to": "10", "replay_id": "../etc"}, "is not allowed"),
+    ({"from": "2026-11-22T03:00:00", "to": "latest"}, "zone"),
+    ({"from": "0", "to": "10", "partitions": "7"}, "partition"),
+])
+def test_replay_dag_refuses_bad_input_in_its_first_task(airflow_env: dict[str, str], platform: Any, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch, form: dict[str, str],
+                                                        message: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """Invalid params fail `plan` with the planner's message; nothing after it runs."""
+    from rewind.producer import ProduceSpec, produce
+
+    topic = "replay-form"
+    registry = _supervised_registry(tmp_path, topic, platform, monkeypatch)
+    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=20, partitions=2, id_prefix="f"))
+    run = _load(registry)["rewind_replay"].test(run_conf={"stream": "sup", **form})
+    states = _states(run)
+    assert states["plan"] == "failed" and states["replay"] != "success", states
+    log = capfd.readouterr().out  # dag.test() logs the tasks to stdout
+    assert "AirflowFailException: replay refused" in log and message in log, log[-3000:]
 
 
 def test_registry_error_is_an_import_error_naming_file_and_key(airflow_env: dict[str, str], tmp_path: Path,

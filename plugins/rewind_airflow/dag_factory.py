@@ -7,7 +7,9 @@ import, so Airflow shows it as an import error naming the file and the key.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -19,6 +21,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from rewind_airflow.operators import LaunchStreamOperator, WatchStreamOperator, launch, s3_store
 
 ROOT = Path(__file__).resolve().parents[2]
+REPLAY_APP = ROOT / "spark_jobs" / "replay.py"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
@@ -209,13 +212,133 @@ def dq_dag(spec: Any, registry: str) -> DAG:
     return dag
 
 
+def replay_dag(streams: list[str], registry: str) -> DAG:
+    """The on-call interface: the trigger form plans a replay (dry run by default) or runs it."""
+    with DAG(
+        dag_id="rewind_replay", schedule=None, start_date=START, catchup=False, tags=["rewind", "replay"],
+        is_paused_upon_creation=False, render_template_as_native_obj=False,
+        doc_md="Replay an exact Kafka range `[from, to)` of a stream through its own transform into its sink "
+               "(idempotent), or into shadow tables for comparison. Leave **dry_run** on to see the plan "
+               "(offsets and record counts per partition) first. Bounds: an offset, `earliest`/`latest`, an "
+               "ISO 8601 time with a zone (`2026-11-22T03:00:00Z`), or JSON like `{\"topic\": {\"0\": 12}}`. "
+               "One replay per stream at a time; the DQ proof over the range runs after every replay.",
+        params={
+            "stream": Param(streams[0], enum=streams, description="stream from the registry"),
+            "from": Param("", type="string", minLength=1, title="from (inclusive)",
+                          description="offset, earliest, ISO time with zone, or per-partition JSON"),
+            "to": Param("", type="string", minLength=1, title="to (exclusive)",
+                        description="offset, latest, ISO time with zone, or per-partition JSON"),
+            "topics": Param("", type="string", description="comma-separated; empty = all of the stream's"),
+            "partitions": Param("", type="string", description="comma-separated numbers; empty = all"),
+            "mode": Param("into-sink", enum=["into-sink", "shadow"],
+                          description="into-sink: restore into the stream's tables (idempotent); "
+                                      "shadow: separate tables named for the replay"),
+            "dry_run": Param(True, type="boolean", description="only plan: show what would be read"),
+            "allow_beyond_retention": Param(False, type="boolean",
+                                            description="replay what is left when part of the range is gone"),
+            "replay_id": Param("", type="string", description="optional name (a-z, 0-9, - and _); "
+                                                                "default: the time"),
+        },
+    ) as dag:
+        @task
+        def plan(**context: Any) -> dict[str, Any]:
+            return plan_replay_task(context["params"], registry)
+
+        @task.short_circuit
+        def not_dry_run(planned: dict[str, Any], **context: Any) -> bool:
+            if context["params"].get("dry_run", True):
+                print("dry run: nothing was read or written; trigger again with dry_run off to replay this plan")
+                return False
+            return True
+
+        @task
+        def replay(planned: dict[str, Any], **context: Any) -> dict[str, Any]:
+            return run_replay_task(planned, context["params"], registry)
+
+        planned = plan()
+        not_dry_run(planned) >> replay(planned)
+    return dag
+
+
+def plan_replay_task(params: dict[str, Any], registry: str) -> dict[str, Any]:
+    """Validate the form and plan against Kafka; bad input fails here, before any Spark job."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from rewind.registry import load_registry
+    from rewind.replay_guard import check_mode, check_replay_id, new_replay_id
+    from rewind.replay_plan import ReplayRefused, ReplayRequest, format_plan, plan_replay
+
+    from rewind_airflow.operators import kafka_bootstrap
+
+    reg = load_registry(registry)
+    try:
+        check_mode(params.get("mode") or "into-sink")
+        replay_id = check_replay_id(params["replay_id"]) if params.get("replay_id") else new_replay_id()
+        request = ReplayRequest.parse(params["stream"], params.get("from") or "", params.get("to") or "",
+                                      params.get("topics") or None, params.get("partitions") or None,
+                                      bool(params.get("allow_beyond_retention")), registry=reg)
+        planned = plan_replay(request, reg, kafka_bootstrap())
+    except ReplayRefused as exc:
+        raise AirflowFailException(str(exc)) from exc
+    spec = reg.get(params["stream"])
+    run_dir = Path(spec.status_dir).parent / "replays" / spec.name / replay_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan_file = run_dir / "plan.json"
+    plan_file.write_text(json.dumps(planned.to_json(), indent=1))
+    print(format_plan(planned))
+    print(f"plan stored in {plan_file}")
+    return {"replay_id": replay_id, "plan_file": str(plan_file), "run_dir": str(run_dir),
+            "records": planned.total_records}
+
+
+def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: str,
+                    conn_id: str = "spark_default") -> dict[str, Any]:
+    """The bounded Spark job through spark-submit; its report (plan, counts, proof) in the log."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from rewind.registry import load_registry
+    from rewind.replay_guard import busy_message, current_holder, lock_path
+
+    from rewind_airflow.operators import kafka_bootstrap
+
+    spec = load_registry(registry).get(params["stream"])
+    holder = current_holder(spec.status_dir, spec.name)
+    if holder:  # the job's own lock is what holds; this says it before a Spark start
+        raise AirflowFailException(busy_message(spec.name, holder, lock_path(spec.status_dir, spec.name)))
+    report_file = Path(planned["run_dir"]) / "report.json"
+    args = [spec.name, "--registry", registry, "--bootstrap", kafka_bootstrap(), "--plan-json",
+            planned["plan_file"], "--mode", params.get("mode") or "into-sink", "--replay-id", planned["replay_id"],
+            "--report-json", str(report_file)]
+    hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=f"rewind-replay-{spec.name}",
+                           env_vars={"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
+    failure: Exception | None = None
+    try:
+        hook.submit(str(REPLAY_APP))
+    except Exception as exc:  # noqa: BLE001 - the report (if any) says more than the exit code
+        failure = exc
+    if not report_file.exists():
+        raise AirflowFailException(f"the replay job wrote no report ({failure}); see the spark-submit output above")
+    report = json.loads(report_file.read_text())
+    print(report.get("text") or json.dumps(report, indent=1))
+    if failure is not None or not report.get("ok"):
+        why = report.get("error") or "the DQ proof over the replayed range failed"
+        raise AirflowFailException(f"replay {planned['replay_id']} failed: {why}; report {report_file}")
+    return {"replay_id": planned["replay_id"], "report": str(report_file), "ok": True}
+
+
 def build_dags(registry: str | None = None) -> dict[str, DAG]:
     from rewind.registry import load_registry
 
     registry = registry or registry_path()
     out: dict[str, DAG] = {}
-    for spec in load_registry(registry).streams.values():
+    streams = load_registry(registry).streams
+    for spec in streams.values():
         for make in (supervisor_dag, savepoint_dag, dq_dag):
             dag = make(spec, registry)
             out[dag.dag_id] = dag
+    if streams:
+        dag = replay_dag(sorted(streams), registry)
+        out[dag.dag_id] = dag
     return out
