@@ -36,6 +36,7 @@ bench: java venv
 	$(PY) bench/throughput.py
 	$(PY) bench/checkpoint_inspect.py
 	$(PY) bench/recovery.py
+	$(PY) bench/replay.py
 
 clean:
 	rm -rf .rewind .pytest_cache

@@ -32,14 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def keep_stdout_for_json(log: Path) -> Any:
-    """Send fd 1 and 2 (Airflow, Spark, children) to `log`; return a file on the real stdout."""
-    real = os.fdopen(os.dup(1), "w")
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    return real
+from common import keep_stdout_for_json  # noqa: E402
 
 
 class Producer(threading.Thread):

@@ -1,9 +1,13 @@
-"""`rewind replay plan`: show exactly which Kafka range a replay would read (rewind/replay_plan.py).
+"""`rewind replay plan|run`: which Kafka range a replay reads (rewind/replay_plan.py), and the
+replay itself (rewind/replay.py).
 
-`plan` changes nothing. Exit codes: 0 planned, 1 Kafka did not answer (worth retrying),
-2 refused (bad input, unknown stream/topic/partition, range beyond retention or past the end),
-with every reason on stderr. The range arguments live in ``add_range_arguments`` so a later
-``replay run`` in the same ``replay`` group takes exactly the same input.
+`plan` and `run --dry-run` change nothing. Exit codes: 0 planned / replayed and proven,
+1 a runtime failure (Kafka did not answer, Spark or the sink failed: worth retrying, the writes
+are idempotent), 2 refused (bad input, unknown stream/topic/partition, range beyond retention
+or past the end, nothing to replay, another replay of the stream running) or the DQ proof
+failed, with every reason on stderr. ``run`` takes the same range arguments as ``plan``
+(``add_range_arguments``); ``job_main`` is the spark-submit entry (spark_jobs/replay.py),
+which also accepts a plan made earlier (``--plan-json``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from rewind.replay_plan import DEFAULT_COUNT_CAP
@@ -19,7 +24,7 @@ from rewind.replay_plan import DEFAULT_COUNT_CAP
 def add_replay_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``rewind replay`` and its ``plan`` action; returns the action group's parser so
     other actions (``run``) can be added beside ``plan``."""
-    rp = subparsers.add_parser("replay", help="replay a Kafka range into the sink: plan (dry run)",
+    rp = subparsers.add_parser("replay", help="replay a Kafka range into the sink: plan, run (--dry-run)",
                                description="Replay an explicit Kafka range [from, to) of a stream. Bounds are "
                                            "offsets (applied to every selected partition), 'earliest'/'latest', "
                                            "ISO 8601 timestamps with a zone (2026-11-22T03:00:00Z, "
@@ -34,15 +39,20 @@ def add_replay_parser(subparsers: Any) -> argparse.ArgumentParser:
                            f"(default {DEFAULT_COUNT_CAP:,}); above it, counts are upper bounds")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=cmd_replay_plan)
+    run = actions.add_parser("run", help="replay the range through the stream's transform into its sink, then "
+                                         "prove it (exit 2 = refused or proof failed, 1 = runtime failure)")
+    add_range_arguments(run)
+    add_run_arguments(run)
+    run.set_defaults(func=cmd_replay_run)
     return rp
 
 
-def add_range_arguments(p: argparse.ArgumentParser) -> None:
+def add_range_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
     """The input every replay action takes: stream, range, selection, registry, Kafka."""
     p.add_argument("stream")
-    p.add_argument("--from", dest="start", required=True, metavar="FROM",
+    p.add_argument("--from", dest="start", required=required, metavar="FROM",
                    help="first offset/timestamp of the range (inclusive)")
-    p.add_argument("--to", dest="end", required=True, metavar="TO",
+    p.add_argument("--to", dest="end", required=required, metavar="TO",
                    help="end of the range (exclusive): the first offset/timestamp NOT replayed")
     p.add_argument("--topics", help="comma-separated subset of the stream's topics (default: all)")
     p.add_argument("--partitions", help="comma-separated partition numbers (default: all)")
@@ -85,3 +95,143 @@ def cmd_replay_plan(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(plan.to_json()) if args.json else format_plan(plan))
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# rewind replay run
+# ---------------------------------------------------------------------------------------------
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    from rewind.replay import DEFAULT_CHUNK_OFFSETS
+
+    p.add_argument("--mode", default="into-sink", metavar="MODE",
+                   help="into-sink (default: restore into the stream's tables, idempotently) or shadow (separate "
+                        "tables named for the replay, compared with the main tables, which stay untouched)")
+    p.add_argument("--replay-id", metavar="ID", help="a-z, 0-9, '-', '_' (default: time + random)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and what would be written where; "
+                                                          "change nothing")
+    p.add_argument("--json", action="store_true", help="print the report (or dry-run plan) as JSON")
+    p.add_argument("--run-dir", metavar="DIR", help="where the report and proof go "
+                                                    "(default: $REWIND_HOME/replays/STREAM/REPLAY_ID)")
+    p.add_argument("--no-s3", action="store_true", help="keep the report and proof local only")
+    p.add_argument("--bucket", help="S3 bucket (default: $REWIND_S3_BUCKET, else the embedded platform's)")
+    p.add_argument("--chunk-offsets", type=int, default=DEFAULT_CHUNK_OFFSETS, metavar="N",
+                   help=f"offsets per Spark job (default {DEFAULT_CHUNK_OFFSETS:,}): bounds memory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (one log line per chunk stays)")
+
+
+def _s3_store(args: argparse.Namespace) -> Any:
+    if args.no_s3:
+        return None
+    from rewind.s3 import S3Error, S3Store, resolve_s3_config
+
+    try:
+        config = resolve_s3_config(args.bucket, require_bucket=False)
+    except S3Error as exc:  # pragma: no cover - resolve only raises when a bucket is required
+        print(f"warning: {exc}; the report stays local", file=sys.stderr)
+        return None
+    if not config.bucket:
+        print("warning: no S3 bucket configured (REWIND_S3_BUCKET, --bucket or `rewind services up`); the report "
+              "stays local (use --no-s3 to silence this)", file=sys.stderr)
+        return None
+    return S3Store(config)
+
+
+def _refused(exc: Any, as_json: bool) -> int:
+    print(f"refused: {exc}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"refused": True, "problems": [p.to_json() for p in exc.problems]}))
+    return 2
+
+
+def cmd_replay_run(args: argparse.Namespace) -> int:
+    return _run(args, plan_json=None)
+
+
+def _run(args: argparse.Namespace, plan_json: str | None) -> int:
+    from confluent_kafka import KafkaException
+
+    from rewind.cli import resolve_bootstrap
+    from rewind.kafka.client import KafkaTimeoutError
+    from rewind.registry import load_registry
+    from rewind.replay import describe_replay, prepare_replay, run_replay
+    from rewind.replay_guard import check_mode, check_replay_id, refuse
+    from rewind.replay_plan import ReplayPlan, ReplayRefused
+    from rewind.replay_report import ReplayFailed, ReplayProofFailed, format_report
+
+    try:
+        check_mode(args.mode)  # bad mode or id: refused before Kafka is asked anything
+        if args.replay_id is not None:
+            check_replay_id(args.replay_id)
+        if plan_json is not None:
+            spec = load_registry(args.registry).get(args.stream)
+            try:
+                plan = ReplayPlan.from_json(plan_json)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise refuse("bad_plan", f"--plan-json is not a plan from `rewind replay plan --json` "
+                                         f"({type(exc).__name__}: {exc})") from None
+        else:
+            plan = build_plan(args)
+            spec = load_registry(args.registry).get(args.stream)
+        setup = prepare_replay(spec, plan, mode=args.mode, replay_id=args.replay_id, run_dir=args.run_dir)
+    except ReplayRefused as exc:
+        return _refused(exc, args.json)
+    except (KafkaTimeoutError, KafkaException) as exc:
+        print(f"error: Kafka did not answer the look-ups: {exc}; nothing was changed, retry when it does",
+              file=sys.stderr)
+        return 1
+    store = _s3_store(args)
+    if args.dry_run:
+        if args.json:
+            print(json.dumps({"dry_run": True, "replay_id": setup.replay_id, "mode": setup.mode,
+                              "tables": {t: f"{setup.table_prefix}{t}" for t in ("events", "dead_letter",
+                                                                                 "window_results")},
+                              "run_dir": str(setup.run_dir), "plan": plan.to_json()}))
+        else:
+            print(describe_replay(setup, store.url("") if store is not None else None, args.chunk_offsets))
+        return 0
+    try:
+        report = run_replay(spec, plan, resolve_bootstrap(args.bootstrap), mode=setup.mode,
+                            replay_id=setup.replay_id, run_dir=setup.run_dir, s3=store,
+                            progress=not args.no_progress, chunk_offsets=args.chunk_offsets)
+    except ReplayRefused as exc:
+        return _refused(exc, args.json)
+    except ReplayFailed as exc:
+        print(json.dumps(exc.report.to_json()) if args.json else format_report(exc.report))
+        if not isinstance(exc, ReplayProofFailed):
+            print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ReplayProofFailed) else 1
+    print(json.dumps(report.to_json()) if args.json else format_report(report))
+    return 0
+
+
+def job_main(argv: list[str]) -> int:
+    """spark-submit entry (spark_jobs/replay.py): ``STREAM --plan-json FILE | --from X --to Y ...``."""
+    import logging
+
+    p = argparse.ArgumentParser(prog="replay.py", description="Run one replay (see `rewind replay run --help`).")
+    add_range_arguments(p, required=False)
+    add_run_arguments(p)
+    p.add_argument("--plan-json", metavar="FILE", help="a plan from `rewind replay plan --json` (instead of "
+                                                       "--from/--to; '-' reads stdin)")
+    args = p.parse_args(argv)
+    bounds = [b for b in (args.start, args.end) if b is not None]
+    if (args.plan_json is not None and bounds) or (args.plan_json is None and len(bounds) < 2):
+        p.error("give either --plan-json FILE or both --from and --to")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("botocore", "boto3", "urllib3", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from rewind.registry import RegistryError
+
+    text = None
+    if args.plan_json is not None:
+        try:
+            text = sys.stdin.read() if args.plan_json == "-" else Path(args.plan_json).read_text()
+        except OSError as exc:
+            p.error(f"--plan-json: {exc}")
+    try:
+        return _run(args, plan_json=text)
+    except RegistryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

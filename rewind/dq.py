@@ -25,9 +25,11 @@ uploaded to ``s3://BUCKET/dq/STREAM/RUN_ID/``.
 Which range: by default everything below the end offsets of the stream's last committed
 batch while it runs (later records are in flight), else every record in its topics.
 Explicit ``bounds`` give ``[start, end)`` per partition (e.g. a replay's range). Kafka is
-read from the beginning up to the end bounds either way: duplicate sends and windows
-need the records before ``start`` as context; only records in ``[start, end)`` (and sink
-rows at those coordinates) are judged.
+read from the beginning either way: duplicate sends and windows need the records before
+``start`` as context, and a window holding records of the range may hold later records too
+(its expected result counts every valid event Kafka holds for it); only records in
+``[start, end)`` (and sink rows at those coordinates, and the windows their events fall in)
+are judged.
 
 Windows are judged as far as the stream has closed them: a window counts as closed when
 its end is at or below both the raw horizon (max event time minus the watermark delay)
@@ -380,7 +382,11 @@ def _windows(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, *,
              window: timedelta, watermark_delay: timedelta, stream_watermark: datetime | None,
              last_batch: int | None) -> tuple[pd.DataFrame, dict[str, Any]]:
     valid = ctx[ctx["verdict"] == "event"].drop_duplicates("event_id")
-    expected = recompute_windows(valid[["event_id", "key", "amount", "event_time"]], window)
+    # Expected results count every valid event of a window, also those after the range's end: a
+    # window is by event time, the stream counted them, and a range may end mid-window (a replay).
+    # The horizon below still comes from the context only.
+    every = kafka[kafka["verdict"] == "event"].drop_duplicates("event_id")
+    expected = recompute_windows(every[["event_id", "key", "amount", "event_time"]], window)
     expected = expected.rename(columns={"event_count": "expected_count", "amount_sum": "expected_sum"})
     expected["window_start"] = _utc(expected["window_start"])
     sink = sink.copy()
@@ -391,12 +397,9 @@ def _windows(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, *,
     sink = sink.rename(columns={"event_count": "sink_count", "amount_sum": "sink_sum"})
     sink["window_start"] = _utc(sink["window_start"])
     sink = sink[["window_start", "key", "sink_count", "sink_sum", "batch_id"]]
-    # a range that starts after the beginning judges only the windows its own events fall in
-    partial = bounds is not None and any(
-        start > int(kafka.loc[(kafka["topic"] == t) & (kafka["partition"] == p), "offset"].min())
-        for (t, p), (start, _) in bounds.items()
-        if start > 0 and ((kafka["topic"] == t) & (kafka["partition"] == p)).any())
-    if partial:
+    # a bounded range (one that starts after the beginning, ends before the end, or covers some
+    # partitions only) judges only the windows its own events fall in
+    if bounds is not None:
         own = recompute_windows(rng[rng["verdict"] == "event"][["event_id", "key", "amount", "event_time"]],
                                 window)[["window_start", "key"]]
         own["window_start"] = _utc(own["window_start"])

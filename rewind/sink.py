@@ -460,23 +460,29 @@ class ExactlyOnceSqlSink:
         return BatchResult(batch_id=batch_id, skipped=skipped, rows=zero if skipped else counts, seconds=seconds,
                            replanned=replanned)
 
-    def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None) -> dict[str, int]:
+    def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None,
+                   inserted: dict[str, int] | None = None) -> dict[str, int]:
         """Idempotent write without the ledger (the replay path): same conflict rules, one transaction.
 
         Writing the same rows twice leaves the same tables. Returns the rows handed
-        in per table. `replay_id` only labels logs and errors.
+        in per table. `replay_id` only labels logs and errors. Given a dict as
+        `inserted`, it receives per "ignore" table the rows that were new (the
+        rest were already there: a replay reports them as skipped).
         """
         label = f"replay {replay_id!r}" if replay_id else "write_rows"
         prepared = self._prepare(rows)
         counts = {name: p.submitted for name, p in prepared.items()}
         self._ensure_tables()
         started = time.perf_counter()
+        new_rows: dict[str, int] = {}
         with self._connect() as conn:
             try:
                 with conn.begin():
-                    self._write_tables(conn, prepared)
+                    self._write_tables(conn, prepared, new_rows)
             except exc.SQLAlchemyError as e:
                 raise self._write_error(e, f"stream {self.stream!r} {label}") from e
+        if inserted is not None:
+            inserted.update({name: n for name, n in new_rows.items() if self.specs[name].on_conflict == "ignore"})
         log.info("sink %s %s wrote in %.3fs: %s", self.stream, label, time.perf_counter() - started, counts)
         return counts
 
@@ -514,11 +520,46 @@ class ExactlyOnceSqlSink:
             spec = self.specs[name]
             types = {c.name: c.type for c in spec.columns}
             order = [table.c[k] for k in spec.key]
-        names = [c.name for c in table.columns]
+        return self._frame(table, types, sa.select(table).order_by(*order))
+
+    def read_rows(self, name: str, where: Callable[[sa.Table], Any] | None = None,
+                  columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """Rows of spec table `name` matching ``where(table)`` (a SQLAlchemy condition built on the
+        physical table, e.g. ``lambda t: t.c.key.in_(keys)``), with ``read_table``'s dtypes.
+
+        Why: a replay reads back only the rows its range touches (the events of a few windows,
+        the coordinates of its range), not whole tables. Timestamps in conditions must be UTC.
+        """
+        table = self._table(name)
+        spec = self.specs[name]
+        cols = [table.c[c] for c in (columns or spec.column_names)]
+        stmt = sa.select(*cols)
+        if where is not None:
+            stmt = stmt.where(where(table))
+        types = {c.name: c.type for c in spec.columns if c.name in {col.name for col in cols}}
+        return self._frame(table, types, stmt, [c.name for c in cols])
+
+    def column_max(self, name: str, column: str) -> Any:
+        """The largest value of one column of spec table `name` (None: empty or not created);
+        timestamps come back as UTC pandas Timestamps."""
+        table = self._table(name)
+        if not self._exists(table.name):
+            return None
+        with self._read() as conn:
+            value = conn.execute(sa.select(sa.func.max(table.c[column]))).scalar()
+        if value is None:
+            return None
+        if self.specs[name].columns[self.specs[name].column_names.index(column)].type == "timestamp":
+            return pd.to_datetime(value, utc=True)
+        return value
+
+    def _frame(self, table: sa.Table, types: Mapping[str, str], stmt: Any,
+               names: Sequence[str] | None = None) -> pd.DataFrame:
+        names = list(names or [c.name for c in table.columns])
         records: list[Any] = []
         if self._exists(table.name):
             with self._read() as conn:
-                records = [tuple(r) for r in conn.execute(sa.select(table).order_by(*order))]
+                records = [tuple(r) for r in conn.execute(stmt)]
         df = pd.DataFrame.from_records(records, columns=names)
         for col, kind in types.items():
             if kind in ("int", "bigint"):
@@ -704,28 +745,33 @@ class ExactlyOnceSqlSink:
             columns = {c: [columns[c][i] for i in keep] for c in names}
         return _Prepared(spec, {c: columns[c] for c in names}, n)
 
-    def _write_tables(self, conn: Connection, prepared: Mapping[str, _Prepared]) -> None:
+    def _write_tables(self, conn: Connection, prepared: Mapping[str, _Prepared],
+                      written: dict[str, int] | None = None) -> None:
         for name, p in prepared.items():
             if self.dialect == "sqlite":
                 rows: list[Any] = p.tuples(self._sqlite_sql[name][1])
             else:
                 rows = p.records()
             for chunk in _chunks(rows, CHUNK_ROWS):
-                self._insert_rows(conn, name, chunk)
+                n = self._insert_rows(conn, name, chunk)
+                if written is not None:
+                    written[name] = written.get(name, 0) + (n if isinstance(n, int) and n >= 0 else len(chunk))
 
-    def _insert_rows(self, conn: Connection, name: str, chunk: list[Any]) -> None:
+    def _insert_rows(self, conn: Connection, name: str, chunk: list[Any]) -> int:
         """One executemany of up to CHUNK_ROWS rows into table `name` (a seam for fault-injection tests).
 
         SQLite: the dialect-compiled upsert goes straight to sqlite3's executemany
         with tuples (SQLAlchemy's per-row parameter processing would double the
         time; values are driver-ready already). PostgreSQL: SQLAlchemy's
-        executemany with dicts, batched into multi-row VALUES.
+        executemany with dicts, batched into multi-row VALUES. Returns the rows
+        the database wrote (for "ignore" tables: the new ones; sqlite3 sums its
+        rowcount over an executemany, PostgreSQL's RETURNING returns only the
+        rows inserted or updated).
         """
         try:
             if self.dialect == "sqlite":
-                conn.exec_driver_sql(self._sqlite_sql[name][0], chunk)
-            else:
-                conn.execute(self._upserts[name], chunk).close()
+                return int(conn.exec_driver_sql(self._sqlite_sql[name][0], chunk).rowcount)
+            return len(conn.execute(self._upserts[name], chunk).all())
         except exc.SQLAlchemyError as e:
             e.add_note(f"while writing table {self._tables[name].name!r}")
             raise

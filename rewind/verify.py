@@ -150,11 +150,15 @@ def _check_windows(rep: ExactlyOnceReport, events: pd.DataFrame, windows: pd.Dat
 
 
 def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0) -> list[KafkaRecord]:
-    """Every record currently in ``topics``, read to the end of each partition (Fetch-based EOF)."""
+    """Every record currently in ``topics``: read up to each partition's end as it was when the read
+    began (a producer that keeps writing would otherwise keep Fetch from ever reporting EOF)."""
     import time
 
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+    from rewind.kafka.client import true_end_offsets
+
+    ends = {(tp.topic, tp.partition): off for tp, off in true_end_offsets(bootstrap, topics).items()}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rewind-verify", "enable.auto.commit": False,
                          "enable.partition.eof": True, "fetch.max.bytes": 52428800})
     try:
@@ -169,14 +173,21 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0) -> li
                 raise TimeoutError(f"reading {topics} did not reach the end of {sorted(pending)} in {timeout}s")
             for msg in consumer.consume(num_messages=10000, timeout=1.0):
                 err = msg.error()
+                key = (msg.topic(), msg.partition())
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard((msg.topic(), msg.partition()))
+                        pending.discard(key)
                         continue
                     raise RuntimeError(f"Kafka error while verifying: {err}")
+                end = ends.get(key)
+                if key not in pending or (end is not None and msg.offset() >= end):
+                    pending.discard(key)  # written after the read began (offsets may skip markers)
+                    continue
                 ts_type, ts = msg.timestamp()
                 out.append(KafkaRecord(msg.topic(), msg.partition(), msg.offset(), ts if ts_type else None,
                                        msg.value()))
+                if end is not None and msg.offset() >= end - 1:
+                    pending.discard(key)
         return out
     finally:
         consumer.close()

@@ -299,6 +299,7 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
 
     from rewind.registry import load_registry
     from rewind.replay_guard import busy_message, current_holder, lock_path
+    from rewind.replay_report import ReplayReport, format_report
 
     from rewind_airflow.operators import kafka_bootstrap
 
@@ -309,7 +310,7 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
     report_file = Path(planned["run_dir"]) / "report.json"
     args = [spec.name, "--registry", registry, "--bootstrap", kafka_bootstrap(), "--plan-json",
             planned["plan_file"], "--mode", params.get("mode") or "into-sink", "--replay-id", planned["replay_id"],
-            "--report-json", str(report_file)]
+            "--run-dir", planned["run_dir"]]
     hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=f"rewind-replay-{spec.name}",
                            env_vars={"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                                      "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
@@ -320,11 +321,11 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
         failure = exc
     if not report_file.exists():
         raise AirflowFailException(f"the replay job wrote no report ({failure}); see the spark-submit output above")
-    report = json.loads(report_file.read_text())
-    print(report.get("text") or json.dumps(report, indent=1))
-    if failure is not None or not report.get("ok"):
-        why = report.get("error") or "the DQ proof over the replayed range failed"
-        raise AirflowFailException(f"replay {planned['replay_id']} failed: {why}; report {report_file}")
+    report = ReplayReport.from_json(report_file.read_text())
+    print(format_report(report))
+    if failure is not None or not report.ok:
+        why = report.error or ("the DQ proof over the replayed range failed" if report.status != "ok" else failure)
+        raise AirflowFailException(f"replay {planned['replay_id']} {report.status}: {why}; report {report_file}")
     return {"replay_id": planned["replay_id"], "report": str(report_file), "ok": True}
 
 

@@ -4,6 +4,10 @@ One streaming query, one output: dead letters (stateless), deduplicated events
 (``dropDuplicatesWithinWatermark`` on RocksDB state) and closed tumbling-window
 results (append mode) are unioned into rows tagged by ``kind``, so a single
 ``foreachBatch`` call can commit all three in one sink transaction.
+
+The same ``build`` serves a replay's bounded batch read (``rewind.replay``): there the
+watermark is ignored, duplicates are dropped over the batch, and window rows are partial
+aggregates of the batch (the replay recomputes windows from the sink's events instead).
 """
 
 from __future__ import annotations
@@ -84,9 +88,12 @@ def build(source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
     parsed = source.select("value", "topic", "partition", "offset", "timestamp").mapInArrow(
         functools.partial(parse_batches, allowed_lateness_s=d["allowed_lateness"].total_seconds()), ddl)
     dead = parsed.filter(F.col("status") == "dead")
-    events = (parsed.filter(F.col("status") == "ok")
-              .withWatermark("event_time", f"{int(d['watermark_delay'].total_seconds())} seconds")
-              .dropDuplicatesWithinWatermark(["event_id"]))
+    valid = (parsed.filter(F.col("status") == "ok")
+             .withWatermark("event_time", f"{int(d['watermark_delay'].total_seconds())} seconds"))
+    # A replay runs this same plan as a bounded batch read, where Spark refuses
+    # dropDuplicatesWithinWatermark; a batch deduplicates over the whole range instead.
+    events = (valid.dropDuplicatesWithinWatermark(["event_id"]) if source.isStreaming
+              else valid.dropDuplicates(["event_id"]))
     windows = (events.groupBy(F.window("event_time", f"{int(d['window'].total_seconds())} seconds"), "key")
                .agg(F.count("*").alias("event_count"), F.sum("amount").alias("amount_sum"))
                .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
