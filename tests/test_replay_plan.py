@@ -322,7 +322,9 @@ def test_beyond_retention(platform: Any, kafka_bootstrap: str, new_topic: Callab
     topic = new_topic(1)
     produce(kafka_bootstrap, topic, 0, 10, one_batch_each=True)
     s3 = platform.s3.client()
-    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=KAFKA_BUCKET, Prefix="clusters/")["Contents"]
+    # The broker bucket is shared by the whole session: page through it (one call stops at 1,000 keys).
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=KAFKA_BUCKET, Prefix="clusters/")
+    keys = sorted(o["Key"] for page in pages for o in page.get("Contents", [])
                   if f"/topics/{topic}/partitions/" in o["Key"] and o["Key"].endswith(".batch"))
     assert len(keys) == 10, keys
     for key in keys[:3]:
