@@ -59,12 +59,20 @@ class BatchWriter:
     split: Callable[[Any, int], dict[str, Any]]
     fail_on_batch: int | None = None  # test hook: a poison batch that always fails
     checkpoint: str | None = None  # where offsets/<batch> says which Kafka range the batch holds
+    phases: list[dict[str, Any]] | None = None  # benchmarks: per batch, where foreachBatch's time went
 
     def __call__(self, df: Any, batch_id: int) -> None:
         if self.fail_on_batch is not None and batch_id == self.fail_on_batch:
             raise RuntimeError(f"poison batch {batch_id} (REWIND_FAIL_ON_BATCH)")
-        frame = df.toArrow().to_pandas()
-        result = self.sink.write_batch(batch_id, self.split(frame, batch_id), self.source_offsets(batch_id))
+        t0 = time.perf_counter()
+        table = df.toArrow()  # runs the micro-batch's Spark job (read, parse, state) and collects it
+        t1 = time.perf_counter()
+        tables = self.split(table.to_pandas(), batch_id)
+        t2 = time.perf_counter()
+        result = self.sink.write_batch(batch_id, tables, self.source_offsets(batch_id))
+        if self.phases is not None:
+            self.phases.append({"batch_id": batch_id, "rows": table.num_rows, "collect_s": t1 - t0,
+                                "to_pandas_split_s": t2 - t1, "sink_write_s": time.perf_counter() - t2})
         log.info("batch %d %s rows=%s in %.2fs", batch_id, "skipped (already committed)" if result.skipped
                  else "re-planned, rewritten" if result.replanned else "committed", result.rows, result.seconds)
 
@@ -99,14 +107,14 @@ def open_sink(spec: StreamSpec) -> tuple[Any, Any]:
 
 
 def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
-                checkpoint: str | None = None):
-    """Wire source, transform and sink; return the started StreamingQuery."""
+                checkpoint: str | None = None, phases: list[dict[str, Any]] | None = None):
+    """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter)."""
     transform = load_entry_point(spec.transform)
     sink, tables_mod = open_sink(spec)
     sink.create_tables()
     fail_env = os.environ.get("REWIND_FAIL_ON_BATCH")
     checkpoint = checkpoint or spec.checkpoint
-    writer = BatchWriter(sink, tables_mod.split_batch, int(fail_env) if fail_env else None, checkpoint)
+    writer = BatchWriter(sink, tables_mod.split_batch, int(fail_env) if fail_env else None, checkpoint, phases)
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
     out = transform(source, spec)
     ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)

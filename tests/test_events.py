@@ -58,3 +58,130 @@ def test_producer_plan_is_deterministic_and_injects_faults() -> None:
 def test_producer_refuses_bad_parameters(kwargs: dict, msg: str) -> None:
     with pytest.raises(ValueError, match=msg):
         ProduceSpec(**{"topic": "t", "count": 1, **kwargs}).validate()
+
+
+# --- classify_many: the stream's batch classifier must give classify's verdicts, record by record ---
+
+def _corpus() -> tuple[list[bytes | None], list[int | None]]:
+    """Valid, duplicate, late, malformed and odd records, with Kafka timestamps (some missing)."""
+    import json
+    import random
+
+    spec = ProduceSpec(topic="t", count=600, malformed_every=9, late_every=7, duplicate_every=5,
+                       late_by=timedelta(seconds=21))
+    values: list[bytes | None] = [v for seq in range(600) for _, _, v in plan_record(spec, seq, NOW)]
+    odd = [
+        None, b"", b" ", b"null", b"[1,2]", b'"s"', b"{}", b"\xff\xfe",
+        b"\xef\xbb\xbf" + make_event("p", 1, NOW).encode(),
+        b'{"event_id":"a","key":"k","amount":NaN,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":Infinity,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":1e400,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":7,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":-0,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":9007199254740993,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":true,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":"1","event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":null,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":null,"amount":1,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":5,"amount":1,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":7,"key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"","amount":1,"event_time":"2026-11-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21T12:00:00"}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21 12:00:00+01:00"}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21T13:00:00.1234567+01:00"}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-13-21T12:00:00Z"}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"20261121T120000Z"}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":1763726400}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z","event_id":"b"}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z","event_id":null}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z","x":"\xff"}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z","x":"\\ud800"}',
+        b'{"event_id":"\\u00e9\\ud83d\\ude00","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z"}',
+        '{"event_id":"é","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z"}'.encode(),
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z","x":[1,{"y":[]}]}',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z"} ',
+        b'{"event_id":"a","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z"} x',
+        b'{"event_id":"a\tb","key":"k","amount":1,"event_time":"2026-11-21T12:00:00Z"}',
+        json.dumps({"event_id": "a", "key": "k", "amount": 1.5, "event_time": "2026-11-21T12:00:00Z"}).encode("utf-16"),
+    ]
+    values += odd
+    stamps: list[int | None] = [NOW_MS + 10 * i for i in range(len(values))]
+    for i in range(0, len(stamps), 13):
+        stamps[i] = None
+    # lateness right at the limit (20 s): equal is on time, one millisecond more is late
+    at = NOW - timedelta(seconds=20)
+    for delta_ms in (-1, 0, 1):
+        values.append(make_event("edge", delta_ms + 5, at).encode())
+        stamps.append(NOW_MS + delta_ms)
+    # seeded byte-level mutations of valid records: whatever the mutation, both must agree
+    rng = random.Random(6)
+    base = [make_event("m", i, NOW).encode() for i in range(40)]
+    for _ in range(1500):
+        b = bytearray(rng.choice(base))
+        for _ in range(rng.randint(1, 3)):
+            op, pos = rng.randrange(3), rng.randrange(len(b))
+            if op == 0:
+                b[pos] = rng.choice(b'{}[]":,.-+0123456789eE \\ntfalseu\x00\x7f\xc3\xa9Z')
+            elif op == 1:
+                del b[pos]
+            else:
+                b.insert(pos, rng.choice(b'{}[]":,.-+05eE \\nZ'))
+        values.append(bytes(b))
+        stamps.append(NOW_MS)
+    return values, stamps
+
+
+def _same(a, b) -> bool:  # type: ignore[no-untyped-def]
+    """Verdict equality where NaN amounts count as equal."""
+    if a.reason != b.reason or (a.event is None) != (b.event is None):
+        return False
+    if a.event is None:
+        return True
+    x, y = a.event, b.event
+    amounts = x.amount == y.amount or (x.amount != x.amount and y.amount != y.amount)
+    return amounts and (x.event_id, x.key, x.event_time) == (y.event_id, y.key, y.event_time)
+
+
+def test_classify_many_agrees_with_classify_on_every_record() -> None:
+    from rewind.demo.events import classify_many
+
+    values, stamps = _corpus()
+    lateness = timedelta(seconds=20)
+    many = classify_many(values, stamps, lateness)
+    verdicts = [classify(v, ms, lateness) for v, ms in zip(values, stamps)]
+    wrong = [(i, values[i], verdicts[i], many.verdict(i)) for i in range(len(values))
+             if not _same(verdicts[i], many.verdict(i))]
+    assert not wrong, wrong[:5]
+    kinds = {"event": 0, "late": 0, "other": 0}
+    for v in verdicts:
+        kinds["event" if v.event else "late" if v.reason.startswith("late") else "other"] += 1
+    assert all(kinds.values()), kinds  # the corpus covers events, late records and other dead letters
+    assert many.event_time_us[0] == (verdicts[0].event.event_time - datetime(1970, 1, 1, tzinfo=timezone.utc)) \
+        // timedelta(microseconds=1)
+
+
+def test_classify_many_edges() -> None:
+    from rewind.demo.events import classify_many
+
+    assert classify_many([], []).reason == []
+    with pytest.raises(ValueError, match="timestamps"):
+        classify_many([b"{}"], [])
+    at = NOW - timedelta(seconds=20)
+    many = classify_many([make_event("e", i, at).encode() for i in range(3)], [NOW_MS - 1, NOW_MS, NOW_MS + 1],
+                         timedelta(seconds=20))
+    assert [r is None for r in many.reason] == [True, True, False] and "late" in many.reason[2]
+
+
+def test_classify_many_takes_the_fast_path_for_plain_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Valid on-time events never reach the per-record classify (the stream's speed depends on it)."""
+    import rewind.demo.events as events
+
+    if events.msgspec is None:
+        pytest.skip("msgspec not installed: every record takes classify")
+    calls: list[bytes | None] = []
+    real = events.classify
+    monkeypatch.setattr(events, "classify", lambda v, *a: calls.append(v) or real(v, *a))
+    values = [make_event("f", i, NOW).encode() for i in range(100)] + [b"nope"]
+    many = events.classify_many(values, [NOW_MS] * 101)
+    assert calls == [b"nope"] and many.reason[:100] == [None] * 100

@@ -5,6 +5,10 @@ One streaming query, one output: dead letters (stateless), deduplicated events
 results (append mode) are unioned into rows tagged by ``kind``, so a single
 ``foreachBatch`` call can commit all three in one sink transaction.
 
+Each Kafka record is read and parsed once: the parsed rows go through one shuffle that all
+three branches share (Spark's ReuseExchange), see ``_shared_by_every_branch``. Without it Spark
+plans one source scan and one parse per branch, three per record.
+
 The same ``build`` serves a replay's bounded batch read (``rewind.replay``): there the
 watermark is ignored, duplicates are dropped over the batch, and window rows are partial
 aggregates of the batch (the replay recomputes windows from the sink's events instead).
@@ -14,11 +18,12 @@ from __future__ import annotations
 
 import functools
 from datetime import timedelta
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from rewind.demo.events import classify
+from rewind.demo.events import classify_many
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,34 +44,42 @@ OUTPUT_COLUMNS = [
 ]
 
 
-def _ms(ts: object) -> int | None:
-    return None if ts is None else int(ts.timestamp() * 1000)  # type: ignore[attr-defined]
+def _millis(stamps: pa.Array | pa.ChunkedArray) -> list[int | None]:
+    """Kafka timestamps as whole milliseconds (what the verifier passes ``classify``), nulls as None."""
+    micros = stamps.cast(TS).cast(pa.int64())
+    if micros.null_count == 0:
+        return (micros.to_numpy() // 1000).tolist()
+    return [None if us is None else us // 1000 for us in micros.to_pylist()]
 
 
 def parse_batches(batches: Iterator[pa.RecordBatch], allowed_lateness_s: float) -> Iterator[pa.RecordBatch]:
-    """Classify each Kafka record with the shared classifier (the verifier uses the same one)."""
+    """Classify each Kafka record with the shared classifier (``classify_many``: ``classify``'s verdicts,
+    the verifier's classifier, with a vectorised fast path for plain valid events)."""
     lateness = timedelta(seconds=allowed_lateness_s)
     for batch in batches:
         values = batch.column("value").to_pylist()
-        kts = batch.column("timestamp").to_pylist()
-        cols: dict[str, list] = {name: [] for name in PARSED_SCHEMA.names}
-        for value, ts in zip(values, kts):
-            verdict = classify(value, _ms(ts), lateness)
-            ev = verdict.event
-            cols["status"].append("ok" if ev else "dead")
-            cols["event_id"].append(ev.event_id if ev else None)
-            cols["key"].append(ev.key if ev else None)
-            cols["amount"].append(ev.amount if ev else None)
-            cols["event_time"].append(ev.event_time if ev else None)
-            cols["reason"].append(verdict.reason)
-            cols["raw_value"].append(None if ev or value is None else value.decode("utf-8", "backslashreplace"))
-        cols["topic"] = batch.column("topic")
-        cols["partition"] = batch.column("partition")
-        cols["offset"] = batch.column("offset")
-        cols["kafka_timestamp"] = batch.column("timestamp").cast(TS)
-        yield pa.RecordBatch.from_arrays(
-            [c if isinstance(c, (pa.Array, pa.ChunkedArray)) else pa.array(c, type=PARSED_SCHEMA.field(n).type)
-             for n, c in cols.items()], schema=PARSED_SCHEMA)
+        v = classify_many(values, _millis(batch.column("timestamp")), lateness)
+        reason = pa.array(v.reason, pa.string())
+        dead = reason.is_valid()
+        raw: list[str | None] = [None] * len(values)
+        if reason.null_count != len(values):  # some dead letters: keep their raw text
+            for i in pc.indices_nonzero(dead).to_pylist():
+                value = values[i]
+                raw[i] = None if value is None else value.decode("utf-8", "backslashreplace")
+        columns = {
+            "status": pc.if_else(dead, "dead", "ok"),
+            "event_id": pa.array(v.event_id, pa.string()),
+            "key": pa.array(v.key, pa.string()),
+            "amount": pa.array(v.amount, pa.float64()),
+            "event_time": pa.array(v.event_time_us, pa.int64()).cast(TS),
+            "topic": batch.column("topic"),
+            "partition": batch.column("partition"),
+            "offset": batch.column("offset"),
+            "kafka_timestamp": batch.column("timestamp").cast(TS),
+            "reason": reason,
+            "raw_value": pa.array(raw, pa.string()),
+        }
+        yield pa.RecordBatch.from_arrays([columns[n] for n in PARSED_SCHEMA.names], schema=PARSED_SCHEMA)
 
 
 def _shape(df: "DataFrame", kind: str) -> "DataFrame":
@@ -87,8 +100,9 @@ def build(source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
     ddl = ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in PARSED_SCHEMA)
     parsed = source.select("value", "topic", "partition", "offset", "timestamp").mapInArrow(
         functools.partial(parse_batches, allowed_lateness_s=d["allowed_lateness"].total_seconds()), ddl)
-    dead = parsed.filter(F.col("status") == "dead")
-    valid = (parsed.filter(F.col("status") == "ok")
+    parsed, branch = _shared_by_every_branch(parsed)
+    dead = parsed.filter(branch(F.col("status") == "dead"))
+    valid = (parsed.filter(branch(F.col("status") == "ok"))
              .withWatermark("event_time", f"{int(d['watermark_delay'].total_seconds())} seconds"))
     # A replay runs this same plan as a bounded batch read, where Spark refuses
     # dropDuplicatesWithinWatermark; a batch deduplicates over the whole range instead.
@@ -99,6 +113,38 @@ def build(source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
                .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
                        "key", "event_count", "amount_sum"))
     return _shape(dead, "dead").unionByName(_shape(events, "event")).unionByName(_shape(windows, "window"))
+
+
+def _shared_by_every_branch(parsed: "DataFrame") -> tuple["DataFrame", Callable[[Any], Any]]:
+    """End the parse in a shuffle that every branch reads, and the filter wrapper that keeps it shared.
+
+    Why: the plan branches three ways (dead letters, events, windows) and Spark has no shared
+    subtrees in a streaming plan except through ReuseExchange: an exchange whose subtree is
+    identical in every branch is computed once and read by all. So the parsed rows are
+    repartitioned (by Kafka coordinates: spread evenly, deterministic), and two optimizer rules
+    must be kept from making the three copies of that exchange differ:
+
+    - predicate pushdown moves a branch's deterministic filter (``status = 'dead'``) below the
+      repartition, into its own copy of the exchange. A filter condition that is not deterministic
+      stays where it is, so each condition is wrapped in ``CASE WHEN spark_partition_id() >= 0``
+      (always true, but non-deterministic for the optimizer);
+    - column pruning narrows the exchange's input to what a branch reads (the windows branch only
+      needs four columns). The wrapped condition also references every parsed column through an
+      always-true ``hash(all columns) >= -2^31`` (hash is a 32-bit int), evaluated only for rows
+      the branch's own condition keeps (AND short-circuits).
+
+    ``tests/test_demo_plan.py`` checks on a real stream that each record is read and parsed once.
+    """
+    from pyspark.sql import functions as F
+
+    shared = parsed.repartition("partition", "offset")
+    barrier = F.spark_partition_id() >= 0
+    every_column = F.hash(*[F.col(c) for c in PARSED_SCHEMA.names]) >= F.lit(-(2 ** 31))
+
+    def branch(condition: Any) -> Any:
+        return F.when(barrier, condition & every_column)
+
+    return shared, branch
 
 
 def _spark_type(t: pa.DataType) -> str:

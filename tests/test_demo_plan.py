@@ -1,0 +1,48 @@
+"""The demo stream's physical plan on a real micro-batch: each Kafka record is read and parsed once.
+
+Spark plans one source scan and one parse per output branch (dead letters, events, windows) unless
+the branches share the parse's exchange (``rewind.demo.transform._shared_by_every_branch``); this
+guards that sharing, and that the stream's output stays exactly-once with it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+from rewind.producer import ProduceSpec, produce
+from rewind.registry import load_registry
+from rewind.registry_templates import demo_stream, write_registry
+
+
+def test_each_record_is_read_and_parsed_once(  # type: ignore[no-untyped-def]
+        tmp_path: Path, platform, spark, new_topic) -> None:
+    from rewind.stream_runner import build_query
+    from rewind.verify import verify_stream
+
+    topic = new_topic(partitions=3, prefix="plan")
+    sent = produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=3000, partitions=3, malformed_every=40,
+                                                         late_every=70, duplicate_every=15,
+                                                         late_by=timedelta(seconds=40))).sent
+    spec = load_registry(write_registry(tmp_path / "s.yaml", demo_stream("plan", topic, tmp_path,
+                                                                         max_offsets=100_000))).get("plan")
+    # Without the no-data batch that follows, the last execution is the batch that read the data.
+    key = "spark.sql.streaming.noDataMicroBatches.enabled"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "false")
+    try:
+        query = build_query(spark, spec, platform.kafka_bootstrap, available_now=True)
+        query.awaitTermination(300)
+    finally:
+        spark.conf.set(key, before)
+    assert query.exception() is None
+    progress = [json.loads(p.json) for p in query.recentProgress]
+    assert sum(p["numInputRows"] for p in progress) == sent  # one scan of the source per record
+    plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
+    assert plan.count("MapInArrow") == 1, plan  # one parse, ...
+    assert plan.count("ReusedExchange") == 2, plan  # ... read by the two other branches
+    rep = verify_stream(spec, platform.kafka_bootstrap)
+    assert rep.sink_events == rep.distinct_events > 0 and rep.sink_dead_letters == rep.expected_dead_letters > 0
+    assert not (rep.missing_events or rep.unexpected_events or rep.missing_dead_letters or rep.wrong_coordinates
+                or rep.duplicate_event_rows or rep.window_mismatches), rep
