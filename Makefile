@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: up test test-fast bench clean java venv
+.PHONY: up test test-fast bench chaos clean java venv
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required for Spark and was not found: install it (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless)"; exit 1; }
@@ -37,6 +37,9 @@ bench: java venv
 	$(PY) bench/checkpoint_inspect.py
 	$(PY) bench/recovery.py
 	$(PY) bench/replay.py
+
+chaos: java venv
+	$(VENV)/bin/rewind chaos demo --seed 7 --events 1000000 --kills 25 --broker-restarts 3 --corruptions 4 --replays 3 --s3-outages 3
 
 clean:
 	rm -rf .rewind .pytest_cache

@@ -231,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_supervisor_parser(sub)
     from rewind.cli_replay import add_replay_parser
     add_replay_parser(sub)
+    from rewind.cli_chaos import add_chaos_parser
+    add_chaos_parser(sub)
 
     up = sub.add_parser("up", help="start the embedded platform, the demo producer and stream; Ctrl-C stops all")
     up.add_argument("--registry")
