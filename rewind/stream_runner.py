@@ -77,20 +77,37 @@ class BatchWriter:
                  else "re-planned, rewritten" if result.replanned else "committed", result.rows, result.seconds)
 
     def source_offsets(self, batch_id: int) -> str | None:
-        """The batch's end offsets from Spark's offset log (written before the batch runs), as the
-        sink ledger stores them: a re-run with other offsets is then told apart from a plain retry."""
+        """The batch's identity as the sink ledger stores it: start offsets (batch N-1's end), end
+        offsets and watermark, from Spark's offset log (written before the batch runs).
+
+        Why all three: a plain retry of batch N re-reads the same range under the same watermark and
+        may be skipped, but after a savepoint restore the same id can be re-planned to *end* where the
+        old batch N ended while starting elsewhere, and its watermark then closes other windows;
+        skipping it lost those windows (chaos seed 7, 2026-11-23). Any difference means the batch is
+        rewritten, which the idempotent table writes make safe."""
         if self.checkpoint is None:
             return None
         from rewind.checkpoint import parse_offsets_file
 
+        offsets = Path(self.checkpoint) / "offsets"
         try:
-            _, sources = parse_offsets_file((Path(self.checkpoint) / "offsets" / str(batch_id)).read_text())
+            meta, sources = parse_offsets_file((offsets / str(batch_id)).read_text())
         except (OSError, ValueError) as exc:
             log.warning("batch %d: offsets unreadable (%s); the ledger records no offsets", batch_id, exc)
             return None
-        unique = {json.dumps(s, sort_keys=True) for s in sources}
-        return unique.pop() if len(unique) == 1 else json.dumps(sources, sort_keys=True)
+        start: Any = None
+        if batch_id > 0:
+            try:
+                start = _one_or_all(parse_offsets_file((offsets / str(batch_id - 1)).read_text())[1])
+            except (OSError, ValueError):
+                start = "unknown"  # never equal to a recorded identity with a known start: rewritten
+        return json.dumps({"start": start, "end": _one_or_all(sources),
+                           "watermark_ms": meta.get("batchWatermarkMs")}, sort_keys=True)
 
+
+def _one_or_all(sources: list[dict[str, Any]]) -> Any:
+    unique = {json.dumps(s, sort_keys=True) for s in sources}
+    return json.loads(unique.pop()) if len(unique) == 1 else sources
 
 def source_options(spec: StreamSpec, bootstrap: str) -> dict[str, str]:
     return {"kafka.bootstrap.servers": bootstrap, "subscribe": ",".join(spec.topics), **spec.source.options}
