@@ -124,7 +124,8 @@ class LocalAirflow:
 
     def __init__(self, home: Path, dags_folder: Path, plugins_folder: Path, env: dict[str, str] | None = None,
                  port: int | None = None, platform: PlatformInfo | None = None, username: str = ADMIN_USER,
-                 parallelism: int = 4, paused_at_creation: bool = True, schedules: bool = True) -> None:
+                 parallelism: int = 4, paused_at_creation: bool = True, schedules: bool = True,
+                 extra_users: dict[str, str] | None = None) -> None:
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.plugins_folder = Path(plugins_folder).resolve()
@@ -136,6 +137,14 @@ class LocalAirflow:
         self.parallelism = parallelism
         self.paused_at_creation = paused_at_creation
         self.schedules = schedules
+        #: More Simple-auth-manager users, ``{username: role}`` (role: viewer, user, op or admin), each
+        #: with a generated password in the same 0600 file (e.g. a viewer for access-control tests).
+        self.extra_users = dict(extra_users or {})
+        bad = [f"{u}:{r}" for u, r in self.extra_users.items()
+               if u == username or not u.isidentifier() or r not in ("viewer", "user", "op", "admin")]
+        if bad:
+            raise ValueError(f"extra_users {bad}: usernames are letters, digits and _ (not {username!r}), roles "
+                             "one of viewer, user, op, admin")
         self.processes: dict[str, ManagedProcess] = {}
         self.timings: dict[str, float] = {}
         self._password: str | None = None
@@ -201,8 +210,9 @@ class LocalAirflow:
                 passwords = json.loads(self.password_file.read_text() or "{}")
             except json.JSONDecodeError:
                 passwords = {}
-        if not passwords.get(self.username):
-            passwords[self.username] = secrets.token_urlsafe(18)
+        for user in (self.username, *self.extra_users):
+            if not passwords.get(user):
+                passwords[user] = secrets.token_urlsafe(18)
         _write_private(self.password_file, json.dumps(passwords) + "\n")
         self._password = passwords[self.username]
 
@@ -218,7 +228,8 @@ class LocalAirflow:
                 "parallelism": str(self.parallelism),
                 "fernet_key": keys["fernet_key"],
                 "auth_manager": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-                "simple_auth_manager_users": f"{self.username}:admin",
+                "simple_auth_manager_users": ",".join([f"{self.username}:admin",
+                                                       *(f"{u}:{r}" for u, r in self.extra_users.items())]),
                 "simple_auth_manager_all_admins": "False",
                 "simple_auth_manager_passwords_file": str(self.password_file),
                 "execution_api_server_url": f"{self.url}/execution/",
@@ -371,8 +382,15 @@ class LocalAirflow:
             t.join(grace + 10)
         self.processes.clear()
 
-    def client(self, timeout: float = 30.0) -> "AirflowClient":
+    def client(self, timeout: float = 30.0, user: str | None = None) -> "AirflowClient":
+        """A REST client logged in as the admin, or as ``user`` (one of ``extra_users``)."""
+        if user is not None and user != self.username:
+            return AirflowClient(self.url, user, self.password_of(user), timeout=timeout)
         return AirflowClient(self.url, self.username, self._password or self.password, timeout=timeout)
+
+    def password_of(self, user: str) -> str:
+        """The generated password of ``user`` (the admin or one of ``extra_users``)."""
+        return json.loads(self.password_file.read_text())[user]
 
     def login_text(self) -> str:
         return f"{self.url}  user {self.username}, password {self.password} (also in {self.password_file})"

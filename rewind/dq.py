@@ -647,7 +647,9 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
 
     if spec.dq_suite != SUITE:
         raise ValueError(f"stream {spec.name}: unknown dq_suite {spec.dq_suite!r} (known: {SUITE!r})")
-    run_id = run_id or new_run_id()
+    from rewind.safe_names import check_run_id
+
+    run_id = check_run_id(run_id or new_run_id())  # it names dq/STREAM/RUN_ID in S3: no '..', no '/'
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     d = spec.durations()

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rewind.status import StreamStatus, lag_of, write_status
+from rewind.status import StreamStatus, append_history, lag_of, write_status
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ class LagProbe(threading.Thread):
         st.total_lag = sum(st.lag.values())
         st.lag_at = time.time()
         write_status(self.path, st)
+        append_history(self.path, st)
 
     def run(self) -> None:
         from rewind.kafka.client import KafkaOffsetClient

@@ -45,7 +45,11 @@ def new_replay_id(now: datetime | None = None) -> str:
 
 def check_replay_id(replay_id: str) -> str:
     """The id, or ReplayRefused saying what is allowed (it becomes a path, S3 keys and table names)."""
-    if not isinstance(replay_id, str) or not REPLAY_ID_RE.match(replay_id):
+    from rewind.safe_names import UnsafeName, check_replay_id as _check
+
+    try:
+        _check(replay_id)
+    except UnsafeName:
         raise refuse("bad_replay_id", f"replay id {replay_id!r} is not allowed: use 1-63 characters of a-z, 0-9, "
                                       "'-' and '_', starting with a letter or digit (e.g. fix-2026-11-22); it "
                                       "names a directory, S3 keys and shadow tables")

@@ -67,10 +67,14 @@ class FileVanished(SavepointError):
 
 # --------------------------------------------------------------------------- manifest
 def validate_savepoint_id(value: str) -> str:
-    if not isinstance(value, str) or not ID_RE.match(value) or ".." in value or len(value) > 200:
-        raise InvalidSavepointId(f"invalid savepoint id {value!r}: use letters, digits, '.', '_' and '-' "
-                                 "(starting with a letter or digit, no '..', no '/')")
-    return value
+    """The id (it becomes an S3 prefix and a directory name), or InvalidSavepointId saying why (rewind.safe_names)."""
+    from rewind.safe_names import UnsafeName, check_savepoint_id
+
+    try:
+        return check_savepoint_id(value)
+    except UnsafeName as exc:
+        raise InvalidSavepointId(f"invalid savepoint id {str(value)[:80]!r}: use letters, digits, '.', '_' and '-' "
+                                 f"(starting with a letter or digit, no '..', no '/') -- {exc}") from None
 
 
 def safe_relpath(value: str) -> str:

@@ -61,6 +61,59 @@ def write_status(path: Path, status: StreamStatus) -> None:
         os.replace(tmp, path)
 
 
+#: How far back the throughput/lag history goes (the UI's chart shows the last hour).
+HISTORY_KEEP_S = 3600.0
+_HISTORY_MAX_BYTES = 256 * 1024  # about 3,000 samples; past it the file is rewritten with the last hour
+
+
+def history_path(status_file: Path) -> Path:
+    """``<status_dir>/<stream>.history.jsonl`` beside ``<stream>.json``: one sample a line."""
+    return Path(status_file).with_suffix(".history.jsonl")
+
+
+def append_history(status_file: Path, status: StreamStatus, now: float | None = None,
+                   keep_s: float = HISTORY_KEEP_S, max_bytes: int = _HISTORY_MAX_BYTES) -> None:
+    """Append ``{"t", "batch", "rows", "lag"}`` (rows: the driver's running count of records read).
+
+    Additive and best effort: a failure here never disturbs the stream. When the file outgrows
+    ``max_bytes`` it is rewritten (atomically) with the samples of the last ``keep_s`` seconds.
+    """
+    now = time.time() if now is None else now
+    path = history_path(status_file)
+    line = json.dumps({"t": round(now, 3), "batch": status.last_batch_id, "rows": status.input_rows,
+                       "lag": status.total_lag, "pid": status.pid}) + "\n"
+    try:
+        with _WRITE_LOCK:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as f:
+                f.write(line)
+            if path.stat().st_size > max_bytes:
+                keep = [s for s in read_history(status_file) if s["t"] >= now - keep_s]
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text("".join(json.dumps(s) + "\n" for s in keep))
+                os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def read_history(status_file: Path, since: float | None = None) -> list[dict[str, Any]]:
+    """The samples :func:`append_history` wrote (oldest first), skipping unreadable lines."""
+    out: list[dict[str, Any]] = []
+    try:
+        text = history_path(status_file).read_text()
+    except OSError:
+        return out
+    for raw in text.splitlines():
+        try:
+            sample = json.loads(raw)
+            if isinstance(sample, dict) and isinstance(sample.get("t"), (int, float)) \
+                    and (since is None or sample["t"] >= since):
+                out.append(sample)
+        except ValueError:
+            continue
+    return out
+
+
 def read_status(path: Path) -> StreamStatus | None:
     try:
         return StreamStatus(**json.loads(Path(path).read_text()))
@@ -113,6 +166,7 @@ def make_listener(path: Path, status: StreamStatus):
                 status.lag = lag_of(status.end_offsets, status.latest_offsets or status.end_offsets)
                 status.total_lag = sum(status.lag.values())
             write_status(path, status)
+            append_history(path, status)
 
         def onQueryIdle(self, event: Any) -> None:
             status.heartbeat = time.time()

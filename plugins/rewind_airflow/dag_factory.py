@@ -169,7 +169,26 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
     with DAG(dag_id=f"rewind_{name}_savepoint", schedule=spec.savepoints.schedule, start_date=START, catchup=False,
              max_active_runs=1, tags=["rewind", name],
              doc_md=f"Savepoint of `{name}` (online copy of its last complete batch) to S3, then retention "
-                    f"(keep {spec.savepoints.keep_last}, max age {spec.savepoints.max_age}).") as dag:
+                    f"(keep {spec.savepoints.keep_last}, max age {spec.savepoints.max_age}). Triggered with "
+                    "`action=restore` and a `savepoint_id` it restores that savepoint instead: stop the stream, "
+                    "download and verify the savepoint, point the stream at it, relaunch.",
+             params={"action": Param("savepoint", enum=["savepoint", "restore"],
+                                     description="savepoint: take one (the schedule's default); restore: restore "
+                                                 "savepoint_id"),
+                     "savepoint_id": Param("", type="string", maxLength=200,
+                                           description="with action=restore: the savepoint to restore"),
+                     "relaunch": Param(True, type="boolean",
+                                       description="with action=restore: launch the stream again afterwards")},
+             ) as dag:
+        @task.branch
+        def choose(**context: Any) -> str:
+            return "restore" if context["params"].get("action") == "restore" else "take_savepoint"
+
+        @task
+        def restore(**context: Any) -> dict[str, Any]:
+            p = context["params"]
+            return restore_task(name, registry, p.get("savepoint_id") or "", bool(p.get("relaunch", True)))
+
         @task
         def take_savepoint() -> dict[str, Any]:
             from rewind.registry import load_registry
@@ -194,8 +213,52 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
             print(f"retention: deleted {deleted}, kept {[m.savepoint_id for m in plan.keep]}")
             return {"deleted": deleted}
 
-        apply_retention(take_savepoint())
+        saved = take_savepoint()
+        choose() >> [saved, restore()]
+        apply_retention(saved)
     return dag
+
+
+def restore_task(name: str, registry: str, savepoint_id: str, relaunch: bool, store: Any = None,
+                 conn_id: str = "spark_default") -> dict[str, Any]:
+    """Restore one savepoint: check the id and that it exists (nothing is touched before), stop the stream
+    after its current batch, download and verify into a fresh checkpoint, point the stream at it, and
+    launch it again (also when the restore was refused, if it had been running)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from rewind.registry import load_registry
+    from rewind.safe_names import UnsafeName, check_savepoint_id
+    from rewind.savepoint import SavepointError, load_manifest, restore_savepoint
+    from rewind.stream_control import stop_stream, stream_liveness
+
+    try:
+        sid = check_savepoint_id(savepoint_id)
+    except UnsafeName as exc:
+        raise AirflowFailException(f"restore refused: {exc}; nothing was stopped or changed") from None
+    spec = load_registry(registry).get(name)
+    store = store if store is not None else s3_store()
+    try:
+        manifest = load_manifest(store, name, sid)
+    except SavepointError as exc:
+        raise AirflowFailException(f"restore refused: {exc}; nothing was stopped or changed") from None
+    print(f"restoring {name} to savepoint {sid} (batch {manifest.batch_id}, offsets {manifest.offsets})")
+    was_running = stop_stream(spec, timeout=120)
+    print(f"{name} stopped after its current batch" if was_running else f"{name} was not running")
+    result = None
+    try:
+        result = restore_savepoint(spec, store, sid)
+    except SavepointError as exc:
+        raise AirflowFailException(f"restore of {sid} refused: {exc}") from None
+    finally:
+        launched = None
+        if relaunch and (was_running or result is not None) and not stream_liveness(spec).running:
+            launched = launch(name, registry, conn_id, 240.0)
+            print(f"{name} launched again: {launched}")
+    for warning in result.warnings:
+        print(f"warning: {warning}")
+    print(f"restored {sid} into {result.path} in {result.seconds:.1f}s; {name} resumes at {manifest.offsets}")
+    return {"savepoint_id": sid, "batch_id": manifest.batch_id, "path": str(result.path),
+            "was_running": was_running, "launched": bool(launched)}
 
 
 def dq_dag(spec: Any, registry: str) -> DAG:
