@@ -56,6 +56,13 @@ def diagnose(status: StreamStatus | None, now: float, process_alive: bool, t: Th
         if now - status.started_at > t.startup_grace_s:
             return Health(False, "heartbeat_stale", f"still starting after {now - status.started_at:.0f}s")
         return Health(True, None, "starting")
+    if status.last_batch_at is None or status.last_batch_at < status.started_at:
+        # The listener reports nothing until this driver's first batch ends, and that batch (planning,
+        # state load, a backlog) can outlast the heartbeat limit on a busy machine: a driver was
+        # relaunched mid-batch for it. The start-up grace covers the first batch too.
+        running_s = now - status.started_at
+        if running_s <= t.startup_grace_s:
+            return Health(True, None, f"first batch in progress ({running_s:.0f}s since start)")
     if age > t.heartbeat_stale_s:
         return Health(False, "heartbeat_stale", f"no heartbeat for {age:.0f}s (pid {status.pid} is alive: hung?)")
     since_batch = now - (status.last_batch_at or status.started_at)

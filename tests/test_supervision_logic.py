@@ -27,6 +27,10 @@ def status(**kw) -> StreamStatus:  # type: ignore[no-untyped-def]
     (status(total_lag=50, last_batch_at=NOW - 400), True, "stalled"),
     (status(total_lag=5000), True, "lag_over_threshold"),
     (status(state="starting", started_at=NOW - 1000), True, "heartbeat_stale"),
+    # no batch since this driver started, past the start-up grace (180 s)
+    (status(last_batch_at=None, heartbeat=NOW - 200, started_at=NOW - 200), True, "heartbeat_stale"),
+    (status(last_batch_at=NOW - 900, heartbeat=NOW - 5, started_at=NOW - 200, total_lag=9), True, "stalled"),
+    (status(last_batch_at=None, heartbeat=NOW - 5, started_at=NOW - 200, total_lag=9), True, "stalled"),
 ])
 def test_unhealthy_verdicts_name_the_cause(st, alive, cause) -> None:  # type: ignore[no-untyped-def]
     h = diagnose(st, NOW, alive, Thresholds(max_lag=1000))
@@ -36,7 +40,10 @@ def test_unhealthy_verdicts_name_the_cause(st, alive, cause) -> None:  # type: i
 
 @pytest.mark.parametrize("st", [status(), status(state="starting", started_at=NOW - 10, last_batch_at=None),
                                 status(total_lag=0, last_batch_at=NOW - 5000),  # idle, nothing to read
-                                status(total_lag=50, last_batch_at=NOW - 5)])
+                                status(total_lag=50, last_batch_at=NOW - 5),
+                                # the first batch of this driver still running: no event for 100 s is fine
+                                status(last_batch_at=None, heartbeat=NOW - 100, started_at=NOW - 110,
+                                       total_lag=5000)])
 def test_healthy_verdicts(st) -> None:  # type: ignore[no-untyped-def]
     assert diagnose(st, NOW, True, Thresholds(max_lag=1000)).healthy
 
