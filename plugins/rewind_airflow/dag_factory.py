@@ -121,9 +121,30 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
             task_id="next_run", trigger_dag_id=f"rewind_{name}_supervisor", trigger_rule="none_failed",
             conf={"chain": True}, skip_when_already_exists=True)
 
-        @task.short_circuit(trigger_rule="none_failed")
+        @task.short_circuit(trigger_rule="all_done")
         def chain_enabled(**context: Any) -> bool:
-            return bool(context["params"].get("chain", True))
+            """Keep watching a stream that runs, whatever this run's tasks did: a failed proof or a
+            transient task error fails the run visibly but must not leave the stream unsupervised.
+            No next run when the strategy gave up (crash loop) or no driver runs (launch failed):
+            those need a person, and chaining would only repeat the failure."""
+            from rewind.registry import load_registry
+            from rewind.services import pid_alive
+            from rewind.status import read_status, status_path
+            from rewind.supervisor import read_history
+
+            if not context["params"].get("chain", True):
+                return False
+            spec_ = load_registry(registry).get(name)
+            gave_up = read_history(spec_).get("gave_up")
+            if gave_up:
+                print(f"not chaining: the supervisor gave up ({gave_up['reason']}); "
+                      f"after the fix: rewind supervisor reset {name}")
+                return False
+            st = read_status(status_path(spec_.status_dir, name))
+            if st is None or st.state in ("stopped", "failed") or not pid_alive(st.pid):
+                print(f"not chaining: no running driver for {name} (status: {st.state if st else 'none'})")
+                return False
+            return True
 
         reset = reset_if_asked()
         event = watch.output
