@@ -148,6 +148,7 @@ class LocalAirflow:
         self.processes: dict[str, ManagedProcess] = {}
         self.timings: dict[str, float] = {}
         self._password: str | None = None
+        self.password_generated = False  # this start made the admin password (print it once)
 
     # -- where things are ------------------------------------------------------------------
 
@@ -213,6 +214,7 @@ class LocalAirflow:
         for user in (self.username, *self.extra_users):
             if not passwords.get(user):
                 passwords[user] = secrets.token_urlsafe(18)
+                self.password_generated |= user == self.username
         _write_private(self.password_file, json.dumps(passwords) + "\n")
         self._password = passwords[self.username]
 

@@ -59,6 +59,10 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
         client.unpause(supervisor)
         run_id = client.trigger_dag(supervisor, {"chain": True})
         stream_log = default_log_path(spec)
+        # The generated password is shown once, on the start that made it; later starts say where it is.
+        login = (f"user {airflow.username}, password {airflow.password}\n{'':22}(generated now, shown once; "
+                 f"kept in {airflow.password_file}, mode 0600)" if airflow.password_generated else
+                 f"user {airflow.username}, password in {airflow.password_file} (generated on the first start)")
         print(f"""
 Rewind is up (embedded default). Ctrl-C stops everything started here.
   Kafka (Tansu)       {info.kafka_bootstrap}      topic {spec.topics[0]} ({spec.partitions} partitions)
@@ -68,8 +72,8 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
   sink                {spec.sink.url}
   status              {status_path(spec.status_dir, stream)}
   prove exactly-once  .venv/bin/rewind verify {stream}
-  Airflow UI          {airflow.url}   user {airflow.username}, password {airflow.password}
-                      (generated; kept in {airflow.password_file}, mode 0600); logs {airflow.log_dir}
+  Airflow UI          {airflow.url}   {login}; logs {airflow.log_dir}
+  Rewind page         {airflow.url}/rewind/  (also "Rewind" in Airflow's navigation)
 """, flush=True)
         last = 0.0
         while not stopping:

@@ -205,6 +205,7 @@ def test_prepare_keeps_the_password_and_keys_of_a_home(tmp_path: Path, monkeypat
     other = LocalAirflow(tmp_path / "h2", tmp_path / "d", tmp_path / "p", env={})
     other.prepare()
     assert first.password == second.password != other.password
+    assert first.password_generated and not second.password_generated  # shown once, on the first start
     assert keys == json.loads((tmp_path / "h" / "secrets.json").read_text())
     assert keys["fernet_key"] != json.loads((tmp_path / "h2" / "secrets.json").read_text())["fernet_key"]
     assert f"port = {second.port}" in second.config_file.read_text()
