@@ -32,11 +32,17 @@ test: java venv
 test-fast: java venv
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# Each bench prints one JSON object: saved to bench/results/NAME.json (via .tmp, so a failed run
+# leaves the previous result), then the charts go to docs/img/. See docs/benchmarks.md.
+BENCHES := savepoint checkpoint_inspect recovery throughput replay
 bench: java venv
-	$(PY) bench/throughput.py
-	$(PY) bench/checkpoint_inspect.py
-	$(PY) bench/recovery.py
-	$(PY) bench/replay.py
+	@mkdir -p bench/results docs/img
+	@set -e; for b in $(BENCHES); do \
+	  echo "bench: $$b ($$(date -u +%H:%M:%S) UTC)" >&2; \
+	  $(PY) bench/$$b.py > bench/results/$$b.json.tmp; \
+	  mv bench/results/$$b.json.tmp bench/results/$$b.json; \
+	done
+	$(PY) bench/charts.py bench/results docs/img
 
 chaos: java venv
 	$(VENV)/bin/rewind chaos demo --seed 7 --events 1000000 --kills 25 --broker-restarts 3 --corruptions 4 --replays 3 --s3-outages 3

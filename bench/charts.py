@@ -1,0 +1,171 @@
+"""PNG charts from the benchmarks' JSON results (``bench/results/<name>.json``, as ``make bench`` saves them).
+
+    python bench/charts.py [RESULTS_DIR] [OUT_DIR]      # defaults: bench/results docs/img
+
+Writes, for each result that is there (a missing one is skipped and named on stderr):
+- ``savepoint.png``: savepoint create and restore time vs state size, Rewind next to boto3;
+- ``throughput.png``: the demo stream and replay in records/s next to their references, with the
+  0.5x-of-raw-consumer target;
+- ``targets.png``: every issue target as measured / limit (below 1 is met).
+Prints nothing on stdout but a JSON list of the files written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+REWIND, REFERENCE, TARGET = "#1f6fb4", "#9a9a9a", "#c0392b"
+
+
+def load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"charts: skipping {name}: {exc}", file=sys.stderr)
+        return None
+
+
+def _bars(ax: Any, labels: list[str], pairs: list[tuple[float, float]], names: tuple[str, str], unit: str) -> None:
+    width = 0.38
+    xs = range(len(labels))
+    a = ax.bar([x - width / 2 for x in xs], [p[0] for p in pairs], width, label=names[0], color=REWIND)
+    b = ax.bar([x + width / 2 for x in xs], [p[1] for p in pairs], width, label=names[1], color=REFERENCE)
+    for bars in (a, b):
+        ax.bar_label(bars, fmt="%.2f", fontsize=8, padding=2)
+    for x, (mine, ref) in zip(xs, pairs):
+        ax.annotate(f"{mine / ref:.2f}x", (x, max(mine, ref)), xytext=(0, 14), textcoords="offset points",
+                    ha="center", fontsize=9, fontweight="bold")
+    ax.set_xticks(list(xs), labels)
+    ax.set_ylabel(unit)
+    ax.set_yscale("log")  # sizes span two orders of magnitude
+    ax.set_ylim(min(min(p) for p in pairs) / 2, max(max(p) for p in pairs) * 3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, ncol=1, frameon=False)
+    ax.grid(axis="y", alpha=0.3, which="both")
+
+
+def savepoint_chart(data: dict[str, Any], out: Path) -> Path:
+    sizes = data["sizes"]
+    labels = [f"{s['mb']:g} MB\n{s['files']} files" for s in sizes]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 5))
+    _bars(left, labels, [(s["create_s"], s["boto3_upload_s"]) for s in sizes],
+          ("rewind savepoint create", "boto3 upload_file, same files"), "seconds (median, log scale)")
+    left.set_title(f"create (target: within {data['target_create_ratio']}x of boto3)", fontsize=10)
+    _bars(right, labels, [(s["restore_s"], s["boto3_download_s"]) for s in sizes],
+          ("rewind savepoint restore", "boto3 download_file, same files"), "seconds (median, log scale)")
+    right.set_title("restore (verified) vs plain download", fontsize=10)
+    fig.suptitle(f"Savepoints vs state size, embedded S3 (SeaweedFS), median of {data['runs']}", fontsize=11)
+    fig.tight_layout()
+    path = out / "savepoint.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def throughput_chart(stream: dict[str, Any] | None, replay: dict[str, Any] | None, out: Path) -> Path | None:
+    panels = []
+    if stream:
+        rows = [("raw confluent-kafka consumer", stream["raw_consumer"]["events_per_s"], REFERENCE)]
+        if stream.get("rate_into_sink"):
+            rows.append(("Spark rate source -> same sink", stream["rate_into_sink"]["rows_per_s"], REFERENCE))
+        rows.append(("Rewind demo stream", stream["demo_stream"]["events_per_s"], REWIND))
+        panels.append((f"demo stream, {stream['events']:,} events", rows, stream["raw_consumer"]["events_per_s"]))
+    if replay:
+        rows = [("raw consumer, same range", replay["raw_consumer"]["records_per_s"], REFERENCE),
+                ("rewind replay (into sink)", replay["replay"]["records_per_s"], REWIND)]
+        panels.append((f"replay, {replay['records']:,} records", rows, replay["raw_consumer"]["records_per_s"]))
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.6 + 1.1 * sum(len(p[1]) for p in panels)), squeeze=False)
+    for ax, (title, rows, raw) in zip(axes[:, 0], panels):
+        names, values, colors = zip(*rows)
+        bars = ax.barh(names, values, color=colors)
+        ax.bar_label(bars, labels=[f"{v:,.0f}/s ({v / raw:.2f}x raw)" for v in values], fontsize=8, padding=3)
+        ax.axvline(raw * 0.5, color=TARGET, linestyle="--", linewidth=1)
+        ax.text(raw * 0.5, 1.01, "target 0.5x raw", color=TARGET, fontsize=8, ha="center", va="bottom",
+                transform=ax.get_xaxis_transform())
+        ax.set_xscale("log")
+        ax.set_xlim(min(values) / 2, max(values) * 8)
+        ax.set_xlabel("records per second (log scale)")
+        ax.set_title(title, fontsize=10, pad=14)
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3, which="both")
+    fig.tight_layout()
+    path = out / "throughput.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def targets(results: Path) -> list[tuple[str, float, float]]:
+    """(label, measured / limit, measured-vs-limit text) for each issue target whose result is there."""
+    out = []
+    t, r = load(results, "throughput"), load(results, "replay")
+    if t:
+        out.append(("demo stream / raw consumer >= 0.5", 0.5 / t["ratio_stream_to_raw"],
+                    f"{t['ratio_stream_to_raw']:.3f} (need 0.5)"))
+    if r:
+        out.append(("replay / raw consumer >= 0.5", 0.5 / r["ratio_replay_to_raw"],
+                    f"{r['ratio_replay_to_raw']:.3f} (need 0.5)"))
+    s = load(results, "savepoint")
+    if s:
+        worst = max(s["sizes"], key=lambda x: x["create_ratio"])
+        out.append(("savepoint create / boto3 <= 1.5", worst["create_ratio"] / s["target_create_ratio"],
+                    f"{worst['create_ratio']:.2f} at {worst['mb']:g} MB (worst size)"))
+    c = load(results, "checkpoint_inspect")
+    if c:
+        out.append((f"inspect {c['batches_large']:,} / {c['batches_small']} batches <= 2", c["ratio"] / c["target_ratio"],
+                    f"{c['ratio']:.2f}"))
+    rec = load(results, "recovery")
+    if rec:
+        v = rec["median_s"]["sigkill_to_first_new_batch"]
+        out.append(("recovery SIGKILL -> first batch < 30 s", v / 30.0, f"{v:.1f} s"))
+    return out
+
+
+def targets_chart(rows: list[tuple[str, float, str]], out: Path) -> Path | None:
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.55 * len(rows)))
+    names, values, texts = zip(*rows)
+    bars = ax.barh(names, values, color=[REWIND if v <= 1 else TARGET for v in values])
+    ax.bar_label(bars, labels=[f"{t}  {'met' if v <= 1 else 'NOT met'}" for t, v in zip(texts, values)],
+                 fontsize=8, padding=3)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlim(min(min(values) / 2, 0.1), max(max(values) * 6, 5))
+    ax.set_xlabel("cost relative to the target's limit (log scale; <= 1 is met)")
+    ax.set_title("Issue targets, one run", fontsize=10)
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3, which="both")
+    fig.tight_layout()
+    path = out / "targets.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str]) -> None:
+    results = Path(argv[0]) if argv else ROOT / "bench" / "results"
+    out = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "img"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    sp = load(results, "savepoint")
+    if sp:
+        written.append(savepoint_chart(sp, out))
+    written.append(throughput_chart(load(results, "throughput"), load(results, "replay"), out))
+    written.append(targets_chart(targets(results), out))
+    print(json.dumps([str(p) for p in written if p is not None]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
