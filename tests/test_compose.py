@@ -334,8 +334,13 @@ def compose_env() -> dict[str, str]:
 def docker_compose() -> str:
     exe = shutil.which("docker-compose")
     if exe is None:
-        pytest.fail("`docker-compose` is not installed: `apt-get install docker-compose` (Debian's package; "
-                    ".ci/run installs it). It validates docker-compose.yaml without a Docker daemon.")
+        # As for PostgreSQL and Chromium: skipped on a newcomer's machine, a failure in CI (CI=true),
+        # so the check can never pass by not running where it matters.
+        message = ("`docker-compose` is not installed: `apt-get install docker-compose` (Debian's package) "
+                   "validates docker-compose.yaml without a Docker daemon")
+        if os.environ.get("CI"):
+            pytest.fail(message + "; .ci/run installs it")
+        pytest.skip(message)
     return exe
 
 
