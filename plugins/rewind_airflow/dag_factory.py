@@ -166,11 +166,12 @@ def run_proof_task(name: str, registry: str) -> dict[str, Any]:
 
     from rewind.dq import format_proof, run_proof
     from rewind.registry import load_registry
+    from rewind.safe_names import run_dir_name
 
     from rewind_airflow.operators import kafka_bootstrap
 
     spec = load_registry(registry).get(name)
-    run_id = str(get_current_context()["run_id"]).replace(":", "_").replace("+", "_")
+    run_id = run_dir_name(get_current_context()["run_id"])
     try:
         store = s3_store()
     except Exception as exc:  # noqa: BLE001 - the proof still runs; results stay in the run dir
