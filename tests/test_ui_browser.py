@@ -24,10 +24,8 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -35,9 +33,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from rewind_up_process import ROOT, RewindUp
+
 from rewind.status import read_status
 
-ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -339,20 +338,14 @@ def test_operator_page_in_a_browser_on_make_up(tmp_path: Path) -> None:
     t0 = time.monotonic()
     shots = Shots(ARTIFACTS)
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "AIRFLOW"))}
-    env["REWIND_HOME"] = str(home)
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "rewind"), "up", "--rate", "300"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
+    up = RewindUp(home)
     status_file = home / "status" / f"{STREAM}.json"
     console: list[str] = []
     stream_pid = None
     try:
         def login_line() -> Any:
-            assert proc.poll() is None, "rewind up exited early:\n" + "".join(lines)[-4000:]
-            return re.search(r"Airflow UI\s+(http://\S+)\s+user (\S+), password (\S+)", "".join(lines))
+            assert up.running(), "rewind up exited early:\n" + up.output[-4000:]
+            return re.search(r"Airflow UI\s+(http://\S+)\s+user (\S+), password (\S+)", up.output)
 
         ui = _wait("the Airflow URL and login printed by `rewind up`", login_line, timeout=420)
         url, user, password = ui.group(1).rstrip("/"), ui.group(2), ui.group(3)
@@ -368,7 +361,7 @@ def test_operator_page_in_a_browser_on_make_up(tmp_path: Path) -> None:
                 log_in(page, url, user, password, shots)
 
                 def stream_running() -> Any:
-                    assert proc.poll() is None, "rewind up exited early:\n" + "".join(lines)[-4000:]
+                    assert up.running(), "rewind up exited early:\n" + up.output[-4000:]
                     st = read_status(status_file)
                     return st if st and st.state == "running" and (st.last_batch_id or 0) >= 2 and st.lag_at else None
 
@@ -395,24 +388,10 @@ def test_operator_page_in_a_browser_on_make_up(tmp_path: Path) -> None:
                 browser.close()
         assert not _browser_processes(), f"browser processes left: {_browser_processes()}"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
         try:
-            proc.wait(timeout=180)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
+            up.interrupt()
         finally:
-            reader.join(timeout=10)
-            _keep_logs(home, "".join(lines), shots.root)
-    out = "".join(lines)
-    assert proc.returncode == 0, out[-4000:]
-    assert "stopped everything that was started." in out
-    from rewind.services import pid_alive
-
+            _keep_logs(home, up.output, shots.root)
     last = read_status(status_file)
-    for pid in {stream_pid, last.pid if last else None} - {None}:
-        assert not pid_alive(pid), f"the demo stream (pid {pid}) outlived `rewind up`"
-    left = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout.split()
-    assert not left, f"processes still running from {home}: {left}"
+    up.assert_stopped_cleanly([stream_pid, last.pid if last else None])
     print(f"stopped cleanly; {time.monotonic() - t0:.0f}s in all; screenshots in {shots.root}", flush=True)
