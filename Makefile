@@ -6,36 +6,47 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: up test test-fast bench chaos clean java venv
+.PHONY: up test test-fast bench chaos clean java venv jars
 
 java:
-	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required for Spark and was not found: install it (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless)"; exit 1; }
+	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required for Kafka and Spark and was not found: install it (Debian/Ubuntu: apt-get install -y openjdk-17-jdk-headless)"; exit 1; }
+
+# JVM dependencies (pom.xml): Apache Kafka's broker into .jars/kafka, Spark's Kafka connector into
+# .jars/spark. Fetched once from Maven Central; later runs need no network.
+JARS_STAMP := .jars/.fetched
+$(JARS_STAMP): pom.xml
+	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required to fetch Kafka and Spark's Kafka connector (pom.xml) and was not found: install it (Debian/Ubuntu: apt-get install -y maven)"; exit 1; }
+	@echo "fetching the JVM dependencies named in pom.xml into .jars/ (once) ..."
+	@mvn -B -q -Dstyle.color=never -f pom.xml generate-resources || { echo "could not fetch the jars named in pom.xml (above: which artifact and why). Check the network to Maven Central (or your mirror in ~/.m2/settings.xml), then run \`make jars\` again."; exit 1; }
+	@touch $(JARS_STAMP)
+
+jars: $(JARS_STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
-	@# The Spark provider pulls in pyspark-client (newest 4.2.0), which overwrites pyspark 4.3's
-	@# Python files with 4.2 ones (py4j then fails on UserDefinedPythonFunction): put 4.3 back.
+	@# The Spark provider pulls in pyspark-client, whose Python files overwrite pyspark's; when the
+	@# two versions differ py4j fails (UserDefinedPythonFunction): put the pinned pyspark back.
 	$(PY) -m pip install --quiet --no-deps --force-reinstall $$(grep -E '^pyspark==' requirements.txt | cut -d' ' -f1)
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
 venv: $(STAMP)
 
-up: java venv
+up: java jars venv
 	$(VENV)/bin/rewind up
 
-test: java venv
+test: java jars venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: java venv
+test-fast: java jars venv
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # Each bench prints one JSON object: saved to bench/results/NAME.json (via .tmp, so a failed run
 # leaves the previous result), then the charts go to docs/img/. See docs/benchmarks.md.
 BENCHES := savepoint checkpoint_inspect recovery throughput replay
-bench: java venv
+bench: java jars venv
 	@mkdir -p bench/results docs/img
 	@set -e; for b in $(BENCHES); do \
 	  echo "bench: $$b ($$(date -u +%H:%M:%S) UTC)" >&2; \
@@ -44,7 +55,7 @@ bench: java venv
 	done
 	$(PY) bench/charts.py bench/results docs/img
 
-chaos: java venv
+chaos: java jars venv
 	$(VENV)/bin/rewind chaos demo --seed 7 --events 1000000 --kills 25 --broker-restarts 3 --corruptions 4 --replays 3 --s3-outages 3
 
 clean:

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
-from rewind.services import ManagedProcess, PlatformInfo, free_port, log_tail
+from rewind.services import PlatformInfo
+from rewind.platform.processes import ManagedProcess, free_port, log_tail
 
 log = logging.getLogger(__name__)
 

@@ -95,7 +95,7 @@ def _max_id(d: Path) -> int | None:
 
 def _kill_group(pid: int, timeout: float = 30.0) -> None:
     """SIGKILL the stream's process group (driver, JVM, Python workers) and wait for the driver."""
-    from rewind.services import pid_alive
+    from rewind.platform.processes import pid_alive
 
     try:
         os.killpg(os.getpgid(pid), signal.SIGKILL)
@@ -235,7 +235,7 @@ class ChaosSupervisor(threading.Thread):
 
     def check_once(self) -> None:
         from rewind.health import diagnose
-        from rewind.services import pid_alive
+        from rewind.platform.processes import pid_alive
         from rewind.status import read_status, status_path
         from rewind.stream_control import StreamControlError, stop_stream
         from rewind.supervisor import CrashLoop, recover_checkpoint, record_failure, relaunch_until_progress
@@ -524,7 +524,7 @@ class ChaosRun:
         rec["moment"] = {"asked": asked, "used": moment, "seen": seen}
 
     def do_sigkill(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.services import pid_alive
+        from rewind.platform.processes import pid_alive
 
         st = self.status()
         if st is None or not pid_alive(st.pid):
@@ -720,7 +720,7 @@ class ChaosRun:
     def do_await_settled(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         """Until the supervisor is idle and the stream runs and has committed a batch (or is caught up)
         since the previous action ended."""
-        from rewind.services import pid_alive
+        from rewind.platform.processes import pid_alive
 
         since = self.mark
         deadline = time.monotonic() + self.opts.recovery_timeout_s + 120
@@ -736,7 +736,7 @@ class ChaosRun:
         raise TimeoutError(f"the stream did not settle within {self.opts.recovery_timeout_s + 120:.0f}s")
 
     def do_replay(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.services import pid_alive, terminate_group
+        from rewind.platform.processes import pid_alive, terminate_group
 
         st = self.status()
         if st is None or st.state != "running" or not pid_alive(st.pid):
@@ -840,7 +840,7 @@ class ChaosRun:
                                "s3": proof.s3, "s3_error": proof.s3_error}
         ver = verify_stream(self.spec, self.bootstrap)
         self.facts["verify"] = ver.summary()
-        records = read_records(self.bootstrap, self.spec.topics)
+        records = read_records(self.bootstrap, self.spec.topics, source_options=self.spec.source.options)
         held = {(r.topic, r.partition, r.offset) for r in records}
         assert self.producer is not None
         missing_acks = [c for c in self.producer.delivered if c not in held]
@@ -858,7 +858,7 @@ class ChaosRun:
                                "expected_dead_letters": self.expected.dead_letters, "sink_dead_letters": len(dead)}
 
     def teardown(self) -> None:
-        from rewind.services import pid_alive, terminate_group
+        from rewind.platform.processes import pid_alive, terminate_group
 
         if self.supervisor is not None:
             self.supervisor.stop()

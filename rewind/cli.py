@@ -37,7 +37,8 @@ def resolve_bootstrap(arg: str | None) -> str:
 
 
 def cmd_services(args: argparse.Namespace) -> int:
-    from rewind.services import EmbeddedPlatform, pid_alive, read_platform, stop_recorded
+    from rewind.services import EmbeddedPlatform, read_platform, stop_recorded
+    from rewind.platform.processes import pid_alive
 
     workdir = services_dir()
     if args.action == "up":
@@ -95,7 +96,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from rewind.registry import load_registry
     from rewind.verify import verify_stream
 
-    from rewind.services import pid_alive
+    from rewind.platform.processes import pid_alive
     from rewind.status import read_status, status_path
     from rewind.verify import committed_bounds
 

@@ -31,7 +31,7 @@ def _when(ts: float | None) -> str:
 
 def supervisor_view(spec: Any) -> dict[str, Any]:
     from rewind.health import diagnose
-    from rewind.services import pid_alive
+    from rewind.platform.processes import pid_alive
     from rewind.status import read_status, status_path
     from rewind.supervisor import read_history
 

@@ -571,7 +571,7 @@ def new_run_id() -> str:
 
 def _stream_position(spec: Any) -> tuple[bool, Any]:
     """(running, status) from the stream's status file (running = live pid and a running state)."""
-    from rewind.services import pid_alive
+    from rewind.platform.processes import pid_alive
     from rewind.status import read_status, status_path
 
     status = read_status(status_path(spec.status_dir, spec.name))
@@ -673,7 +673,9 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     sink, _ = open_sink(spec)
     try:
         t = time.perf_counter()
-        records = read_records(bootstrap, spec.topics)
+        # Everything, not only the range: a window's expected result counts events past the range's
+        # end too (a range may end mid-window).
+        records = read_records(bootstrap, spec.topics, source_options=spec.source.options)
         seconds["read_kafka"] = time.perf_counter() - t
         t = time.perf_counter()
         events, dead, windows = (sink.read_table("events"), sink.read_table("dead_letter"),

@@ -1,11 +1,12 @@
 """Kafka lag of a running stream, looked up beside the query and written into its status.
 
-Why: Spark reports no ``latestOffset`` for a Python data source, so the progress events alone
-cannot say how far behind a stream is, and "stalled" (Kafka has data, no batch comes) would be
-invisible. A daemon thread in the driver asks Kafka for the true end of every partition every
-few seconds (starting from the last batch's end offsets, so each look-up reads little) and
-updates ``latest_offsets``/``lag``. It never touches the heartbeat: a hung query with a live
-probe still shows as stalled, a hung driver as a stale heartbeat.
+Why: Spark's progress events report the latest offsets only when a batch runs (and not at all
+for a Python data source), so they cannot say how far behind a stream is while no batch comes,
+and "stalled" (Kafka has data, no batch comes) would be invisible. A daemon thread in the driver
+asks Kafka for the end of every partition (one ListOffsets request, with the stream's own
+``kafka.*`` options) every few seconds and updates ``latest_offsets``/``lag``, whichever source
+the stream reads with. It never touches the heartbeat: a hung query with a live probe still
+shows as stalled, a hung driver as a stale heartbeat.
 """
 
 from __future__ import annotations
@@ -28,12 +29,6 @@ def end_offsets_json(ends: dict[Any, int]) -> dict[str, dict[str, int]]:
     return out
 
 
-def hints_from(end_offsets: dict[str, dict[str, int]]) -> dict[Any, int]:
-    from rewind.kafka.offsets import TP
-
-    return {TP(t, int(p)): int(o) for t, parts in end_offsets.items() for p, o in parts.items()}
-
-
 class LagProbe(threading.Thread):
     """Every `interval_s`: true end offsets of the stream's topics -> status lag (until `stop`)."""
 
@@ -48,7 +43,7 @@ class LagProbe(threading.Thread):
         self.stopped.set()
 
     def probe_once(self, client: Any) -> None:
-        ends = client.end_offsets(client.partitions(self.topics), hints_from(self.status.end_offsets))
+        ends = client.end_offsets(client.partitions(self.topics))
         latest = end_offsets_json(ends)
         st = self.status
         if st.state in ("stopped", "failed"):

@@ -342,7 +342,7 @@ def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Input
     """Read the stream's files (status, history, failures, proof, replay lock and reports) and, given an
     ``rewind.s3.S3Store``, its savepoint manifests. DAG runs are the caller's (Airflow) part."""
     from rewind.replay_guard import current_holder
-    from rewind.services import pid_alive
+    from rewind.platform.processes import pid_alive
     from rewind.status import read_history, read_status, status_path
     from rewind.supervisor import read_history as read_failures
 

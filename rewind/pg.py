@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from sqlalchemy.engine import URL, make_url
 
-from rewind.services import free_port, parent_death_signal
+from rewind.platform.processes import free_port, parent_death_signal
 
 log = logging.getLogger(__name__)
 

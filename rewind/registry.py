@@ -43,7 +43,11 @@ class _Strict(BaseModel):
 
 
 class SourceSpec(_Strict):
-    format: Literal["rewind_kafka", "kafka"] = "rewind_kafka"
+    """``kafka``: Spark's own connector (the default); ``rewind_kafka``: Rewind's Python Data Source,
+    for Spark deployments that cannot add jars. Both take the same options (``kafka.*`` are the
+    Kafka client's settings)."""
+
+    format: Literal["rewind_kafka", "kafka"] = "kafka"
     options: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("options", mode="before")

@@ -483,11 +483,9 @@ def format_plan(plan: ReplayPlan) -> str:
 def consumer_config(spec: Any, bootstrap: str) -> dict[str, Any]:
     """Consumer settings for look-ups and counts: the stream's own ``kafka.*`` source options
     (isolation level, security) so the plan counts what the stream itself would read."""
-    from rewind.kafka.client import base_consumer_config
+    from rewind.kafka.client import stream_consumer_config
 
-    extra = {k[len("kafka."):]: v for k, v in spec.source.options.items()
-             if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
-    return base_consumer_config(bootstrap, extra, group_id=f"rewind-replay-plan-{spec.name}")
+    return stream_consumer_config(spec.source.options, bootstrap, f"rewind-replay-plan-{spec.name}")
 
 
 def _resolve(bound: Bound, tps: Sequence[TP], earliest: Mapping[TP, int], high: Mapping[TP, int],
@@ -556,7 +554,7 @@ def plan_replay(request: ReplayRequest, registry: Any, bootstrap: str, *, client
         earliest = client.earliest_offsets(tps)
         high = client.end_offsets(tps)
         stamps = {b.timestamp_ms for b in (request.start, request.end) if b.kind == "timestamp"}
-        by_time = {ms: client.offsets_for_times({tp: ms for tp in tps}, earliest, high) for ms in sorted(stamps)}
+        by_time = {ms: client.offsets_for_times({tp: ms for tp in tps}) for ms in sorted(stamps)}
         start = _resolve(request.start, tps, earliest, high, by_time.get(_ms(request.start), {}))
         end = _resolve(request.end, tps, earliest, high, by_time.get(_ms(request.end), {}))
         end_in_future = request.end.kind == "timestamp" and request.end.timestamp > now  # type: ignore[operator]

@@ -13,9 +13,17 @@ def python_env() -> dict[str, str]:
 
 
 def build_session(app_name: str, master: str | None = None, conf: dict[str, Any] | None = None):
-    """A local-by-default session with RocksDB state and the Rewind Kafka source registered."""
+    """A local-by-default session with RocksDB state, Spark's Kafka connector on the classpath
+    (``format("kafka")``) and the Rewind Kafka source registered (``format("rewind_kafka")``).
+
+    The connector jars go in ``spark.jars``, which works when this process starts the JVM (plain
+    ``python``); under ``spark-submit`` the JVM is already running and they must come with
+    ``--jars`` (``connector_jars()``; the Airflow hooks pass them).
+    """
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
+
+    from rewind.platform.jars import connector_jars
 
     builder = (
         SparkSession.builder.appName(app_name)
@@ -36,6 +44,9 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
         .config("spark.driver.memory", "1g")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
+    jars = connector_jars(required=False)
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
     for key, value in (conf or {}).items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()

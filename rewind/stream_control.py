@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from rewind.registry import StreamSpec
-from rewind.services import log_tail, pid_alive
+from rewind.platform.processes import log_tail, pid_alive
 from rewind.status import StreamStatus, read_status, status_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -41,14 +41,16 @@ def load_entry_point(ref: str) -> Callable[..., Any]:
         raise ValueError(f"transform {ref!r}: module {module_name!r} has no {attr!r}") from None
 
 
-def check_topics_exist(bootstrap: str, topics: list[str], timeout: float = 10.0) -> None:
-    from confluent_kafka.admin import AdminClient
+def check_source(spec: StreamSpec, bootstrap: str) -> None:
+    """Refuse before Spark starts: an unreachable bootstrap, a missing topic, a missing connector."""
+    from rewind.kafka.client import check_reachable
+    from rewind.kafka.client_config import kafka_options
 
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout)
-    missing = [t for t in topics if t not in meta.topics or meta.topics[t].error is not None]
-    if missing:
-        raise ValueError(f"Kafka topic(s) {', '.join(missing)} do not exist on {bootstrap}; "
-                         "create them (e.g. `rewind produce --topic NAME --count 0`) or fix the registry")
+    if spec.source.format == "kafka":
+        from rewind.platform.jars import connector_jars
+
+        connector_jars(required=True)
+    check_reachable(bootstrap, spec.topics, kafka_options(spec.source.options))
 
 
 @dataclass
@@ -110,7 +112,12 @@ def _one_or_all(sources: list[dict[str, Any]]) -> Any:
     return json.loads(unique.pop()) if len(unique) == 1 else sources
 
 def source_options(spec: StreamSpec, bootstrap: str) -> dict[str, str]:
-    return {"kafka.bootstrap.servers": bootstrap, "subscribe": ",".join(spec.topics), **spec.source.options}
+    """The source's options: the registry's, with the bootstrap, the topics, and ``read_committed``
+    unless the registry says otherwise. Why that default: Spark's connector reads
+    ``read_uncommitted`` (the Java client's default), so records of aborted transactions would reach
+    the sink, while every proof (librdkafka, ``read_committed`` by default) counts only committed ones."""
+    return {"kafka.bootstrap.servers": bootstrap, "subscribe": ",".join(spec.topics),
+            "kafka.isolation.level": "read_committed", **spec.source.options}
 
 
 def open_sink(spec: StreamSpec) -> tuple[Any, Any]:
@@ -145,7 +152,7 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     """Run until the query ends or SIGTERM/SIGINT asks for a stop after the current batch."""
     from rewind.spark_session import build_session
 
-    check_topics_exist(bootstrap, spec.topics)
+    check_source(spec, bootstrap)
     Path(spec.checkpoint).parent.mkdir(parents=True, exist_ok=True)
     spath = status_path(spec.status_dir, spec.name)
     status = StreamStatus(stream=spec.name)
@@ -225,13 +232,11 @@ def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
 
 def start_lag_probe(spec: StreamSpec, bootstrap: str, status: StreamStatus, spath: Path) -> Any:
     """The Kafka lag look-up thread (REWIND_LAG_PROBE_S seconds apart, default 10; 0 turns it off)."""
-    from rewind.kafka.client import base_consumer_config
-    from rewind.kafka.offsets import parse_options
+    from rewind.kafka.client import stream_consumer_config
     from rewind.lag_probe import LagProbe
 
     interval = float(os.environ.get("REWIND_LAG_PROBE_S", "10"))
-    opts = parse_options(source_options(spec, bootstrap), streaming=True)
-    probe = LagProbe(base_consumer_config(bootstrap, opts.consumer_conf, group_id=f"rewind-lag-{spec.name}"),
+    probe = LagProbe(stream_consumer_config(spec.source.options, bootstrap, f"rewind-lag-{spec.name}"),
                      spec.topics, status, spath, interval_s=max(interval, 0.5))
     if interval > 0:
         probe.start()

@@ -121,7 +121,7 @@ def restore_newest_savepoint(spec: StreamSpec, store: Any, reason: str) -> dict[
 
 def wait_for_progress(spec: StreamSpec, pid: int, after_batch: int | None, timeout: float) -> dict[str, Any]:
     """Wait until the stream `pid` commits a batch newer than `after_batch` (or is caught up, lag 0)."""
-    from rewind.services import pid_alive
+    from rewind.platform.processes import pid_alive
 
     deadline = time.monotonic() + timeout
     st = None

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from rewind.airflow_local import LocalAirflow
 from rewind.registry import load_registry
-from rewind.services import EmbeddedPlatform, ManagedProcess
+from rewind.services import EmbeddedPlatform
+from rewind.platform.processes import ManagedProcess
 from rewind.status import read_status, status_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -149,52 +149,24 @@ def _check_windows(rep: ExactlyOnceReport, events: pd.DataFrame, windows: pd.Dat
                 rep.missing_windows.append({"window_start": str(start), "key": key, "recomputed": want})
 
 
-def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0) -> list[KafkaRecord]:
-    """Every record currently in ``topics``: read up to each partition's end as it was when the read
-    began (a producer that keeps writing would otherwise keep Fetch from ever reporting EOF)."""
-    import time
+def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
+                 source_options: dict[str, str] | None = None,
+                 upper: dict[tuple[str, int], int] | None = None) -> list[KafkaRecord]:
+    """Every record of ``topics`` up to each partition's end as it was when the read began (below
+    ``upper`` per partition when given), read with the stream's own ``kafka.*`` options (security,
+    isolation level). ``timeout``: the longest wait without progress."""
+    from rewind.kafka.client import read_to_end, stream_consumer_config
+    from rewind.kafka.offsets import TP
 
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    from rewind.kafka.client import true_end_offsets
-
-    ends = {(tp.topic, tp.partition): off for tp, off in true_end_offsets(bootstrap, topics).items()}
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rewind-verify", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "fetch.max.bytes": 52428800})
-    try:
-        meta = consumer.list_topics(timeout=10)
-        tps = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in sorted(meta.topics[t].partitions)]
-        consumer.assign(tps)
-        pending = {(tp.topic, tp.partition) for tp in tps}
-        out: list[KafkaRecord] = []
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topics} did not reach the end of {sorted(pending)} in {timeout}s")
-            for msg in consumer.consume(num_messages=10000, timeout=1.0):
-                err = msg.error()
-                key = (msg.topic(), msg.partition())
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        # Tansu's fetch can report EOF at a high watermark that lags the true end (chaos
-                        # seed 7 lost a partition's last 5 records here): trust EOF only at the true end.
-                        end = ends.get(key)
-                        if end is None or msg.offset() >= end:
-                            pending.discard(key)
-                        continue
-                    raise RuntimeError(f"Kafka error while verifying: {err}")
-                end = ends.get(key)
-                if key not in pending or (end is not None and msg.offset() >= end):
-                    pending.discard(key)  # written after the read began (offsets may skip markers)
-                    continue
-                ts_type, ts = msg.timestamp()
-                out.append(KafkaRecord(msg.topic(), msg.partition(), msg.offset(), ts if ts_type else None,
-                                       msg.value()))
-                if end is not None and msg.offset() >= end - 1:
-                    pending.discard(key)
-        return out
-    finally:
-        consumer.close()
+    config = stream_consumer_config(source_options or {}, bootstrap, "rewind-verify")
+    config["fetch.max.bytes"] = 52428800
+    bound = None if upper is None else {TP(t, p): o for (t, p), o in upper.items()}
+    out: list[KafkaRecord] = []
+    for batch in read_to_end(config, topics, timeout, bound):
+        for msg in batch:
+            ts_type, ts = msg.timestamp()
+            out.append(KafkaRecord(msg.topic(), msg.partition(), msg.offset(), ts if ts_type else None, msg.value()))
+    return out
 
 
 def below(bounds: dict[tuple[str, int], int], frame: pd.DataFrame) -> pd.DataFrame:
@@ -221,10 +193,9 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
     sink, _ = open_sink(spec)
     try:
         d = spec.durations()
-        records = read_records(bootstrap, spec.topics)
+        records = read_records(bootstrap, spec.topics, source_options=spec.source.options, upper=bounds)
         events, dead = sink.read_table("events"), sink.read_table("dead_letter")
         if bounds is not None:
-            records = [r for r in records if r.offset < bounds.get((r.topic, r.partition), 0)]
             events, dead = below(bounds, events), below(bounds, dead)
         return check_exactly_once(records, events, dead, sink.read_table("window_results"),
                                   allowed_lateness=d["allowed_lateness"], window=d["window"],

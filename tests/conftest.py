@@ -18,11 +18,13 @@ from rewind.services import EmbeddedPlatform, PlatformInfo  # noqa: E402
 
 if TYPE_CHECKING:
     from rewind.airflow_local import LocalAirflow
+    from rewind.platform.kafka_broker import KafkaCluster
 
 
 @pytest.fixture(scope="session")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformInfo]:
-    """SeaweedFS + Tansu on free ports in a temp dir; stopped (SIGKILL if need be) at the end."""
+    """SeaweedFS + Apache Kafka (one KRaft node) on free ports in a temp dir; stopped (SIGKILL if need be)
+    at the end. Shared by the whole run: topics are unique per test (``new_topic``)."""
     workdir = tmp_path_factory.mktemp("platform")
     plat = EmbeddedPlatform(workdir)
     info = plat.start()
@@ -73,6 +75,20 @@ def airflow(airflow_factory: Callable[..., "LocalAirflow"]) -> "LocalAirflow":
 @pytest.fixture(scope="session")
 def kafka_bootstrap(platform: PlatformInfo) -> str:
     return platform.kafka_bootstrap
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["KafkaCluster"]:
+    """Three KRaft nodes on localhost (each broker and voter; replication factor 3, min ISR 2), for
+    failover tests; one per test module that asks for it."""
+    from rewind.platform.kafka_broker import KafkaCluster
+
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), nodes=3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from rewind.services import pid_alive
+from rewind.platform.processes import pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -150,7 +150,7 @@ def _states(run: Any) -> dict[str, str]:
 
 def _kill_hard(pid: int) -> None:
     """SIGKILL the driver and everything in its session (the spark-submit JVM too), and wait."""
-    from rewind.services import pid_alive
+    from rewind.platform.processes import pid_alive
 
     try:
         os.killpg(os.getpgid(pid), signal.SIGKILL)

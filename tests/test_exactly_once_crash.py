@@ -24,7 +24,8 @@ import pytest
 from rewind.kafka.client import true_end_offsets
 from rewind.producer import ProduceSpec, produce
 from rewind.registry import load_registry
-from rewind.services import PlatformInfo, terminate_group
+from rewind.services import PlatformInfo
+from rewind.platform.processes import terminate_group
 from rewind.status import read_status, status_path
 from rewind.verify import verify_stream
 

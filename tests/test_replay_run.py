@@ -424,7 +424,7 @@ def test_overlap_with_a_live_stream_finds_no_duplicates(tmp_path: Path, platform
     """Replay what the running stream already wrote while it keeps running and the producer keeps sending."""
     from rewind.kafka.client import true_end_offsets
     from rewind.producer import ProduceSpec, produce
-    from rewind.services import pid_alive, terminate_group
+    from rewind.platform.processes import pid_alive, terminate_group
     from rewind.status import read_status, status_path
     from rewind.stream_control import launch_stream, stop_stream, wait_caught_up
 

@@ -35,7 +35,8 @@ from rewind.s3 import S3Config, S3Store, S3Unreachable
 from rewind.savepoint import (FILES_DIR, MANIFEST, Manifest, SavepointCorrupt, SavepointNotFound,
                               create_savepoint, list_savepoints, load_manifest, restore_savepoint, savepoint_prefix,
                               savepoint_with_stop)
-from rewind.services import PlatformInfo, free_port, pid_alive, terminate_group
+from rewind.services import PlatformInfo
+from rewind.platform.processes import free_port, pid_alive, terminate_group
 from rewind.status import read_status, status_path
 from rewind.stream_control import launch_stream, stop_stream, stream_liveness, wait_running
 from rewind.verify import verify_stream

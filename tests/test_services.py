@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from rewind.producer import ProduceSpec, produce
-from rewind.services import EmbeddedPlatform, pid_alive, read_platform
+from rewind.services import EmbeddedPlatform, read_platform
+from rewind.platform.processes import pid_alive
 from rewind.verify import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +25,7 @@ def test_platform_lifecycle_and_broker_restart(tmp_path: Path) -> None:
         assert read_platform(tmp_path / "svc") == info
         produce(info.kafka_bootstrap, ProduceSpec(topic="restart-me", count=300, partitions=2))
         assert plat.kafka is not None
-        plat.kafka.restart()  # topics live in s3://tansu/ on the embedded S3
+        plat.kafka.restart()  # a controlled shutdown and a start on the same ports and data
         records = read_records(info.kafka_bootstrap, ["restart-me"])
         assert len(records) == 300
         assert sorted({r.partition for r in records}) == [0, 1]
@@ -35,16 +36,36 @@ def test_platform_lifecycle_and_broker_restart(tmp_path: Path) -> None:
     assert read_platform(tmp_path / "svc") is None
 
 
-def test_failed_start_names_the_service_and_log(tmp_path: Path, monkeypatch) -> None:
+def test_failed_start_names_the_cause_and_log(tmp_path: Path) -> None:
+    """A taken port: one error naming the cause and the broker's log; S3 is not left running."""
+    import socket
+
     import pytest
 
-    from rewind import services
+    from rewind.platform.processes import ServiceError
 
-    monkeypatch.setattr(services, "tansu_binary", lambda: "/bin/false")
     plat = EmbeddedPlatform(tmp_path / "svc")
-    with pytest.raises(services.ServiceError, match="Tansu Kafka broker exited during start-up; see .*tansu.log"):
-        plat.start()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", plat.kafka.port))
+        squatter.listen()
+        with pytest.raises(ServiceError, match=f"port {plat.kafka.port} is taken"):
+            plat.start()
     assert plat.s3.process is not None and not plat.s3.process.alive(), "S3 left running after a failed start"
+
+
+def test_broker_log_names_the_cause(tmp_path: Path) -> None:
+    """Too large a heap: the JVM refuses, and the error says which setting to change and where the log is."""
+    import pytest
+
+    from rewind.platform.kafka_broker import KafkaBroker
+    from rewind.platform.processes import ServiceError
+
+    broker = KafkaBroker(tmp_path / "k", heap="100000g")
+    try:
+        with pytest.raises(ServiceError, match=r"REWIND_KAFKA_HEAP.*see .*broker\.log"):
+            broker.start(timeout=60)
+    finally:
+        broker.stop()
 
 
 def test_cli_services_up_status_down(tmp_path: Path) -> None:
@@ -60,10 +81,10 @@ def test_cli_services_up_status_down(tmp_path: Path) -> None:
     assert info is not None
     try:
         status = rewind("services", "status")
-        assert status.returncode == 0 and json.loads(status.stdout)["alive"] == {"seaweedfs": True, "tansu": True}
+        assert status.returncode == 0 and json.loads(status.stdout)["alive"] == {"seaweedfs": True, "kafka": True}
     finally:
         down = rewind("services", "down")
-    assert down.returncode == 0 and "tansu" in down.stdout
+    assert down.returncode == 0 and "kafka" in down.stdout
     assert not any(pid_alive(p) for p in info.pids.values())
     assert rewind("services", "status").returncode == 1
 

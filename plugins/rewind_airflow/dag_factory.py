@@ -128,7 +128,7 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
             No next run when the strategy gave up (crash loop) or no driver runs (launch failed):
             those need a person, and chaining would only repeat the failure."""
             from rewind.registry import load_registry
-            from rewind.services import pid_alive
+            from rewind.platform.processes import pid_alive
             from rewind.status import read_status, status_path
             from rewind.supervisor import read_history
 
@@ -396,7 +396,10 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
     args = [spec.name, "--registry", registry, "--bootstrap", kafka_bootstrap(), "--plan-json",
             planned["plan_file"], "--mode", params.get("mode") or "into-sink", "--replay-id", planned["replay_id"],
             "--run-dir", planned["run_dir"]]
+    from rewind.platform.jars import connector_jars
+
     hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=f"rewind-replay-{spec.name}",
+                           jars=",".join(connector_jars(required=False)) or None,
                            env_vars={"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                                      "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
     failure: Exception | None = None

@@ -25,9 +25,14 @@ class RewindStreamHook(SparkSubmitHook):
 
     def __init__(self, stream: str, registry: str | None = None, bootstrap: str | None = None,
                  conn_id: str = "spark_default", **kwargs: Any) -> None:
+        from rewind.platform.jars import connector_jars
+
         args = [stream] + (["--registry", registry] if registry else []) + \
             (["--bootstrap", bootstrap] if bootstrap else [])
         kwargs.setdefault("name", f"rewind-{stream}")
+        # Spark's Kafka connector: under spark-submit the JVM starts before the session's conf is
+        # read, so spark.jars set in Python would not reach the driver's class path.
+        kwargs.setdefault("jars", ",".join(connector_jars(required=False)) or None)
         super().__init__(conn_id=conn_id, application_args=args, **kwargs)
         self.stream = stream
 

@@ -33,7 +33,7 @@ class StreamHealthTrigger(BaseTrigger):
         """One look (blocking I/O; run in a thread)."""
         from rewind.health import Thresholds, diagnose
         from rewind.registry import load_registry
-        from rewind.services import pid_alive
+        from rewind.platform.processes import pid_alive
         from rewind.status import read_status, status_path
 
         spec = load_registry(self.registry).get(self.stream)

@@ -177,12 +177,11 @@ class _KafkaReaderBase:
                 latest: Offsets | None = None) -> Offsets:
         """Concrete offsets for a starting/ending spec, asking the broker only what it needs.
 
-        ``earliest`` / ``latest`` may be passed when the caller has them (true end look-ups read
-        records on Tansu, so they are not repeated).
+        ``earliest`` / ``latest`` may be passed when the caller has them already.
         """
         client = self.lookup()
         if spec.kind in ("timestamp", "timestamps"):
-            found = client.offsets_for_times(timestamp_targets(spec, tps), earliest=earliest, ends=latest)
+            found = client.offsets_for_times(timestamp_targets(spec, tps))
             missing = [tp for tp, off in found.items() if off is None]
             if missing and latest is None:
                 latest = client.end_offsets(missing)
@@ -192,11 +191,8 @@ class _KafkaReaderBase:
         if need_earliest and earliest is None:
             earliest = client.earliest_offsets(tps)
         if need_latest and latest is None:
-            latest = client.end_offsets(tps, hints=self._hints())
+            latest = client.end_offsets(tps)
         return resolve_offsets(spec, tps, earliest or {}, latest or {})
-
-    def _hints(self) -> Offsets:
-        return {}
 
     def read_range(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the records of one range as Arrow batches."""
@@ -239,7 +235,7 @@ class KafkaStreamReader(_KafkaReaderBase, DataSourceStreamReader, SupportsTrigge
 
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options)
-        self._known_ends: Offsets = {}          # last true ends seen: cheap start for the next look-up
+        self._known_ends: Offsets = {}          # last end offsets seen (reportLatestOffset)
         self._target: Offsets | None = None     # Trigger.AvailableNow: never read beyond this
 
     def __getstate__(self) -> dict[str, Any]:
@@ -247,9 +243,6 @@ class KafkaStreamReader(_KafkaReaderBase, DataSourceStreamReader, SupportsTrigge
         state["_known_ends"] = {}
         state["_target"] = None
         return state
-
-    def _hints(self) -> Offsets:
-        return self._known_ends
 
     def initialOffset(self) -> dict:
         tps = self.lookup().partitions(self.opts.topics)
@@ -265,7 +258,7 @@ class KafkaStreamReader(_KafkaReaderBase, DataSourceStreamReader, SupportsTrigge
     def prepareForTriggerAvailableNow(self) -> None:
         client = self.lookup()
         tps = client.partitions(self.opts.topics)
-        self._target = client.end_offsets(tps, hints=self._known_ends)
+        self._target = client.end_offsets(tps)
         self._known_ends = dict(self._target)
         log.info("Trigger.AvailableNow target offsets: %s", self._target)
 
@@ -278,7 +271,7 @@ class KafkaStreamReader(_KafkaReaderBase, DataSourceStreamReader, SupportsTrigge
             tps = client.partitions(self.opts.topics)
             gone = set(check_missing_partitions(begin, tps, self.opts.fail_on_data_loss))
             begin = {tp: off for tp, off in begin.items() if tp not in gone}
-            ends = client.end_offsets(tps, hints={**begin, **self._known_ends})
+            ends = client.end_offsets(tps)
             self._known_ends = dict(ends)
         moved = [tp for tp, end in ends.items() if begin.get(tp) != end]
         earliest = client.earliest_offsets(moved) if moved else {}

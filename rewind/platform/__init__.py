@@ -1,0 +1,1 @@
+"""The embedded platform: child processes, the JVM dependencies, Apache Kafka, SeaweedFS."""

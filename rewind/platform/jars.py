@@ -1,0 +1,64 @@
+"""Where Rewind's JVM dependencies are, and the one-line errors when they are not.
+
+``pom.xml`` names them, pinned; ``make jars`` (run by ``make up`` and ``make test`` on first use)
+fetches them with Maven into ``.jars/`` beside ``.venv``: ``.jars/kafka/`` holds Apache Kafka's
+broker and its runtime closure, ``.jars/spark/`` Spark's Kafka connector with its exact
+companions. Nothing here touches the network: a missing folder is an error that says how to
+fetch it. ``REWIND_JARS`` points elsewhere (an image that baked the jars in, say).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from rewind.platform.processes import ServiceError
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The jars of Spark's Kafka connector, by artifact name prefix: all must be present.
+CONNECTOR_ARTIFACTS = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients-",
+                       "commons-pool2-")
+FETCH_HINT = ("run `make jars` in the repository (it needs Maven: apt-get install -y maven), "
+              "or set REWIND_JARS to a folder holding kafka/ and spark/")
+
+
+class JarsMissing(ServiceError):
+    """A JVM dependency is not on disk; the message says how to fetch it."""
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get("REWIND_JARS") or ROOT / ".jars").resolve()
+
+
+def java_binary() -> str:
+    """``$JAVA_HOME/bin/java``, else ``java`` on PATH; one line saying what to install otherwise."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise ServiceError("Java 17 is required for Kafka and Spark and was not found: install it "
+                           "(Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless) or set JAVA_HOME")
+    return found
+
+
+def broker_classpath() -> str:
+    """The classpath of ``kafka.Kafka`` (``.jars/kafka/*``)."""
+    folder = jars_dir() / "kafka"
+    if not any(folder.glob("kafka_2.13-*.jar")):
+        raise JarsMissing(f"Apache Kafka's broker jars are not in {folder}: {FETCH_HINT}")
+    return str(folder / "*")
+
+
+def connector_jars(required: bool = True) -> list[str]:
+    """Spark's Kafka connector jars (``.jars/spark/*.jar``); ``[]`` when absent and not ``required``."""
+    folder = jars_dir() / "spark"
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    missing = [a for a in CONNECTOR_ARTIFACTS if not any(Path(j).name.startswith(a) for j in jars)]
+    if missing:
+        if not required:
+            return []
+        raise JarsMissing(f"Spark's Kafka connector (format \"kafka\") is not in {folder} "
+                          f"(missing {', '.join(m.rstrip('-_') for m in missing)}): {FETCH_HINT}")
+    return jars

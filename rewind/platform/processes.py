@@ -1,0 +1,181 @@
+"""Child processes that never outlive their owner: free ports, readiness, logs, teardown.
+
+Every embedded service (Kafka, SeaweedFS, Airflow, the stream drivers) runs in its own session
+with its output in a log file, is checked for readiness with a timeout that names the log, and
+is stopped with SIGTERM then SIGKILL (SeaweedFS takes >8 s to honour SIGTERM, a Kafka broker's
+controlled shutdown a few seconds). Linux's parent-death signal ends a service whose owner was
+SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+class ServiceError(RuntimeError):
+    """A service failed to start; the message names it, the cause when known, and its log."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, log_path: Path | None = None,
+               alive: Callable[[], bool] | None = None,
+               explain: Callable[[str], str | None] | None = None) -> None:
+    """Poll ``check`` until it is true; fail naming ``what``, the cause (``explain`` reads the log
+    tail and may name it) and the log to read."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            raise ServiceError(_failure(f"{what} exited during start-up", log_path, explain))
+        try:
+            if check():
+                return
+        except Exception:  # readiness probes fail until the service is up
+            pass
+        time.sleep(0.2)
+    raise ServiceError(_failure(f"{what} not ready after {timeout:.0f}s", log_path, explain))
+
+
+def _failure(head: str, log_path: Path | None, explain: Callable[[str], str | None] | None) -> str:
+    tail = log_tail(log_path, 40)
+    cause = explain(tail) if explain else None
+    short = "\n".join(tail.splitlines()[-15:])
+    return f"{head}{': ' + cause if cause else ''}; see {log_path}:\n{short}"
+
+
+def log_tail(path: Path | None, lines: int = 15) -> str:
+    """The last lines of a log, for error messages that show why a process died."""
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class ManagedProcess:
+    """A child process in its own session, with its output in a log file."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    death_signal: int | None = signal.SIGTERM  # sent by Linux if our process dies; None: detached
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(self.log_path, "ab")
+        full_env = {**os.environ, **self.env}
+        self.proc = subprocess.Popen(self.argv, stdout=logf, stderr=subprocess.STDOUT, env=full_env,
+                                     cwd=self.cwd, start_new_session=True,
+                                     preexec_fn=parent_death_signal(self.death_signal) if self.death_signal else None)
+        logf.close()
+        log.info("started %s pid=%s log=%s", self.name, self.proc.pid, self.log_path)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.proc is None:
+            return
+        terminate_group(self.proc.pid, grace)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - already SIGKILLed
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL the process group at once (a crash, for fault tests)."""
+        if self.proc is None:
+            return
+        terminate_group(self.proc.pid, grace=0.0)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+
+
+def parent_death_signal(sig: int) -> Callable[[], None] | None:
+    """A preexec_fn asking Linux to signal the child when its parent dies (no orphaned services).
+
+    Linux ties this to the thread that started the child: start services from a long-lived thread.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+    def preexec() -> None:
+        libc.prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return preexec
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def terminate_group(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM the process group of ``pid``, then SIGKILL whatever is left after ``grace``
+    (``grace=0``: SIGKILL at once)."""
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    if grace > 0:
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not pid_alive(pid):
+                break
+            time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
