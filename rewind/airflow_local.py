@@ -87,7 +87,7 @@ def connections_env(info: PlatformInfo, spark_master: str = "local[2]") -> dict[
     conns = {
         "rewind_kafka": {
             "conn_type": "kafka",
-            "description": "Rewind embedded Kafka (Tansu)",
+            "description": "Rewind embedded Apache Kafka",
             "host": kafka_host,
             "port": int(kafka_port) if kafka_port.isdigit() else None,
             "extra": {"bootstrap": info.kafka_bootstrap, "bootstrap.servers": info.kafka_bootstrap,

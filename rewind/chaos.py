@@ -3,8 +3,8 @@
 What runs (all on a throwaway platform in the report directory, so nothing of the real
 stream -- its checkpoint, sink, topics -- is touched):
 
-- the embedded S3 (SeaweedFS) and Kafka (Tansu), owned by this process, so the broker can be
-  restarted; savepoints reach S3 through `rewind.fault_proxy.FaultProxy`, which can go dark;
+- the embedded S3 (SeaweedFS) and Apache Kafka (one KRaft broker), owned by this process, so the
+  broker can be restarted (a controlled shutdown, then a start on the same ports and data); savepoints reach S3 through `rewind.fault_proxy.FaultProxy`, which can go dark;
 - a copy of the stream's registry entry (same transform, trigger, window, watermark, source
   options, restart strategy, supervision thresholds) with its checkpoint, status and sink
   moved into the report directory and ``startingOffsets: earliest`` (the topic starts empty);
@@ -805,7 +805,7 @@ class ChaosRun:
         self.producer.join(timeout=max(600.0, 3 * self.config.events / self.producer.rate))
         deadline = time.monotonic() + self.opts.recovery_timeout_s + 300
         end = {f"{tp.topic}/{tp.partition}": o for tp, o in true_end_offsets(self.bootstrap, self.spec.topics).items()}
-        for topic, part, offset in self.producer.delivered:  # exact, where an end look-up may fall short (Tansu)
+        for topic, part, offset in self.producer.delivered:  # what the producer saw acknowledged, too
             key = f"{topic}/{part}"
             end[key] = max(end.get(key, 0), offset + 1)
         trigger = self.spec.durations()["trigger"].total_seconds()

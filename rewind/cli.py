@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("services", help="embedded S3 (SeaweedFS) and Kafka (Tansu)")
+    s = sub.add_parser("services", help="embedded S3 (SeaweedFS) and Apache Kafka (KRaft, one broker)")
     s.add_argument("action", choices=["up", "down", "status"])
     s.set_defaults(func=cmd_services)
 
@@ -249,7 +249,13 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("botocore", "boto3", "urllib3", "py4j", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from confluent_kafka import KafkaException
+
     from rewind.airflow_local import AirflowError
+    from rewind.kafka.client import KafkaTimeoutError, KafkaUnreachable
+    from rewind.kafka.client_config import KafkaClientConfigError
+    from rewind.kafka.offsets import DataLossError, UnknownTopicError
+    from rewind.platform.processes import ServiceError
     from rewind.registry import RegistryError
 
     try:
@@ -257,7 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     except RegistryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except AirflowError as exc:
+    except (AirflowError, ServiceError, KafkaUnreachable, KafkaTimeoutError, UnknownTopicError, DataLossError,
+            KafkaClientConfigError, KafkaException) as exc:
+        # A tool that talks to Kafka answers in one line why it could not; --verbose adds the trace.
+        if args.verbose:
+            log.exception("%s failed", args.command)
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

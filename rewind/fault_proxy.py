@@ -1,9 +1,8 @@
 """A TCP proxy in front of one endpoint that can go dark: "S3 is unavailable for a few seconds".
 
-Why a proxy and not stopping SeaweedFS: on the embedded platform the Kafka broker (Tansu)
-keeps its log in the same SeaweedFS, so stopping it would be a broker outage too, and
-SeaweedFS needs seconds to stop and start. Real deployments keep Kafka and the savepoint
-bucket apart; the proxy cuts exactly what a savepoint sees. `arm` makes the cut happen in
+Why a proxy and not stopping SeaweedFS: SeaweedFS needs seconds to stop (more than 8 s on
+SIGTERM) and to start, and a stopped S3 would also fail everything else that uses it at that
+moment (the DQ proof's uploads, other savepoints); the proxy cuts exactly what a savepoint sees. `arm` makes the cut happen in
 the middle of an upload (after N bytes from the client), which is the interesting moment:
 some objects of the savepoint are written, its manifest is not.
 

@@ -9,8 +9,8 @@ plan with ``ReplayRefused`` listing every such problem, before any Spark job cou
 
 Decisions are pure functions over plain data (``parse_bound``, ``ReplayRequest.parse``,
 ``validate_request``, ``select_partitions``, ``decide_partition``); Kafka is only touched by
-``plan_replay`` through ``KafkaOffsetClient`` (true end offsets: Tansu's ListOffsets(latest) is
-too low, and its ListOffsets(timestamp) is only a hint) and ``iter_range`` (record counts).
+``plan_replay`` through ``KafkaOffsetClient`` (ListOffsets: earliest, end, by timestamp) and
+``iter_range`` (record counts: transaction markers take offsets, so only a read counts records).
 """
 
 from __future__ import annotations

@@ -61,6 +61,11 @@ class SavepointCorrupt(SavepointError):
     """A savepoint's file is missing, truncated or changed; the message names the file."""
 
 
+class NothingToSave(SavepointError):
+    """The stream has not completed a batch yet (no checkpoint, or one without a committed batch):
+    a scheduled savepoint has nothing to do, which is not a failure."""
+
+
 class FileVanished(SavepointError):
     """A checkpoint file disappeared during an online copy (Spark cleaned it up)."""
 
@@ -287,6 +292,8 @@ def create_savepoint(spec: StreamSpec, store: S3Store, *, checkpoint: str | Path
     from rewind.checkpoint_pointer import active_checkpoint
 
     root = Path(checkpoint or active_checkpoint(spec))
+    if not (root / "commits").is_dir() or not any(p.name.isdigit() for p in (root / "commits").iterdir()):
+        raise NothingToSave(f"stream {spec.name} has no committed batch in {root} yet: nothing to save")
     store.check()
     try:
         return _copy_batch(spec, store, root, mode, progress)

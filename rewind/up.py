@@ -66,7 +66,7 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
                  f"user {airflow.username}, password in {airflow.password_file} (generated on the first start)")
         print(f"""
 Rewind is up (embedded default). Ctrl-C stops everything started here.
-  Kafka (Tansu)       {info.kafka_bootstrap}      topic {spec.topics[0]} ({spec.partitions} partitions)
+  Apache Kafka        {info.kafka_bootstrap}      topic {spec.topics[0]} ({spec.partitions} partitions)
   S3 (SeaweedFS)      {info.s3_endpoint}   bucket {info.bucket}; credentials in {home}/services/services.json
   demo producer       {rate:.0f} events/s, malformed 1/97, late 1/211, duplicate 1/53; log {producer.log_path}
   demo stream         launched by the DAG {supervisor} (run {run_id}); checkpoint {spec.checkpoint}; log {stream_log}

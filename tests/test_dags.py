@@ -164,7 +164,7 @@ def _kill_hard(pid: int) -> None:
 @pytest.mark.slow
 def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[str, str], platform: Any,
                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """dag.test() of the supervisor against real Tansu/SeaweedFS/Spark: the stream is launched through
+    """dag.test() of the supervisor against real Kafka/SeaweedFS/Spark: the stream is launched through
     spark-submit, SIGKILLed after its first batches, detected by the deferred trigger, relaunched,
     and the proof passes; then every Kafka record is checked against the sink."""
     from rewind.producer import ProduceSpec, produce

@@ -3,7 +3,7 @@
 - Pure: the coverage and window frames over hand-made Kafka records and sink tables, and
   the suite's verdicts on them (no services).
 - Real: the demo stream runs (available_now) over events with malformed, late and
-  duplicate records on Tansu; the proof passes and stores Data Docs locally and in
+  duplicate records on Apache Kafka; the proof passes and stores Data Docs locally and in
   SeaweedFS; a damaged copy of the sink tables (a gap, a duplicate row, a forged event at
   taken coordinates, a wrong window count) fails with the right expectations, counts and
   example rows; `rewind dq` exits 0 / 2.

@@ -34,7 +34,7 @@ EVENTS = int(os.environ.get("REWIND_CRASH_EVENTS", "52000"))
 KILLS = int(os.environ.get("REWIND_CRASH_KILLS", "3"))
 
 
-def write_registry(path: Path, name: str, topic: str, sink_url: str, home: Path) -> Path:
+def write_registry(path: Path, name: str, topic: str, sink_url: str, home: Path, source: str = "kafka") -> Path:
     path.write_text(f"""
 streams:
   {name}:
@@ -42,6 +42,7 @@ streams:
     partitions: 3
     transform: rewind.demo.transform:build
     source:
+      format: {source}
       options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 8000}}
     sink: {{url: "{sink_url}", table_prefix: {name}_}}
     checkpoint: {home}/checkpoints/{name}
@@ -100,9 +101,10 @@ def wait_for(cond, timeout: float, what: str, proc: StreamProcess) -> None:  # t
     pytest.fail(f"timed out after {timeout}s waiting for {what}:\n{proc.log_tail()}")
 
 
-def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_url: str, name: str) -> dict:
+def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_url: str, name: str,
+                       source: str = "kafka") -> dict:
     home = tmp_path / "home"
-    registry = write_registry(tmp_path / "streams.yaml", name, topic, sink_url, home)
+    registry = write_registry(tmp_path / "streams.yaml", name, topic, sink_url, home, source)
     spec = load_registry(registry).get(name)
     spath = status_path(spec.status_dir, name)
     rng = random.Random(int(os.environ.get("REWIND_CRASH_SEED", "7")))
@@ -156,8 +158,11 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
 
 
 @pytest.mark.slow
-def test_exactly_once_under_sigkill_sqlite(tmp_path: Path, platform: PlatformInfo, new_topic) -> None:
-    run_crash_scenario(tmp_path, platform, new_topic(3, "crash"), f"sqlite:///{tmp_path}/sink.db", "crash_sqlite")
+@pytest.mark.parametrize("source", ["kafka", "rewind_kafka"])
+def test_exactly_once_under_sigkill_sqlite(tmp_path: Path, platform: PlatformInfo, new_topic, source: str) -> None:
+    """Spark's own connector and the Python source, the same kills and the same proof."""
+    run_crash_scenario(tmp_path, platform, new_topic(3, "crash"), f"sqlite:///{tmp_path}/sink.db", "crash_sqlite",
+                       source)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The replay planner: pure rules without services, then plans over real Tansu topics, then the CLI."""
+"""The replay planner: pure rules without services, then plans over real Apache Kafka topics, then the CLI."""
 
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ def test_counts_plan_json_and_table() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Real topics (Tansu)
+# Real topics (Apache Kafka)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -314,21 +314,16 @@ def test_transaction_markers_are_not_counted_as_records(kafka_bootstrap: str, ne
 
 def test_beyond_retention(platform: Any, kafka_bootstrap: str, new_topic: Callable[..., str],
                           tmp_path: Path) -> None:
-    """Tansu 0.6 cannot DeleteRecords (its object store panics "not yet implemented"), and it does
-    not enforce retention.ms. Its storage is one S3 object per record batch, so deleting the first
-    batch objects is what retention would do: ListOffsets(earliest) then answers the next offset."""
-    from rewind.services import KAFKA_BUCKET
+    """Retention deleting the oldest records is what DeleteRecords does: ListOffsets(earliest) then
+    answers the first offset still retained."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
 
     topic = new_topic(1)
     produce(kafka_bootstrap, topic, 0, 10, one_batch_each=True)
-    s3 = platform.s3.client()
-    # The broker bucket is shared by the whole session: page through it (one call stops at 1,000 keys).
-    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=KAFKA_BUCKET, Prefix="clusters/")
-    keys = sorted(o["Key"] for page in pages for o in page.get("Contents", [])
-                  if f"/topics/{topic}/partitions/" in o["Key"] and o["Key"].endswith(".batch"))
-    assert len(keys) == 10, keys
-    for key in keys[:3]:
-        s3.delete_object(Bucket=KAFKA_BUCKET, Key=key)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 3)]).values():
+        fut.result(timeout=30)
     reg = write_registry(tmp_path, [topic])
     with pytest.raises(ReplayRefused) as exc:
         plan(kafka_bootstrap, reg, "0", "latest")

@@ -1,6 +1,6 @@
 """A savepoint restore re-plans batch ids: a re-planned no-data batch must not be skipped by the sink.
 
-Real services (Tansu, SeaweedFS, Spark, the demo stream, a SQLite sink). The shape of the bug
+Real services (Apache Kafka, SeaweedFS, Spark, the demo stream, a SQLite sink). The shape of the bug
 found with chaos seed 7 (2026-11-23), made deterministic:
 
 - the old run reads one Kafka partition 100 offsets per batch: batches 0 [0,100) and 1 [100,200);

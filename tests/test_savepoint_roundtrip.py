@@ -1,4 +1,4 @@
-"""Savepoints against real services: SeaweedFS, Tansu, Spark and the demo stream.
+"""Savepoints against real services: SeaweedFS, Apache Kafka, Spark and the demo stream.
 
 - online: a savepoint taken while the query runs and Kafka keeps receiving events, restored
   into a fresh checkpoint after the sink already holds later batches, resumed, proven exactly
@@ -65,8 +65,8 @@ def events(topic: str, count: int, start: int = 0, rate: float = 0.0) -> Produce
 
 
 def feed(bootstrap: str, topic: str, start: int, bursts: int, every: float = 1.0) -> threading.Thread:
-    """Events while the stream runs, in bursts of 250: a rate-limited producer writes tiny record
-    batches, and Tansu serves re-reads of those (after a restart) at a few hundred records/s."""
+    """Events while the stream runs, in bursts of 250 a second (batches with data during the
+    savepoint, without a backlog that would slow the re-reads after a restart)."""
     def run() -> None:
         for i in range(bursts):
             produce(bootstrap, events(topic, 250, start=start + 250 * i))

@@ -188,8 +188,10 @@ def run_proof_task(name: str, registry: str) -> dict[str, Any]:
 
 def savepoint_dag(spec: Any, registry: str) -> DAG:
     name = spec.name
+    # Active from the start (is_paused_upon_creation=False): a registry's savepoint schedule is a
+    # promise, and a DAG that starts paused keeps none of it until someone finds the toggle.
     with DAG(dag_id=f"rewind_{name}_savepoint", schedule=spec.savepoints.schedule, start_date=START, catchup=False,
-             max_active_runs=1, tags=["rewind", name],
+             max_active_runs=1, tags=["rewind", name], is_paused_upon_creation=False,
              doc_md=f"Savepoint of `{name}` (online copy of its last complete batch) to S3, then retention "
                     f"(keep {spec.savepoints.keep_last}, max age {spec.savepoints.max_age}). Triggered with "
                     "`action=restore` and a `savepoint_id` it restores that savepoint instead: stop the stream, "
@@ -213,10 +215,15 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
 
         @task
         def take_savepoint() -> dict[str, Any]:
-            from rewind.registry import load_registry
-            from rewind.savepoint import create_savepoint
+            from airflow.sdk.exceptions import AirflowSkipException
 
-            m = create_savepoint(load_registry(registry).get(name), s3_store())
+            from rewind.registry import load_registry
+            from rewind.savepoint import NothingToSave, create_savepoint
+
+            try:
+                m = create_savepoint(load_registry(registry).get(name), s3_store())
+            except NothingToSave as exc:  # a schedule that fires before the first batch: not a failure
+                raise AirflowSkipException(str(exc)) from None
             print(f"savepoint {m.savepoint_id}: batch {m.batch_id}, {len(m.files)} files, {m.total_bytes} bytes, "
                   f"offsets {m.offsets}")
             return {"savepoint_id": m.savepoint_id, "batch_id": m.batch_id, "bytes": m.total_bytes}
@@ -286,7 +293,7 @@ def restore_task(name: str, registry: str, savepoint_id: str, relaunch: bool, st
 def dq_dag(spec: Any, registry: str) -> DAG:
     name = spec.name
     with DAG(dag_id=f"rewind_{name}_dq", schedule=timedelta(hours=1), start_date=START, catchup=False,
-             max_active_runs=1, tags=["rewind", name],
+             max_active_runs=1, tags=["rewind", name], is_paused_upon_creation=False,
              doc_md=f"Data-quality proof of `{name}`: every Kafka record up to the last committed batch is in "
                     "the sink or the dead-letter table exactly once, windows reconcile.") as dag:
         @task

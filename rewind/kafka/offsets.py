@@ -136,6 +136,10 @@ _KNOWN = {
 }
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark's default (spark.network.timeout)
+# The Java client's default, so Spark's connector reads records of aborted and open transactions
+# unless told otherwise; librdkafka's is read_committed. The source takes Spark's, so switching
+# sources never changes which records a stream reads (Rewind's streams set read_committed).
+DEFAULT_ISOLATION_LEVEL = "read_uncommitted"
 DEFAULT_RECORDS_PER_BATCH = 10_000
 
 
@@ -325,8 +329,8 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         if name in _RESERVED_KAFKA:
             raise KafkaSourceOptionError(f"option '{key}' is not supported: {_RESERVED_KAFKA[name]}")
         consumer_conf[name] = value
-    iso = consumer_conf.get("isolation.level")
-    if iso is not None and iso not in ("read_committed", "read_uncommitted"):
+    iso = consumer_conf.setdefault("isolation.level", DEFAULT_ISOLATION_LEVEL)
+    if iso not in ("read_committed", "read_uncommitted"):
         raise KafkaSourceOptionError(
             f"option 'kafka.isolation.level': expected 'read_committed' or 'read_uncommitted', got {iso!r}")
 
@@ -339,13 +343,19 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         fail_on_data_loss=_parse_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         poll_timeout_ms=_parse_positive_int("kafkaConsumer.pollTimeoutMs",
                                             opts.get("kafkaconsumer.polltimeoutms", str(DEFAULT_POLL_TIMEOUT_MS))),
-        include_headers=_parse_bool("includeHeaders", opts.get("includeheaders", "true")),
+        include_headers=includes_headers(opts),
         timestamp_strategy=strategy,  # type: ignore[arg-type]
         records_per_batch=_parse_positive_int("maxRecordsPerBatch",
                                               opts.get("maxrecordsperbatch", str(DEFAULT_RECORDS_PER_BATCH))),
         consumer_conf=consumer_conf,
         group_id_prefix=opts.get("groupidprefix", "rewind-kafka-source").strip() or "rewind-kafka-source",
     )
+
+
+def includes_headers(options: Mapping[str, str]) -> bool:
+    """``includeHeaders`` (any key case): false unless set, like Spark's connector."""
+    value = next((v for k, v in options.items() if str(k).lower() == "includeheaders"), "false")
+    return _parse_bool("includeHeaders", value)
 
 
 def _check_spec_topics(spec: OffsetSpec, topics: tuple[str, ...]) -> None:

@@ -51,6 +51,7 @@ from rewind.kafka.offsets import (
     available_now_end,
     check_covers_partitions,
     check_missing_partitions,
+    includes_headers,
     offsets_from_json,
     offsets_to_json,
     parse_options,
@@ -72,8 +73,9 @@ _TS_MS = pa.timestamp("ms", tz="UTC")
 _TS_US = pa.timestamp("us", tz="UTC")
 
 
-def kafka_schema(include_headers: bool = True) -> StructType:
-    """The columns of Spark's built-in Kafka source."""
+def kafka_schema(include_headers: bool = False) -> StructType:
+    """The columns of Spark's built-in Kafka source; ``headers`` only with ``includeHeaders=true``
+    (Spark's default is without, and a stream must see the same columns from either source)."""
     fields = [
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
@@ -89,7 +91,7 @@ def kafka_schema(include_headers: bool = True) -> StructType:
     return StructType(fields)
 
 
-def arrow_schema(include_headers: bool = True) -> pa.Schema:
+def arrow_schema(include_headers: bool = False) -> pa.Schema:
     """The Arrow form of ``kafka_schema`` that Spark checks returned batches against."""
     fields = [
         pa.field("key", pa.binary()),
@@ -317,8 +319,7 @@ class KafkaDataSource(DataSource):
 
     def schema(self) -> StructType:
         validate_options(self.options)  # runs at load(): bad options fail there, not in a query thread
-        include = str(self.options.get("includeHeaders", "true")).strip().lower() != "false"
-        return kafka_schema(include)
+        return kafka_schema(includes_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaBatchReader(parse_options(self.options, streaming=False))
