@@ -4,9 +4,16 @@
 
 Writes, for each result that is there (a missing one is skipped and named on stderr):
 - ``savepoint.png``: savepoint create and restore time vs state size, Rewind next to boto3;
-- ``throughput.png``: the demo stream and replay in records/s next to their references, with the
-  0.5x-of-raw-consumer target;
-- ``targets.png``: every issue target as measured / limit (below 1 is met).
+- ``throughput.png``: the demo stream and replay in records/s with each Kafka source (``kafka``,
+  Spark's connector; ``rewind_kafka``, Rewind's Python Data Source) next to the raw consumer of the
+  same run (and, for the stream, the rate-source reference), with the 0.5x-of-raw-consumer target;
+- ``targets.png``: every issue target as measured / limit (below 1 is met), the throughput targets
+  once per source.
+
+Results written before the benches measured both sources (a single ``demo_stream`` / ``replay``
+figure, read with ``rewind_kafka`` on the broker used before Apache Kafka) are still drawn, labelled
+as measured before the move to Apache Kafka (2026-11-23).
+
 Prints nothing on stdout but a JSON list of the files written.
 """
 
@@ -24,6 +31,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 REWIND, REFERENCE, TARGET = "#1f6fb4", "#9a9a9a", "#c0392b"
+#: One colour per Kafka source, so the two read alike in every panel.
+SOURCE_COLORS = {"kafka": REWIND, "rewind_kafka": "#e08a1e"}
+SOURCE_NAMES = {"kafka": "kafka (Spark's connector)", "rewind_kafka": "rewind_kafka (Python Data Source)"}
+LEGACY = "rewind_kafka, before the move to Apache Kafka"
 
 
 def load(results: Path, name: str) -> dict[str, Any] | None:
@@ -67,21 +78,46 @@ def savepoint_chart(data: dict[str, Any], out: Path) -> Path:
     return _save(fig, out / "savepoint.png")
 
 
+def source_figures(data: dict[str, Any], per_s: str) -> list[tuple[str, str, float, float]]:
+    """(source format, label, records/s, ratio to the raw consumer) for each source a result measured.
+
+    ``per_s``: the result's records-per-second key (``events_per_s``, ``records_per_s``). A result
+    from before the benches measured both sources has one figure (``demo_stream`` or ``replay``)."""
+    if "sources" in data:
+        return [(fmt, SOURCE_NAMES.get(fmt, fmt), d[per_s], d["ratio_to_raw"]) for fmt, d in data["sources"].items()]
+    old = data.get("demo_stream") or data.get("replay")
+    ratio = data.get("ratio_stream_to_raw", data.get("ratio_replay_to_raw"))
+    return [("rewind_kafka", LEGACY, old[per_s], ratio)] if old and ratio is not None else []
+
+
+def _runs_note(data: dict[str, Any]) -> str:
+    """The panel title's tail: how many runs the figures are the median of, or that they are old."""
+    if "sources" not in data:
+        return ", before the move to Apache Kafka (2026-11-23)"
+    repeat = data.get("repeat")
+    return f", median of {repeat} (source order alternating)" if repeat and repeat > 1 else ""
+
+
 def throughput_chart(stream: dict[str, Any] | None, replay: dict[str, Any] | None, out: Path) -> Path | None:
     panels = []
     if stream:
-        rows = [("raw confluent-kafka consumer", stream["raw_consumer"]["events_per_s"], REFERENCE)]
-        if stream.get("rate_into_sink"):
-            rows.append(("Spark rate source -> same sink", stream["rate_into_sink"]["rows_per_s"], REFERENCE))
-        rows.append(("Rewind demo stream", stream["demo_stream"]["events_per_s"], REWIND))
-        panels.append((f"demo stream, {stream['events']:,} events", rows, stream["raw_consumer"]["events_per_s"]))
+        raw = stream["raw_consumer"]["events_per_s"]
+        rows = [("raw confluent-kafka consumer", raw, REFERENCE)]
+        rate = stream.get("rate_reference") or stream.get("rate_into_sink")
+        if rate:
+            rows.append(("Spark rate source -> same sink", rate["rows_per_s"], REFERENCE))
+        rows += [(f"demo stream, {label}", eps, SOURCE_COLORS.get(fmt, REWIND))
+                 for fmt, label, eps, _ in source_figures(stream, "events_per_s")]
+        panels.append((f"demo stream, {stream['events']:,} events{_runs_note(stream)}", rows, raw))
     if replay:
-        rows = [("raw consumer, same range", replay["raw_consumer"]["records_per_s"], REFERENCE),
-                ("rewind replay (into sink)", replay["replay"]["records_per_s"], REWIND)]
-        panels.append((f"replay, {replay['records']:,} records", rows, replay["raw_consumer"]["records_per_s"]))
+        raw = replay["raw_consumer"]["records_per_s"]
+        rows = [("raw consumer, same range", raw, REFERENCE)]
+        rows += [(f"rewind replay (into sink), {label}", eps, SOURCE_COLORS.get(fmt, REWIND))
+                 for fmt, label, eps, _ in source_figures(replay, "records_per_s")]
+        panels.append((f"replay, {replay['records']:,} records{_runs_note(replay)}", rows, raw))
     if not panels:
         return None
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.6 + 1.1 * sum(len(p[1]) for p in panels)), squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.6 + 1.1 * sum(len(p[1]) for p in panels)), squeeze=False)
     for ax, (title, rows, raw) in zip(axes[:, 0], panels):
         names, values, colors = zip(*rows)
         bars = ax.barh(names, values, color=colors)
@@ -110,12 +146,10 @@ def targets(results: Path) -> list[tuple[str, float, float]]:
     """(label, measured / limit, measured-vs-limit text) for each issue target whose result is there."""
     out = []
     t, r = load(results, "throughput"), load(results, "replay")
-    if t:
-        out.append(("demo stream / raw consumer >= 0.5", 0.5 / t["ratio_stream_to_raw"],
-                    f"{t['ratio_stream_to_raw']:.3f} (need 0.5)"))
-    if r:
-        out.append(("replay / raw consumer >= 0.5", 0.5 / r["ratio_replay_to_raw"],
-                    f"{r['ratio_replay_to_raw']:.3f} (need 0.5)"))
+    for what, data, per_s in (("demo stream", t, "events_per_s"), ("replay", r, "records_per_s")):
+        for fmt, label, _, ratio in source_figures(data, per_s) if data else []:
+            name = fmt if label != LEGACY else f"{fmt}, before 2026-11-23"
+            out.append((f"{what} ({name}) / raw consumer >= 0.5", 0.5 / ratio, f"{ratio:.3f} (need 0.5)"))
     s = load(results, "savepoint")
     if s:
         worst = max(s["sizes"], key=lambda x: x["create_ratio"])
@@ -135,14 +169,14 @@ def targets(results: Path) -> list[tuple[str, float, float]]:
 def targets_chart(rows: list[tuple[str, float, str]], out: Path) -> Path | None:
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.55 * len(rows)))
+    fig, ax = plt.subplots(figsize=(10, 0.9 + 0.55 * len(rows)))
     names, values, texts = zip(*rows)
     bars = ax.barh(names, values, color=[REWIND if v <= 1 else TARGET for v in values])
     ax.bar_label(bars, labels=[f"{t}  {'met' if v <= 1 else 'NOT met'}" for t, v in zip(texts, values)],
                  fontsize=8, padding=3)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xscale("log")
-    ax.set_xlim(min(min(values) / 2, 0.1), max(max(values) * 6, 5))
+    ax.set_xlim(min(min(values) / 2, 0.1), max(max(values) * 15, 5))  # room for the labels
     ax.set_xlabel("cost relative to the target's limit (log scale; <= 1 is met)")
     ax.set_title("Issue targets, one run", fontsize=10)
     ax.invert_yaxis()

@@ -1,12 +1,23 @@
-"""Replay throughput: records/s of `rewind replay run` (into-sink) over a 1,000,000-record range,
-next to a raw confluent-kafka consumer reading the same range in the same run, and their ratio.
+"""Replay throughput with both Kafka sources: records/s of `rewind replay run` (into-sink) over a
+1,000,000-record range with ``source.format: kafka`` (Spark's own connector, the default) and with
+``source.format: rewind_kafka`` (Rewind's Python Data Source), next to a raw confluent-kafka consumer
+reading the same range in the same run, and their ratios to it.
 
 Prints one JSON object (stdout holds only the JSON; Spark's and the services' output go to
-``<work>/bench.log``). The replay writes into a fresh SQLite sink through the stream's own
-transform, in chunks, with the windows recomputed from the sink's events (1 s windows and a
-1 s watermark delay, so nearly every window is closed and recomputed). Spark start-up is
-measured separately and not counted; the first chunk pays for Python worker start-up.
-The DQ proof is left out of the throughput (``--prove`` runs it and reports its time).
+``<work>/bench.log``). Each replay is what ``rewind replay run`` does (``rewind.replay.run_replay``):
+it writes into its own fresh SQLite sink (one registry entry per source and repetition) through the
+stream's own transform, in chunks, with the windows recomputed from the sink's events (1 s windows
+and a 1 s watermark delay, so nearly every window is closed and recomputed). Every replay's plan is
+made for its own stream and must cover exactly the same offsets as the others'.
+
+Order: all replays share one Spark session, and the first one pays for the Python workers' start-up
+and the first planning and compiling (its first chunk is slow; ``chunks_s`` shows it). So each of
+``--repeat`` repetitions reads the range with the raw consumer, then replays with the two sources one
+after the other, ``kafka`` first in odd repetitions (1, 3, ...) and ``rewind_kafka`` first in even
+ones (the JSON's ``order``). A source's ``records_per_s`` is the median over its repetitions (the
+mean of two with the default ``--repeat 2``), the raw consumer's likewise, and ``ratio_to_raw`` is
+their quotient; ``runs`` holds each repetition's figures. Spark start-up is measured separately and
+not counted. The DQ proof is left out of the throughput (``--prove`` runs it and reports its time).
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -23,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import keep_stdout_for_json  # noqa: E402
+from common import broker_description, keep_stdout_for_json  # noqa: E402
 
 
 def raw_read(bootstrap: str, ranges: dict[Any, tuple[int, int]]) -> tuple[int, float]:
@@ -56,27 +68,67 @@ def raw_read(bootstrap: str, ranges: dict[Any, tuple[int, int]]) -> tuple[int, f
     return n, time.perf_counter() - start
 
 
+SOURCES = ("kafka", "rewind_kafka")
+
+
+def source_order(rep: int, sources: tuple[str, ...] = SOURCES) -> tuple[str, ...]:
+    """Repetition ``rep`` (0-based) runs the sources in this order: as given, then reversed, alternately."""
+    return sources if rep % 2 == 0 else sources[::-1]
+
+
+def stream_name(fmt: str, rep: int) -> str:
+    """One registry entry per source and repetition: each replay writes into its own fresh sink."""
+    return f"{fmt}_r{rep + 1}"
+
+
+def replay_once(spark: Any, spec: Any, plan: Any, bootstrap: str, run_dir: Path, chunk_offsets: int,
+                prove: bool) -> dict[str, Any]:
+    from rewind.replay import run_replay
+
+    report = run_replay(spec, plan, bootstrap, spark=spark, run_dir=run_dir, replay_id="bench", progress=False,
+                        chunk_offsets=chunk_offsets, prove=prove)
+    replay_s = report.seconds["replay"]
+    return {"records": report.counts["records_read"], "seconds": round(replay_s, 2),
+            "records_per_s": round(report.counts["records_read"] / replay_s), "chunks": len(report.chunks),
+            "chunks_s": [c["seconds"] for c in report.chunks],
+            "phases_s": {k: v for k, v in report.seconds.items() if k in ("read_transform_write", "windows")},
+            "written": report.counts["written"],
+            "windows": {k: report.windows[k] for k in ("affected", "recomputed", "written", "left_open")},
+            "proof_s": report.seconds.get("proof"), "proof_ok": report.proof["ok"] if report.proof else None}
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000, help="records in the replayed range")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--chunk-offsets", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="repetitions; the sources' order alternates between them (default 2: both orders)")
+    ap.add_argument("--sources", default=",".join(SOURCES),
+                    help=f"comma-separated source formats to measure, in the first repetition's order "
+                         f"(default {','.join(SOURCES)})")
     ap.add_argument("--prove", action="store_true", help="also run the DQ proof over the range (timed apart)")
     args = ap.parse_args()
+    sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
+    if not sources or set(sources) - set(SOURCES) or len(set(sources)) != len(sources) or args.repeat < 1:
+        ap.error(f"--sources takes distinct names among {', '.join(SOURCES)}; --repeat must be >= 1")
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-replay-"))
     out = keep_stdout_for_json(work / "bench.log")
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("REWIND_HOME", str(work / "home"))
+    load_start = round(os.getloadavg()[0], 2)
 
     from rewind.producer import ProduceSpec, produce
     from rewind.registry import load_registry
     from rewind.registry_templates import demo_stream, write_registry
-    from rewind.replay import run_replay
     from rewind.replay_plan import ReplayRequest, plan_replay
     from rewind.services import EmbeddedPlatform
 
+    order = [list(source_order(rep, sources)) for rep in range(args.repeat)]
+    raw_runs: list[dict[str, Any]] = []
+    runs: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in sources}
     with EmbeddedPlatform(work / "services") as plat:
         info = plat.info()
         os.environ.update(info.env())
@@ -85,14 +137,19 @@ def main() -> None:
         produce(info.kafka_bootstrap, ProduceSpec(topic=topic, count=args.records, partitions=args.partitions,
                                                   id_prefix="brp", malformed_every=1000, duplicate_every=500))
         produce_s = time.perf_counter() - t0
-        reg = load_registry(write_registry(work / "streams.yaml", demo_stream(
-            "brp", topic, work, window="1 second", watermark_delay="1 second", allowed_lateness="500 ms")))
-        spec = reg.get("brp")
+        formats = {stream_name(fmt, rep): fmt for rep in range(args.repeat) for fmt in sources}
+        names = list(formats)
+        reg = load_registry(write_registry(work / "streams.yaml", *(demo_stream(
+            name, topic, work, window="1 second", watermark_delay="1 second", allowed_lateness="500 ms",
+            source=f"{{format: {fmt}, options: {{startingOffsets: earliest}}}}") for name, fmt in formats.items())))
         t0 = time.perf_counter()
-        plan = plan_replay(ReplayRequest.parse("brp", "earliest", "latest", registry=reg), reg, info.kafka_bootstrap)
-        plan_s = time.perf_counter() - t0
-        ranges = {p.tp: (p.start, p.end) for p in plan.partitions}
-        raw_n, raw_s = raw_read(info.kafka_bootstrap, ranges)
+        plans = {name: plan_replay(ReplayRequest.parse(name, "earliest", "latest", registry=reg), reg,
+                                   info.kafka_bootstrap) for name in names}
+        plan_s = (time.perf_counter() - t0) / len(names)
+        ranges = {p.tp: (p.start, p.end) for p in plans[names[0]].partitions}
+        for name, plan in plans.items():  # the topic is not written to any more: every plan is the same range
+            if {p.tp: (p.start, p.end) for p in plan.partitions} != ranges:
+                raise RuntimeError(f"the plan of {name} differs from the plan of {names[0]}")
 
         from rewind.spark_session import build_session
 
@@ -100,28 +157,37 @@ def main() -> None:
         spark = build_session("rewind-bench-replay", conf={"spark.ui.showConsoleProgress": "false"})
         startup_s = time.perf_counter() - t0
         try:
-            report = run_replay(spec, plan, info.kafka_bootstrap, spark=spark, run_dir=work / "run",
-                                replay_id="bench", progress=False, chunk_offsets=args.chunk_offsets,
-                                prove=args.prove)
+            for rep, fmts in enumerate(order):
+                raw_n, raw_s = raw_read(info.kafka_bootstrap, ranges)
+                raw_runs.append({"repetition": rep + 1, "records": raw_n, "seconds": round(raw_s, 2),
+                                 "records_per_s": round(raw_n / raw_s)})
+                for position, fmt in enumerate(fmts, 1):
+                    name = stream_name(fmt, rep)
+                    run = replay_once(spark, reg.get(name), plans[name], info.kafka_bootstrap, work / "run" / name,
+                                      args.chunk_offsets, args.prove)
+                    runs[fmt].append({"repetition": rep + 1, "position": position, **run})
         finally:
             spark.stop()
-    replay_s = report.seconds["replay"]
-    replay_eps = report.counts["records_read"] / replay_s
-    result = {
+    raw_eps = statistics.median(r["records_per_s"] for r in raw_runs)
+    plan = plans[names[0]]
+    result: dict[str, Any] = {
         "benchmark": "replay", "records": plan.total_records, "partitions": args.partitions,
-        "machine": {"cores": os.cpu_count(), "spark_master": os.environ.get("REWIND_SPARK_MASTER", "local[2]")},
-        "produce_s": round(produce_s, 2), "plan_s": round(plan_s, 2),
-        "raw_consumer": {"records": raw_n, "seconds": round(raw_s, 2), "records_per_s": round(raw_n / raw_s)},
-        "replay": {"records": report.counts["records_read"], "seconds": round(replay_s, 2),
-                   "records_per_s": round(replay_eps), "chunks": len(report.chunks),
-                   "chunk_offsets": args.chunk_offsets, "spark_startup_s": round(startup_s, 2),
-                   "phases_s": {k: v for k, v in report.seconds.items() if k in ("read_transform_write", "windows")},
-                   "written": report.counts["written"], "windows": {k: report.windows[k] for k in (
-                       "affected", "recomputed", "written", "left_open")},
-                   "proof_s": report.seconds.get("proof"), "proof_ok": report.proof["ok"] if report.proof else None},
-        "ratio_replay_to_raw": round(replay_eps / (raw_n / raw_s), 4),
-        "log": str(work / "bench.log"),
+        "chunk_offsets": args.chunk_offsets, "repeat": args.repeat, "order": order,
+        "machine": {"cores": os.cpu_count(), "spark_master": os.environ.get("REWIND_SPARK_MASTER", "local[2]"),
+                    "kafka": broker_description(),
+                    "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
+        "produce_s": round(produce_s, 2), "plan_s": round(plan_s, 2), "spark_startup_s": round(startup_s, 2),
+        "raw_consumer": {"records": raw_runs[0]["records"], "records_per_s": round(raw_eps), "runs": raw_runs},
+        "sources": {},
     }
+    for fmt in sources:
+        eps = statistics.median(r["records_per_s"] for r in runs[fmt])
+        result["sources"][fmt] = {"format": fmt, "records": runs[fmt][0]["records"], "records_per_s": round(eps),
+                                  "ratio_to_raw": round(eps / raw_eps, 4), "runs": runs[fmt]}
+    if set(SOURCES) <= set(sources):
+        result["ratio_rewind_kafka_to_kafka"] = round(result["sources"]["rewind_kafka"]["records_per_s"]
+                                                      / result["sources"]["kafka"]["records_per_s"], 3)
+    result["log"] = str(work / "bench.log")
     out.write(json.dumps(result) + "\n")
     out.flush()
 

@@ -1,19 +1,32 @@
-"""Demo stream throughput vs two references measured in the same run. Prints one JSON object.
+"""Demo stream throughput with both Kafka sources vs two references, all in one run. Prints one JSON object.
 
-- raw consumer: a plain confluent-kafka consumer reading the whole topic (``rewind.verify.read_records``);
-- rate into the same sink: Spark's ``rate-micro-batch`` source (the ``rate`` source with a fixed number
-  of rows per micro-batch, so it is never the bottleneck), shaped into the demo's output rows and
+On one topic, in one Spark session:
+- raw consumer: a plain confluent-kafka consumer reading the whole topic (``rewind.verify.read_records``),
+  the reference every ratio is taken to;
+- the demo stream, once per source: ``trigger(availableNow=True)`` over the whole topic through the
+  real transform and sink (``build_query``, as ``rewind run`` wires it), with ``source.format: kafka``
+  (Spark's own connector, the default) and with ``source.format: rewind_kafka`` (Rewind's Python Data
+  Source), each run on its own checkpoint and its own fresh SQLite sink;
+- rate reference: Spark's ``rate-micro-batch`` source (the ``rate`` source with a fixed number of
+  rows per micro-batch, so it is never the bottleneck), shaped into the demo's output rows and
   written through the same ``foreachBatch`` writer and exactly-once SQLite sink as the demo stream,
   in micro-batches of the same size: Spark's own floor for this sink path, without Kafka, parsing or
-  state;
-- the demo stream: ``trigger(availableNow=True)`` over the whole topic through the real transform
-  and sink (``build_query``, as ``rewind run`` wires it).
+  state. Measured once, after the last repetition.
 
-Spark start-up is measured separately and counted in neither Spark figure. The per-phase breakdown
+Order, so that machine noise and the session's warm-up (the first query of a session starts the
+Python workers and loads and compiles the code) fall on both sources alike: each of ``--repeat``
+repetitions reads the topic with the raw consumer, then runs the two sources one after the other,
+``kafka`` first in odd repetitions (1, 3, ...) and ``rewind_kafka`` first in even ones; the JSON's
+``order`` lists it. A source's ``events_per_s`` is the median over its repetitions (the mean of two
+with the default ``--repeat 2``), the raw consumer's likewise, and ``ratio_to_raw`` is their quotient;
+``runs`` holds each repetition's figures.
+
+Spark start-up is measured separately and counted in no Spark figure. The per-phase breakdown
 sums Spark's ``lastProgress.durationMs`` over the batches (``addBatch`` holds the foreachBatch call,
 split by the writer into collect = the Spark job, to_pandas+split, and the sink transaction) and the
 state operators' figures. ``source_scans_per_record`` is the source's ``numInputRows`` over the
-records in Kafka: 1.0 when every record is read and parsed once.
+records in Kafka: 1.0 when every record is read and parsed once. ``cpu_s`` is CPU seconds by kind of
+process (Spark's JVM, the Kafka broker's JVM, SeaweedFS, Spark's Python workers, this driver).
 
 Everything but the JSON (Spark's JVM, services) goes to ``<work>/bench.log``.
 """
@@ -23,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -34,24 +48,39 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import keep_stdout_for_json  # noqa: E402
+from common import broker_description, keep_stdout_for_json  # noqa: E402
 
 PHASES = ("addBatch", "getBatch", "latestOffset", "queryPlanning", "walCommit", "commitOffsets",
           "triggerExecution")
 
 
+def process_kind(argv: list[str], pid: int) -> str:
+    """What a process is, from its command line: Spark's JVM and the Kafka broker's JVM are both
+    ``java``, told apart by their main class (``org.apache.spark...`` vs ``kafka.Kafka``)."""
+    if pid == os.getpid():
+        return "bench_driver"
+    exe = argv[0] if argv else ""
+    if exe.endswith("java"):
+        if "kafka.Kafka" in argv:
+            return "kafka_broker"
+        return "spark_jvm" if any(a.startswith("org.apache.spark") for a in argv) else "other_jvm"
+    if "weed" in Path(exe).name:
+        return "seaweedfs"
+    return "python_workers" if any("pyspark" in a for a in argv[1:]) else "other"
+
+
 def tree_cpu() -> dict[str, float]:
     """CPU seconds used so far by this process and its live descendants, by kind (Linux /proc)."""
     hz = os.sysconf("SC_CLK_TCK")
-    procs: dict[int, tuple[int, float, str]] = {}
+    procs: dict[int, tuple[int, float, list[str]]] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        procs[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / hz, cmd)
+        procs[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / hz, [a for a in argv if a])
     mine, grew = {os.getpid()}, True
     while grew:
         new = {pid for pid, (ppid, _, _) in procs.items() if ppid in mine} - mine
@@ -59,11 +88,8 @@ def tree_cpu() -> dict[str, float]:
         grew = bool(new)
     out: dict[str, float] = defaultdict(float)
     for pid in mine:
-        _, cpu, cmd = procs[pid]
-        exe = cmd.split(" ")[0]
-        kind = ("spark_jvm" if exe.endswith("java") else "tansu" if "tansu" in exe else "seaweedfs" if "weed" in exe
-                else "python_workers" if "pyspark" in cmd else "bench_driver" if pid == os.getpid() else "other")
-        out[kind] += cpu
+        _, cpu, argv = procs[pid]
+        out[process_kind(argv, pid)] += cpu
     return dict(out)
 
 
@@ -113,6 +139,7 @@ def breakdown(progress: list[dict[str, Any]], writer: list[dict[str, Any]]) -> d
 
 
 def run_demo(spark: Any, spec: Any, bootstrap: str, records: int) -> dict[str, Any]:
+    """The demo stream over the whole topic with ``spec``'s source, on its own checkpoint and sink."""
     from rewind.stream_runner import build_query
 
     writer: list[dict[str, Any]] = []
@@ -129,7 +156,7 @@ def run_demo(spark: Any, spec: Any, bootstrap: str, records: int) -> dict[str, A
     return {"records": records, "seconds": round(seconds, 2), "events_per_s": round(records / seconds),
             "batches": len([p for p in progress if p.get("numInputRows", 0) > 0]),
             "source_rows_scanned": scanned, "source_scans_per_record": round(scanned / records, 2),
-            "cpu_s": cpu, "breakdown": breakdown(progress, writer)}
+            "rows_out": sum(int(w["rows"]) for w in writer), "cpu_s": cpu, "breakdown": breakdown(progress, writer)}
 
 
 def run_rate(spark: Any, spec: Any, rows: int, rows_per_batch: int) -> dict[str, Any]:
@@ -181,14 +208,44 @@ def run_rate(spark: Any, spec: Any, rows: int, rows_per_batch: int) -> dict[str,
             "breakdown": breakdown(used, writer_phases[:len(used)])}
 
 
+SOURCES = ("kafka", "rewind_kafka")
+
+
+def source_order(rep: int, sources: tuple[str, ...] = SOURCES) -> tuple[str, ...]:
+    """Repetition ``rep`` (0-based) runs the sources in this order: as given, then reversed, alternately."""
+    return sources if rep % 2 == 0 else sources[::-1]
+
+
+def source_entry(fmt: str, max_offsets: int) -> str:
+    """The registry's ``source:`` value (YAML text) for one source format, as a stream would write it."""
+    return f"{{format: {fmt}, options: {{startingOffsets: earliest, maxOffsetsPerTrigger: {max_offsets}}}}}"
+
+
+def stream_name(fmt: str, rep: int) -> str:
+    """One registry entry per source and repetition: its own checkpoint and its own fresh sink."""
+    return f"{fmt}_r{rep + 1}"
+
+
+def summary(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=500_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--max-offsets-per-trigger", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="repetitions; the sources' order alternates between them (default 2: both orders)")
+    ap.add_argument("--sources", default=",".join(SOURCES),
+                    help=f"comma-separated source formats to measure, in the first repetition's order "
+                         f"(default {','.join(SOURCES)})")
     ap.add_argument("--skip-rate", action="store_true", help="leave out the rate-source reference")
     ap.add_argument("--event-log", help="write Spark's event log here (per-stage task times, for profiling)")
     args = ap.parse_args()
+    sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
+    if not sources or set(sources) - set(SOURCES) or len(set(sources)) != len(sources) or args.repeat < 1:
+        ap.error(f"--sources takes distinct names among {', '.join(SOURCES)}; --repeat must be >= 1")
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-"))
     out = keep_stdout_for_json(work / "bench.log")
     load_start = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure: say how much
@@ -199,6 +256,9 @@ def main() -> None:
     from rewind.services import EmbeddedPlatform
     from rewind.spark_session import build_session
 
+    order = [list(source_order(rep, sources)) for rep in range(args.repeat)]
+    raw_runs: list[dict[str, Any]] = []
+    runs: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in sources}
     with EmbeddedPlatform(work / "services") as plat:
         info = plat.info()
         os.environ.update(info.env())
@@ -207,41 +267,52 @@ def main() -> None:
         produce(info.kafka_bootstrap, ProduceSpec(topic=topic, count=args.events, partitions=args.partitions,
                                                   id_prefix="bench"))
         produce_s = time.perf_counter() - t0
-        cpu0 = tree_cpu()
-        raw_n, raw_s = raw_consumer_eps(info.kafka_bootstrap, topic)
-        raw_cpu = cpu_delta(cpu0, tree_cpu())
 
-        reg = write_registry(work / "streams.yaml",
-                             demo_stream("bench", topic, work, max_offsets=args.max_offsets_per_trigger),
-                             demo_stream("rate", "unused", work))
-        registry = load_registry(reg)
+        entries = [demo_stream(stream_name(fmt, rep), topic, work, max_offsets=args.max_offsets_per_trigger,
+                               source=source_entry(fmt, args.max_offsets_per_trigger))
+                   for rep in range(args.repeat) for fmt in sources]
+        registry = load_registry(write_registry(work / "streams.yaml", *entries,
+                                                demo_stream("rate", "unused", work)))
         t0 = time.perf_counter()
         conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log} if args.event_log else None
         spark = build_session("rewind-bench", conf=conf)
         startup_s = time.perf_counter() - t0
         try:
-            demo = run_demo(spark, registry.get("bench"), info.kafka_bootstrap, raw_n)
+            for rep, fmts in enumerate(order):
+                cpu0 = tree_cpu()
+                raw_n, raw_s = raw_consumer_eps(info.kafka_bootstrap, topic)
+                raw_runs.append({"repetition": rep + 1, "records": raw_n, "seconds": round(raw_s, 2),
+                                 "events_per_s": round(raw_n / raw_s), "cpu_s": cpu_delta(cpu0, tree_cpu())})
+                for position, fmt in enumerate(fmts, 1):
+                    run = run_demo(spark, registry.get(stream_name(fmt, rep)), info.kafka_bootstrap, raw_n)
+                    runs[fmt].append({"repetition": rep + 1, "position": position, **run})
             rate = None if args.skip_rate else run_rate(spark, registry.get("rate"), args.events,
                                                         args.max_offsets_per_trigger)
         finally:
             spark.stop()
-    raw_eps = raw_n / raw_s
-    demo["spark_startup_s"] = round(startup_s, 2)
+    raw_eps = summary(raw_runs, "events_per_s")
     result: dict[str, Any] = {
         "benchmark": "throughput", "events": args.events, "partitions": args.partitions,
-        "max_offsets_per_trigger": args.max_offsets_per_trigger,
+        "max_offsets_per_trigger": args.max_offsets_per_trigger, "repeat": args.repeat, "order": order,
         "machine": {"cores": os.cpu_count(), "spark_master": os.environ.get("REWIND_SPARK_MASTER", "local[2]"),
+                    "kafka": broker_description(),
                     "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
-        "produce_s": round(produce_s, 2),
-        "raw_consumer": {"records": raw_n, "seconds": round(raw_s, 2), "events_per_s": round(raw_eps),
-                         "cpu_s": raw_cpu},
-        "rate_into_sink": rate,
-        "demo_stream": demo,
-        "ratio_stream_to_raw": round(demo["events_per_s"] / raw_eps, 3),
-        "ratio_stream_to_rate": round(demo["events_per_s"] / rate["rows_per_s"], 3) if rate else None,
-        "ratio_rate_to_raw": round(rate["rows_per_s"] / raw_eps, 3) if rate else None,
-        "log": str(work / "bench.log"),
+        "produce_s": round(produce_s, 2), "spark_startup_s": round(startup_s, 2),
+        "raw_consumer": {"records": raw_runs[0]["records"], "events_per_s": round(raw_eps), "runs": raw_runs},
+        "rate_reference": None if rate is None else {**rate, "ratio_to_raw": round(rate["rows_per_s"] / raw_eps, 3)},
+        "sources": {},
     }
+    for fmt in sources:
+        eps = summary(runs[fmt], "events_per_s")
+        result["sources"][fmt] = {
+            "format": fmt, "records": runs[fmt][0]["records"], "events_per_s": round(eps),
+            "ratio_to_raw": round(eps / raw_eps, 3),
+            "ratio_to_rate": round(eps / rate["rows_per_s"], 3) if rate else None,
+            "runs": runs[fmt]}
+    if set(SOURCES) <= set(sources):
+        result["ratio_rewind_kafka_to_kafka"] = round(result["sources"]["rewind_kafka"]["events_per_s"]
+                                                      / result["sources"]["kafka"]["events_per_s"], 3)
+    result["log"] = str(work / "bench.log")
     print(json.dumps(result), file=out, flush=True)
 
 

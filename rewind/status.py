@@ -34,6 +34,7 @@ class StreamStatus:
     total_lag: int = 0
     exception: str | None = None
     lag_at: float | None = None  # when latest_offsets (Kafka's end) was last looked up
+    source: str | None = None  # Spark's description of the source, e.g. KafkaV2[Subscribe[demo-events]]
 
 
 def lag_of(end: dict[str, dict[str, int]], latest: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -116,7 +117,9 @@ def read_history(status_file: Path, since: float | None = None) -> list[dict[str
 
 def read_status(path: Path) -> StreamStatus | None:
     try:
-        return StreamStatus(**json.loads(Path(path).read_text()))
+        raw = json.loads(Path(path).read_text())
+        known = StreamStatus.__dataclass_fields__
+        return StreamStatus(**{k: v for k, v in raw.items() if k in known})  # written by another version
     except (FileNotFoundError, json.JSONDecodeError, TypeError):
         return None
 
@@ -159,6 +162,7 @@ def make_listener(path: Path, status: StreamStatus):
             status.rows_per_second = float(p.processedRowsPerSecond or 0.0)
             if p.sources:
                 src = p.sources[0]
+                status.source = src.description
                 status.end_offsets = _offsets(src.endOffset)
                 latest = _offsets(getattr(src, "latestOffset", None))
                 if latest:

@@ -155,9 +155,11 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
     """Every record of ``topics`` up to each partition's end as it was when the read began (below
     ``upper`` per partition when given), read with the stream's own ``kafka.*`` options (security,
     isolation level). ``timeout``: the longest wait without progress."""
-    from rewind.kafka.client import read_to_end, stream_consumer_config
+    from rewind.kafka.client import check_reachable, read_to_end, stream_consumer_config
+    from rewind.kafka.client_config import kafka_options
     from rewind.kafka.offsets import TP
 
+    check_reachable(bootstrap, topics, kafka_options(source_options or {}))  # one clear line, not 60 s of retries
     config = stream_consumer_config(source_options or {}, bootstrap, "rewind-verify")
     config["fetch.max.bytes"] = 52428800
     bound = None if upper is None else {TP(t, p): o for (t, p), o in upper.items()}

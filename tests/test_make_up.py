@@ -6,7 +6,11 @@ UI address and a generated login, show batches flowing, and on Ctrl-C stop every
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,7 +42,23 @@ def test_rewind_up_runs_the_demo_under_airflow_and_stops_cleanly(tmp_path: Path)
         pw_file = re.search(r"kept in (\S+), mode 0600", out)
         assert pw_file and Path(pw_file.group(1)).stat().st_mode & 0o077 == 0, out
         assert ui.group(3) in Path(pw_file.group(1)).read_text()
+        assert st.source and st.source.startswith("KafkaV2"), f"not Spark's Kafka connector: {st.source}"
         stream_pid = st.pid
+        # The README's promise: `rewind verify demo` while it runs proves up to the last committed batch.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "AIRFLOW"))}
+        verify = subprocess.run([str(Path(sys.executable).parent / "rewind"), "verify", "demo"], cwd=ROOT,
+                                env={**env, "REWIND_HOME": str(home)}, capture_output=True, text=True, timeout=300)
+        assert "Traceback" not in verify.stderr, verify.stderr
+        assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+        report = json.loads(verify.stdout)
+        assert report["ok"] and report["kafka_records"] > 0 and report["sink_events"] > 0, report
+        # The registry's savepoint and DQ schedules are live on the embedded default, not paused.
+        from rewind.airflow_local import AirflowClient
+
+        client = AirflowClient(ui.group(1), ui.group(2), ui.group(3))
+        for dag_id in ("rewind_demo_savepoint", "rewind_demo_dq", "rewind_demo_supervisor"):
+            dag = client.get_dag(dag_id)
+            assert dag["is_paused"] is False, (dag_id, dag)
     finally:
         up.interrupt()
     up.assert_stopped_cleanly([stream_pid])
