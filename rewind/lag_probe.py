@@ -63,6 +63,8 @@ class LagProbe(threading.Thread):
             while not self.stopped.wait(self.interval_s):
                 try:
                     self.probe_once(client)
+                    if warned:  # say so, or a log read later shows a failure that never ended
+                        log.info("lag look-up works again")
                     warned = False
                 except Exception as exc:  # noqa: BLE001 - a broker hiccup must not end the stream
                     if not warned:

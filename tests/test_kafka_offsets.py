@@ -196,7 +196,8 @@ def test_start_beyond_end_is_data_loss() -> None:
     with pytest.raises(DataLossError, match=r"requested offset 30 is beyond the partition's end offset 20 "
                                             r"\(earliest 0\).*recreated"):
         check_start(A0, 30, earliest=0, end=20, fail_on_data_loss=True)
-    assert check_start(A0, 30, earliest=0, end=20, fail_on_data_loss=False) == 0
+    # Without failOnDataLoss: on from the end, like Spark's connector (a truncated partition is not read twice).
+    assert check_start(A0, 30, earliest=0, end=20, fail_on_data_loss=False) == 20
     assert check_start(A0, 20, earliest=0, end=20, fail_on_data_loss=True) == 20  # at the end is fine
 
 
@@ -282,9 +283,9 @@ def test_plan_latest_new_partitions_start_at_earliest_and_count_in_the_limit() -
 def test_plan_latest_checks_data_loss() -> None:
     with pytest.raises(DataLossError, match="below the earliest"):
         plan_latest({A0: 3}, {A0: 50}, earliest={A0: 10}, limit=None, fail_on_data_loss=True)
-    # Without failOnDataLoss a recreated partition (end behind start) restarts at earliest.
-    got = plan_latest({A0: 80}, {A0: 30}, earliest={A0: 0}, limit=10, fail_on_data_loss=False)
-    assert got == {A0: 10}
+    # Without failOnDataLoss a truncated or recreated partition (end behind start) goes on from its end.
+    got = plan_latest({A0: 80, A1: 0}, {A0: 30, A1: 50}, earliest={A0: 0, A1: 0}, limit=10, fail_on_data_loss=False)
+    assert got == {A0: 30, A1: 10}
 
 
 def test_plan_latest_no_new_data_returns_start_unchanged() -> None:
@@ -302,16 +303,17 @@ def test_plan_ranges_data_loss() -> None:
     with pytest.raises(DataLossError, match=r"a partition 0: requested offset 2 is below the earliest .* offset 5"):
         plan_ranges({A0: 2}, {A0: 20}, earliest={A0: 5}, fail_on_data_loss=True)
     assert plan_ranges({A0: 2}, {A0: 20}, earliest={A0: 5}, fail_on_data_loss=False) == [OffsetRange("a", 0, 5, 20)]
-    # End behind start (reset decided by latestOffset without failOnDataLoss): read from earliest.
-    assert plan_ranges({A0: 80}, {A0: 10}, earliest={A0: 0}, fail_on_data_loss=False) == [OffsetRange("a", 0, 0, 10)]
+    # End behind start (without failOnDataLoss latestOffset logged the partition's end): nothing to read.
+    assert plan_ranges({A0: 80}, {A0: 10}, earliest={A0: 0}, fail_on_data_loss=False) == []
 
 
 def test_plan_batch_ranges() -> None:
     earliest, latest = {A0: 0, A1: 0}, {A0: 100, A1: 50}
     got = plan_batch_ranges({A0: 10, A1: 50}, {A0: 20, A1: 50}, earliest, latest, True)
     assert got == [OffsetRange("a", 0, 10, 20)]
-    with pytest.raises(DataLossError, match=r"beyond the partition's end offset 100"):
-        plan_batch_ranges({A0: 200, A1: 0}, {A0: 100, A1: 50}, earliest, latest, True)
+    for fail in (True, False):  # a batch read never starts beyond the end (like Spark's connector)
+        with pytest.raises(DataLossError, match=r"beyond the partition's end offset 100"):
+            plan_batch_ranges({A0: 200, A1: 0}, {A0: 100, A1: 50}, earliest, latest, fail)
     with pytest.raises(DataLossError, match=r"endingOffsets for a partition 0 is 300 but the partition ends at 100"):
         plan_batch_ranges({A0: 0, A1: 0}, {A0: 300, A1: 50}, earliest, latest, True)
     with pytest.raises(KafkaSourceOptionError, match=r"below startingOffsets"):

@@ -13,7 +13,13 @@ Public entry points:
   ``end_offsets``, ``offsets_for_times``;
 - ``true_end_offsets`` / ``earliest_offsets``: one-shot helpers;
 - ``iter_range``: the records of ``[from, until)`` of one partition, in batches;
-- ``check_reachable``: a bootstrap that does not answer, or a missing topic, as one clear error.
+- ``check_reachable``: a bootstrap that does not answer, rejected credentials, a listener that
+  expects another security protocol, or a missing topic, as one clear error.
+
+Why the look-ups watch librdkafka's ``error_cb``: a wrong SASL password is not a failed request
+but a connection that keeps failing to authenticate, so without it a look-up retried for its whole
+timeout and then blamed an unreachable broker ("Broker transport failure"). They now stop at the
+first authentication error and say which option to fix.
 """
 
 from __future__ import annotations
@@ -32,10 +38,14 @@ log = logging.getLogger(__name__)
 
 EOF = KafkaError._PARTITION_EOF
 _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+#: Errors a broker crash or a leader change causes, gone once leadership has moved. _DESTROY_BROKER:
+#: librdkafka dropped its handle of a broker that left the cluster's metadata (a killed node) while
+#: a request to it was in flight (seen from the lag probe when a 3-node cluster lost a leader).
 _RETRIABLE = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
               KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._WAIT_COORD, KafkaError._ALL_BROKERS_DOWN,
               KafkaError.REQUEST_TIMED_OUT, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH,
-              KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.KAFKA_STORAGE_ERROR}
+              KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.KAFKA_STORAGE_ERROR,
+              KafkaError._DESTROY_BROKER}
 _POLL_S = 0.1  # consume() blocks until num_messages or this timeout
 
 
@@ -45,6 +55,58 @@ class KafkaTimeoutError(TimeoutError):
 
 class KafkaUnreachable(ConnectionError):
     """No broker of the bootstrap list answered; the message names the list and what to check."""
+
+
+class KafkaAuthenticationError(KafkaUnreachable):
+    """The broker answered but rejected the client's credentials (or its TLS handshake failed)."""
+
+
+#: librdkafka's codes for rejected credentials; _SSL: a failed TLS handshake (certificates).
+_AUTH_FAILED = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
+_TLS_FAILED = {KafkaError._SSL}
+
+
+class ClientErrors:
+    """``error_cb`` of a look-up client: keeps the last errors librdkafka reported (served by a
+    ``poll``), so a failed look-up can tell rejected credentials from an unreachable broker."""
+
+    def __init__(self, keep: int = 20) -> None:
+        self.keep = keep
+        self.errors: list[KafkaError] = []
+
+    def __call__(self, err: KafkaError) -> None:
+        self.errors.append(err)
+        del self.errors[:-self.keep]
+
+    def take(self) -> list[KafkaError]:
+        out, self.errors = self.errors, []
+        return out
+
+
+def raise_if_rejected(errors: Iterable[KafkaError], bootstrap_servers: Any) -> None:
+    """``KafkaAuthenticationError`` naming the options to fix when ``errors`` hold an authentication
+    (SASL) or TLS handshake failure; librdkafka's text never holds the password."""
+    for err in errors:
+        if err.code() in _AUTH_FAILED and "mechanism handshake failed" in err.str():
+            raise KafkaAuthenticationError(
+                f"Kafka at {bootstrap_servers} does not offer the SASL mechanism asked for ({err.str()}); check the "
+                "stream's kafka.sasl.mechanism, and kafka.security.protocol against the listener (a PLAINTEXT "
+                "listener offers none)")
+        if err.code() in _AUTH_FAILED:
+            raise KafkaAuthenticationError(
+                f"Kafka at {bootstrap_servers} rejected the credentials ({err.str()}); check the stream's "
+                "kafka.sasl.jaas.config (username and password) and kafka.sasl.mechanism")
+        if err.code() in _TLS_FAILED:
+            raise KafkaAuthenticationError(
+                f"the TLS handshake with Kafka at {bootstrap_servers} failed ({err.str()}); check the stream's "
+                "kafka.security.protocol and kafka.ssl.* options (kafka.ssl.ca.location: the CA certificate in PEM)")
+
+
+def _last_reason(errors: list[KafkaError], fallback: Any) -> str:
+    """The most telling error for a message: the last one that is not librdkafka's summary
+    ("1/1 brokers are down"), else the failed request's own."""
+    told = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+    return told[-1].str() if told else (fallback.str() if isinstance(fallback, KafkaError) else str(fallback))
 
 
 def base_consumer_config(bootstrap_servers: str, extra: Mapping[str, Any] | None = None, *,
@@ -106,12 +168,28 @@ class KafkaOffsetClient:
         self.config = conf
         self.timeout_s = float(timeout_s)
         self._consumer: Consumer | None = None
+        self._errors = ClientErrors()
 
     # -- lifecycle --------------------------------------------------------------------------
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(self.config)
+            self._errors = ClientErrors()
+            self._consumer = Consumer({**self.config, "error_cb": self._errors})
         return self._consumer
+
+    def _check_errors(self) -> list[KafkaError]:
+        """After a failed attempt: serve librdkafka's error callbacks (the consumer is never assigned,
+        so ``poll`` returns no records) and stop at once on rejected credentials."""
+        if self._consumer is not None:
+            self._consumer.poll(0)
+        errors = self._errors.take()
+        raise_if_rejected(errors, self.config.get("bootstrap.servers"))
+        return errors
+
+    def _slice(self, attempt: int, deadline: float) -> float:
+        """How long one attempt may block: 1 s, doubling to 10 s, never past the deadline (short
+        first attempts notice rejected credentials quickly; a slow broker still gets 10 s)."""
+        return max(0.1, min(10.0, 2.0 ** attempt, self.timeout_s, deadline - time.monotonic()))
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -130,6 +208,7 @@ class KafkaOffsetClient:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_consumer"] = None
+        state["_errors"] = ClientErrors()
         return state
 
     # -- metadata ---------------------------------------------------------------------------
@@ -143,11 +222,12 @@ class KafkaOffsetClient:
     def _topic_partitions(self, topic: str) -> list[int]:
         deadline = time.monotonic() + self.timeout_s
         last_error: Any = None
+        attempt = 0
         while True:
             try:
-                md = self.consumer().list_topics(topic=topic, timeout=min(10.0, self.timeout_s))
+                md = self.consumer().list_topics(topic=topic, timeout=self._slice(attempt, deadline))
             except KafkaException as exc:
-                last_error = exc.args[0] if exc.args else exc
+                last_error = _last_reason(self._check_errors(), exc.args[0] if exc.args else exc)
             else:
                 tmd = md.topics.get(topic)
                 err = tmd.error if tmd is not None else None
@@ -160,6 +240,7 @@ class KafkaOffsetClient:
                 last_error = err or "no partitions in metadata"
                 if err is not None and not _retriable(err):
                     raise KafkaException(err)
+            attempt += 1
             if time.monotonic() > deadline:
                 raise KafkaTimeoutError(f"no metadata for topic {topic!r} from {self.config.get('bootstrap.servers')} "
                                         f"after {self.timeout_s:.0f}s: {last_error}")
@@ -174,9 +255,10 @@ class KafkaOffsetClient:
         tps = sorted(query)
         deadline = time.monotonic() + self.timeout_s
         last: Any = None
+        attempt = 0
         while True:
             try:
-                res = self.consumer().offsets_for_times(_tp_list(tps, query), timeout=min(10.0, self.timeout_s))
+                res = self.consumer().offsets_for_times(_tp_list(tps, query), timeout=self._slice(attempt, deadline))
                 errors = [r for r in res if r.error is not None]
                 if not errors:
                     return {TP(r.topic, r.partition): r.offset for r in res}
@@ -185,9 +267,11 @@ class KafkaOffsetClient:
                     raise KafkaException(last)
             except KafkaException as exc:
                 kerr = exc.args[0] if exc.args else None
+                errors = self._check_errors()
                 if not _retriable(kerr):
                     raise
-                last = kerr
+                last = _last_reason(errors, kerr)
+            attempt += 1
             if time.monotonic() > deadline:
                 raise KafkaTimeoutError(f"ListOffsets got no answer from {self.config.get('bootstrap.servers')} "
                                         f"within {self.timeout_s:.0f}s: {last}")
@@ -243,27 +327,60 @@ def earliest_offsets(bootstrap_servers: str, partitions: Iterable[TP | str] | st
 
 def check_reachable(bootstrap_servers: str, topics: Iterable[str], config: Mapping[str, Any] | None = None,
                     timeout_s: float = 15.0) -> dict[str, int]:
-    """Partition count of each topic; ``KafkaUnreachable`` when no broker answers within
-    ``timeout_s``, ``UnknownTopicError`` naming every missing topic. Runs before Spark starts,
-    so a wrong bootstrap or topic costs seconds, not a Spark start-up and a stack trace."""
+    """Partition count of each topic. Runs before Spark starts, so a wrong bootstrap, security
+    setting or topic costs seconds, not a Spark start-up and a stack trace. Raises
+    ``KafkaAuthenticationError`` when the broker rejects the credentials, ``KafkaUnreachable`` when
+    no broker answers within ``timeout_s`` or one closes the connection on the request (a listener
+    that expects another security protocol), ``UnknownTopicError`` naming every missing topic."""
     from confluent_kafka.admin import AdminClient
 
     conf = {k: v for k, v in base_consumer_config(bootstrap_servers, config).items()
             if k in ("bootstrap.servers", "log_level") or k.startswith(("security.", "sasl.", "ssl."))}
-    admin = AdminClient({**conf, "log_level": 0})
-    try:
-        meta = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise KafkaUnreachable(
-            f"no Kafka broker answered at {bootstrap_servers} within {timeout_s:.0f}s ({exc.args[0] if exc.args else exc}); "
-            "check the bootstrap servers (--bootstrap, REWIND_KAFKA_BOOTSTRAP or the rewind_kafka connection), that "
-            "the brokers run, and the stream's kafka.security.* options") from None
+    errors = ClientErrors()
+    admin = AdminClient({**conf, "log_level": 0, "error_cb": errors})
+    meta = _cluster_metadata(admin, errors, bootstrap_servers, timeout_s)
     topics = list(topics)
     missing = [t for t in topics if t not in meta.topics or meta.topics[t].error is not None]
     if missing:
         raise UnknownTopicError(f"Kafka topic(s) {', '.join(missing)} do not exist on {bootstrap_servers}; create them "
                                 "(e.g. `rewind produce --topic NAME --count 0`) or fix the registry")
     return {t: len(meta.topics[t].partitions) for t in topics}
+
+
+def _cluster_metadata(admin: Any, errors: ClientErrors, bootstrap_servers: str, timeout_s: float) -> Any:
+    """Cluster metadata, asked in slices (1 s, doubling) so rejected credentials end the wait at once.
+
+    A request that fails well before its slice ends was sent and then cut off by the broker: twice
+    in a row, that is a listener speaking another protocol (SASL or TLS), not a broker that is down.
+    """
+    deadline = time.monotonic() + timeout_s
+    slice_s, cut_off = 1.0, 0
+    while True:
+        wait = max(0.1, min(slice_s, deadline - time.monotonic()))
+        started = time.monotonic()
+        try:
+            return admin.list_topics(timeout=wait)
+        except KafkaException as exc:
+            failure = exc.args[0] if exc.args else exc
+        quick = time.monotonic() - started < wait / 2
+        time.sleep(0.2 if quick else 0)  # let an authentication error reach the callback queue
+        admin.poll(0)
+        seen = errors.take()
+        raise_if_rejected(seen, bootstrap_servers)
+        cut_off = cut_off + 1 if quick else 0
+        if cut_off >= 2:
+            raise KafkaUnreachable(
+                f"Kafka at {bootstrap_servers} closed the connection on the request ({_last_reason(seen, failure)}): "
+                "its listener likely expects another security protocol; set the stream's kafka.security.protocol "
+                "(SASL_PLAINTEXT, SSL or SASL_SSL) and its kafka.sasl.* / kafka.ssl.* options, or use the "
+                "broker's PLAINTEXT listener")
+        if time.monotonic() >= deadline:
+            raise KafkaUnreachable(
+                f"no Kafka broker answered at {bootstrap_servers} within {timeout_s:g}s "
+                f"({_last_reason(seen, failure)}); "
+                "check the bootstrap servers (--bootstrap, REWIND_KAFKA_BOOTSTRAP or the rewind_kafka connection), "
+                "that the brokers run, and the stream's kafka.security.protocol option")
+        slice_s = min(slice_s * 2, 5.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,7 +394,8 @@ def iter_range(config: Mapping[str, Any], rng: OffsetRange, batch_size: int, tim
 
     The read ends when a record at or beyond ``until`` arrives or librdkafka reports EOF at or
     beyond it (offsets may have gaps: transaction markers, aborted records). An EOF below ``until``
-    means the partition no longer holds the range (data loss); no answer for ``timeout_s``
+    means the partition no longer holds the range (data loss), and so do records below ``from``
+    after librdkafka reset a lost position to earliest (never returned); no answer for ``timeout_s``
     (``kafkaConsumer.pollTimeoutMs``) raises ``KafkaTimeoutError``. librdkafka rides through a
     broker restart or leader change on its own: transient errors are logged, not raised.
     """
@@ -324,7 +442,11 @@ def iter_range(config: Mapping[str, Any], rng: OffsetRange, batch_size: int, tim
                     log.warning("Kafka client error while reading %s: %s", where, err)
             if data:
                 last_progress = time.monotonic()
-                if data[-1].offset() >= until:
+                if data[0].offset() < rng.from_offset:
+                    # auto.offset.reset=earliest (failOnDataLoss=false) after OFFSET_OUT_OF_RANGE:
+                    # the partition was truncated below the range; what it holds now is not in it.
+                    data = [m for m in data if m.offset() >= rng.from_offset]
+                if data and data[-1].offset() >= until:
                     offsets = [m.offset() for m in data]
                     data = data[:bisect_left(offsets, until)]
                     done = True

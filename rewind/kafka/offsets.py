@@ -462,7 +462,12 @@ def check_start(tp: TP, requested: int, earliest: int, end: int, fail_on_data_lo
 
     Data is lost when ``requested`` is below the earliest retained offset (retention deleted it)
     or above the partition's end (the topic was truncated or recreated). With failOnDataLoss
-    that is an error naming the numbers; without it, a warning and a restart at earliest.
+    that is an error naming the numbers. Without it, a warning, and the read goes on where Spark's
+    connector goes on, so both sources read the same records: from the earliest offset when
+    records were deleted; from the end when the partition is behind the start. Why the end: a
+    partition truncated (an unclean leader election) holds records the query has read already,
+    which a restart at earliest would read twice; the price is that the records of a recreated
+    topic below that end are skipped.
     """
     if earliest <= requested <= end:
         return requested
@@ -470,14 +475,20 @@ def check_start(tp: TP, requested: int, earliest: int, end: int, fail_on_data_lo
         msg = (f"data loss in {tp.topic} partition {tp.partition}: requested offset {requested} is below the "
                f"earliest available offset {earliest} (records {requested}..{earliest - 1} were deleted, "
                "e.g. by retention)")
+        resume, where = earliest, f"from the earliest offset {earliest}"
     else:
-        msg = (f"data loss in {tp.topic} partition {tp.partition}: requested offset {requested} is beyond the "
-               f"partition's end offset {end} (earliest {earliest}); the topic may have been deleted and "
-               "recreated or truncated")
+        msg = _beyond_end(tp, requested, earliest, end)
+        resume, where = end, f"from the partition's end offset {end}"
     if fail_on_data_loss:
-        raise DataLossError(msg + ". Set failOnDataLoss=false to continue from the earliest offset instead.")
-    log.warning("%s; failOnDataLoss=false, reading from earliest offset %d", msg, earliest)
-    return earliest
+        raise DataLossError(msg + f". Set failOnDataLoss=false to continue {where} instead.")
+    log.warning("%s; failOnDataLoss=false, continuing %s", msg, where)
+    return resume
+
+
+def _beyond_end(tp: TP, requested: int, earliest: int, end: int) -> str:
+    return (f"data loss in {tp.topic} partition {tp.partition}: requested offset {requested} is beyond the "
+            f"partition's end offset {end} (earliest {earliest}); the topic may have been deleted and "
+            "recreated or truncated")
 
 
 def check_missing_partitions(previous: Mapping[TP, int], current: list[TP], fail_on_data_loss: bool) -> list[TP]:
@@ -606,6 +617,11 @@ def plan_batch_ranges(start: Mapping[TP, int], end: Mapping[TP, int], earliest: 
     """Ranges of a batch read ``[startingOffsets, endingOffsets)`` after checking both ends exist."""
     ranges: list[OffsetRange] = []
     for tp in sorted(end):
+        if start[tp] > latest[tp]:
+            # Spark's connector fails here whatever failOnDataLoss says: a batch read has no
+            # position of its own to go on from, and an empty answer would hide the mistake.
+            raise DataLossError(_beyond_end(tp, start[tp], earliest[tp], latest[tp])
+                                + ". A batch read cannot start beyond the end, even with failOnDataLoss=false.")
         frm = check_start(tp, start[tp], earliest[tp], latest[tp], fail_on_data_loss)
         until = end[tp]
         if until > latest[tp]:

@@ -1,7 +1,7 @@
 """``format("rewind_kafka")``: a Kafka source on PySpark's Python Data Source API.
 
 It mirrors Spark's built-in Kafka source (option names, columns, offsets recorded in the offset
-log) so a job can switch between the two by configuration; see DESIGN.md "The Kafka data source".
+log) so a job can switch between the two by configuration; see DESIGN.md "The two Kafka sources".
 
 Where things run:
 - ``initialOffset`` / ``latestOffset`` / ``partitions`` / ``commit`` run in one long-lived Python
