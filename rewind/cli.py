@@ -72,7 +72,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                        id_prefix=args.id_prefix, start_seq=args.start_seq, keys=args.keys,
                        malformed_every=args.malformed_every, late_every=args.late_every,
                        late_by=timedelta(seconds=args.late_by), duplicate_every=args.duplicate_every,
-                       transactional=args.transactional)
+                       transactional=args.transactional, keyless=args.keyless)
     try:
         spec.validate()
     except ValueError as exc:
@@ -190,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--late-by", type=float, default=3600.0, metavar="SECONDS")
     pr.add_argument("--duplicate-every", type=int, default=0, metavar="N", help="send one event in N twice")
     pr.add_argument("--transactional", action="store_true", help="send in Kafka transactions (offset gaps)")
+    pr.add_argument("--keyless", action="store_true",
+                    help="send without keys: the client's default sticky partitioner picks partitions (bursts)")
     pr.add_argument("--bootstrap")
     pr.set_defaults(func=cmd_produce)
 

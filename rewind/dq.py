@@ -76,7 +76,7 @@ EXAMPLES = 5
 #: Sink window sums and recomputed sums may differ in the last bits (summation order).
 SUM_TOLERANCE = 1e-6
 #: landed_in values of a correct sink (``missing`` is judged by its own expectation).
-LANDED_OK = ("events", "dead_letter", "duplicate_send")
+LANDED_OK = ("events", "dead_letter", "duplicate_send", "behind_watermark")
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 20}
 _GX_LOCK = threading.Lock()  # get_context sets GE's process-wide current context
 
@@ -117,15 +117,18 @@ CHECKS: tuple[Check, ...] = (
                                    "in the dead-letter table."),
     *_not_null("dead_letter", "dead_letter", [*COORDS, "reason"], "dead-letter"),
     Check("dead_letters_match_kafka", "dead_letter", "ExpectColumnValuesToBeInSet",
-          {"column": "kafka_verdict", "value_set": ["dead"]},
-          "Every dead letter is a malformed or late Kafka record at its coordinates (the classifier says 'dead')."),
+          {"column": "dead_letter_check", "value_set": ["dead", "behind_watermark"]},
+          "Every dead letter is a malformed or late Kafka record at its coordinates (the classifier says 'dead'), "
+          "or a valid record whose event time is at or behind the watermark recorded with it (reason "
+          "behind_watermark: Spark's stateful operators would have dropped it)."),
     Check("no_kafka_record_missing", "coverage", "ExpectColumnValuesToNotBeInSet",
           {"column": "landed_in", "value_set": ["missing"]},
-          "Completeness: every Kafka data record in the range is in the sink (its event, or its dead letter)."),
+          "Completeness: every Kafka data record in the range is in the sink (its event, or its dead letter, "
+          "also when it was behind the watermark)."),
     Check("each_kafka_record_lands_once", "coverage", "ExpectColumnValuesToBeInSet",
           {"column": "landed_in", "value_set": [*LANDED_OK, "missing"]},
-          "Each Kafka record is in exactly one place: its event at its own coordinates, its dead letter, or "
-          "(a duplicate send) the one event row of its id at another record carrying that id."),
+          "Each Kafka record is in exactly one place: its event at its own coordinates, its dead letter (also "
+          "behind_watermark), or (a duplicate send) the one event row of its id at another record carrying that id."),
     Check("no_duplicate_windows", "windows", "ExpectCompoundColumnsToBeUnique",
           {"column_list": ["window_start", "key"]}, "Each (window, key) has one result."),
     *_not_null("window", "windows", ["window_start", "key"], "window"),
@@ -297,21 +300,29 @@ def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, 
     ctx = kafka[_range_mask(kafka, bounds, from_start=False)]  # context: everything below the end bounds
     rng = kafka[_range_mask(kafka, bounds)].sort_values(COORDS).reset_index(drop=True)
     ev_all, dead_all = _coords_int(events), _coords_int(dead)
-    kc = _coords_int(kafka[[*COORDS, "verdict", "event_id"]]).rename(
-        columns={"verdict": "kafka_verdict", "event_id": "kafka_event_id"})
+    kc = _coords_int(kafka[[*COORDS, "verdict", "event_id", "event_time"]]).rename(
+        columns={"verdict": "kafka_verdict", "event_id": "kafka_event_id", "event_time": "kafka_event_time"})
 
     # events in range, with what Kafka holds at their coordinates
     ev = ev_all[_range_mask(ev_all, bounds)].reset_index(drop=True)
-    ev = ev.merge(kc, on=COORDS, how="left")
+    ev = ev.merge(kc.drop(columns=["kafka_event_time"]), on=COORDS, how="left")
     ev["kafka_verdict"] = ev["kafka_verdict"].fillna("absent")
     ev = ev.astype({"kafka_event_id": object})
 
     dl = dead_all[_range_mask(dead_all, bounds)].reset_index(drop=True)
     dl = dl.merge(kc.drop(columns=["kafka_event_id"]), on=COORDS, how="left")
     dl["kafka_verdict"] = dl["kafka_verdict"].fillna("absent")
+    dl["dead_letter_check"] = _dead_letter_check(dl)
+    behind = dl.loc[dl["dead_letter_check"] == "behind_watermark", COORDS]
 
-    coverage = _coverage(_coords_int(rng), ev_all, dead_all, kc)
-    win, win_counts = _windows(ctx, rng, windows, bounds=bounds, kafka=kafka, window=window,
+    behind_all = dead_all[COORDS].iloc[0:0] if not len(dead_all) else \
+        dead_all.merge(kc, on=COORDS, how="left").pipe(lambda d: d[_dead_letter_check(d) == "behind_watermark"])[COORDS]
+    coverage = _coverage(_coords_int(rng), ev_all, dead_all, kc.drop(columns=["kafka_event_time"]), behind_all)
+    # What the stream's windows could count: every valid record but those it dropped as late.
+    counted = _coords_int(kafka).merge(_coords_int(behind_all).drop_duplicates().assign(_behind=True), on=COORDS,
+                                        how="left")
+    counted = kafka[counted.pop("_behind").isna().to_numpy()]
+    win, win_counts = _windows(ctx, rng, windows, bounds=bounds, kafka=counted, window=window,
                                watermark_delay=watermark_delay, stream_watermark=stream_watermark,
                                last_batch=last_batch)
 
@@ -328,9 +339,10 @@ def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, 
         "duplicate_event_rows": int(ev["event_id"].notna().sum() - ev["event_id"].nunique()),
         "duplicate_coordinate_rows": int(ev.duplicated(COORDS).sum() + dl.duplicated(COORDS).sum()),
         "missing": int(landed.get("missing", 0)),
+        "behind_watermark": int(landed.get("behind_watermark", 0)),
         "misplaced": int(landed.get("wrong_coordinates", 0) + landed.get("events+dead_letter", 0)),
         "unexpected_sink_rows": int((ev["event_id"].astype(object) != ev["kafka_event_id"]).sum()
-                                    + (dl["kafka_verdict"] != "dead").sum()),
+                                    + (~dl["dead_letter_check"].isin(["dead", "behind_watermark"])).sum()),
         **win_counts,
     }
     if len(rng):
@@ -346,13 +358,48 @@ def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, 
     return ProofFrames(ev, dl, coverage, win, counts, rng_doc)
 
 
-def _coverage(rng: pd.DataFrame, ev_all: pd.DataFrame, dead_all: pd.DataFrame, kc: pd.DataFrame) -> pd.DataFrame:
+def explain_missing_rows(spec: Any, coverage: pd.DataFrame, kafka: pd.DataFrame, limit: int = 50) -> list[dict[str, Any]]:
+    """Which batch read each missing record and whether it was behind that batch's watermark."""
+    from rewind.checkpoint_pointer import active_checkpoint
+    from rewind.stream.late_routing import explain
+
+    gone = coverage[coverage["landed_in"] == "missing"].head(limit).merge(
+        kafka[[*COORDS, "event_time"]], on=COORDS, how="left", suffixes=("", "_k"))
+    coords = [((t, int(p), int(o)), None if pd.isna(et) else int(pd.Timestamp(et).value // 1000))
+              for t, p, o, et in zip(gone["topic"], gone["partition"], gone["offset"], gone["event_time"])]
+    return explain(coords, active_checkpoint(spec))
+
+
+def _dead_letter_check(dl: pd.DataFrame) -> np.ndarray:
+    """Per dead letter: 'dead' (the classifier's verdict), 'behind_watermark' (a valid record at or behind
+    the watermark recorded with it), else what is wrong ('absent', 'event', 'not_behind_watermark')."""
+    if not len(dl):
+        return np.array([], dtype=object)
+    from rewind.stream.late_routing import BEHIND_WATERMARK
+
+    verdict = dl["kafka_verdict"].astype(object).fillna("absent").to_numpy()
+    reason = (dl["reason"] if "reason" in dl else pd.Series([None] * len(dl))).astype(object).to_numpy()
+    wm = _utc(dl["watermark"]) if "watermark" in dl else pd.Series(pd.NaT, index=dl.index, dtype="datetime64[ns, UTC]")
+    et = _utc(dl["kafka_event_time"]) if "kafka_event_time" in dl else pd.Series(pd.NaT, index=dl.index,
+                                                                                    dtype="datetime64[ns, UTC]")
+    is_behind = (et <= wm).fillna(False).to_numpy(dtype=bool)
+    late_reason = reason == BEHIND_WATERMARK
+    return np.select([verdict == "dead", (verdict == "event") & late_reason & is_behind,
+                      (verdict == "event") & late_reason],
+                     ["dead", "behind_watermark", "not_behind_watermark"], default=verdict).astype(object)
+
+
+def _coverage(rng: pd.DataFrame, ev_all: pd.DataFrame, dead_all: pd.DataFrame, kc: pd.DataFrame,
+              behind: pd.DataFrame) -> pd.DataFrame:
     cov = rng[[*COORDS, "kafka_timestamp", "verdict", "event_id", "reason"]].copy()
     ev_coords = ev_all[COORDS].dropna().drop_duplicates().assign(_in_events=True)
     dead_coords = dead_all[COORDS].dropna().drop_duplicates().assign(_in_dead=True)
-    cov = cov.merge(ev_coords, on=COORDS, how="left").merge(dead_coords, on=COORDS, how="left")
+    behind_coords = _coords_int(behind).drop_duplicates().assign(_behind=True)
+    cov = (cov.merge(ev_coords, on=COORDS, how="left").merge(dead_coords, on=COORDS, how="left")
+           .merge(behind_coords, on=COORDS, how="left"))
     in_events = cov.pop("_in_events").astype("boolean").fillna(False).to_numpy(dtype=bool)
     in_dead = cov.pop("_in_dead").astype("boolean").fillna(False).to_numpy(dtype=bool)
+    is_behind = cov.pop("_behind").astype("boolean").fillna(False).to_numpy(dtype=bool)
     # where the sink holds each event id (first row of an id: a real table has one)
     first = (ev_all[ev_all["event_id"].notna()].drop_duplicates("event_id")[["event_id", *COORDS]]
              .rename(columns={c: f"sink_{c}" for c in COORDS}))
@@ -366,9 +413,9 @@ def _coverage(rng: pd.DataFrame, ev_all: pd.DataFrame, dead_all: pd.DataFrame, k
                         & (cov["sink_partition"] == cov["partition"]).fillna(False).to_numpy(dtype=bool)
                         & (cov["sink_offset"] == cov["offset"]).fillna(False).to_numpy(dtype=bool))
     landed = np.select(
-        [at_own & in_dead, at_own, has_row & same_id_there, has_row, is_event,
+        [at_own & in_dead, at_own, is_event & is_behind, has_row & same_id_there, has_row, is_event,
          in_dead & in_events, in_dead],
-        ["events+dead_letter", "events", "duplicate_send", "wrong_coordinates", "missing",
+        ["events+dead_letter", "events", "behind_watermark", "duplicate_send", "wrong_coordinates", "missing",
          "events+dead_letter", "dead_letter"], default="missing")
     cov["landed_in"] = landed.astype(object)
     cov["sink_location"] = [f"{t}/{p}/{o}" if o is not pd.NA and o == o else None
@@ -689,6 +736,12 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
                           watermark_delay=d["watermark_delay"], stream_watermark=watermark, last_batch=last_batch)
     frames.counts["stream_watermark"] = watermark.isoformat() if watermark else None
     frames.counts["watermark_batch"] = wm_batch
+    if frames.counts.get("missing"):
+        why = explain_missing_rows(spec, frames.coverage, kafka)
+        frames.counts["missing_explained"] = why
+        behind = sum(1 for w in why if w.get("behind_watermark"))
+        notes.append(f"{frames.counts['missing']} record(s) missing; of the first {len(why)}, {behind} were read by a "
+                     "batch behind its watermark (Spark's stateful operators dropped them) - see missing_explained")
     seconds["frames"] = time.perf_counter() - t
 
     t = time.perf_counter()

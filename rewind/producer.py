@@ -34,6 +34,7 @@ class ProduceSpec:
     duplicate_every: int = 0
     transactional: bool = False
     transaction_size: int = 500
+    keyless: bool = False  # no key: the client's default (sticky) partitioner picks the partition
 
     def validate(self) -> None:
         if not self.topic:
@@ -136,7 +137,8 @@ def produce(bootstrap: str, spec: ProduceSpec, progress: Callable[[ProduceReport
         for kind, key, value in plan_record(spec, seq, datetime.now(timezone.utc)):
             while True:
                 try:
-                    producer.produce(spec.topic, value=value, key=key, on_delivery=on_delivery)
+                    producer.produce(spec.topic, value=value, key=None if spec.keyless else key,
+                                     on_delivery=on_delivery)
                     break
                 except BufferError:
                     producer.poll(0.05)

@@ -114,6 +114,7 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
             finally:
                 src.unpersist()
             tables = tables_mod.split_batch(frame, None)  # batch_id NULL: written by a replay
+            tables = _keep_dead_letters_dead(target, tables, chunk)
             pairs |= pairs_of(tables.get(RECOMPUTED))
             inserted: dict[str, int] = {}
             target.write_rows({t: tables[t] for t in written if t in tables}, replay_id=setup.replay_id,
@@ -137,6 +138,31 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
         bar.close()
     counts["duplicates_collapsed"] = counts["records_read"] - counts["events_out"] - counts["dead_letters_out"]
     return pairs
+
+
+def _keep_dead_letters_dead(target: Any, tables: dict[str, Any], chunk: Ranges) -> dict[str, Any]:
+    """Events of records the sink already holds as dead letters are not written again as events.
+
+    Why: the live stream routes a record that arrived behind the watermark to the dead-letter table
+    (``behind_watermark``); a replay, a batch read without a watermark, would find it valid and
+    write it as an event too, and the record would then be in two places. A replay repairs what is
+    missing; it does not overturn the stream's verdicts.
+    """
+    import sqlalchemy as sa
+
+    events = tables.get("events")
+    if events is None or not len(events) or "dead_letter" not in target.specs:
+        return tables
+    conds = lambda t: sa.or_(*[sa.and_(t.c.topic == tp.topic, t.c.partition == tp.partition,  # noqa: E731
+                                       t.c.offset >= s, t.c.offset < e) for tp, (s, e) in chunk.items() if e > s])
+    dead = target.read_rows("dead_letter", where=conds, columns=["topic", "partition", "offset"])
+    if not len(dead):
+        return tables
+    taken = set(zip(dead["topic"], dead["partition"].astype(int), dead["offset"].astype(int)))
+    keep = [(t, int(p), int(o)) not in taken for t, p, o in zip(events["topic"], events["partition"], events["offset"])]
+    if not all(keep):
+        log.info("replay: %d event(s) left out: their records are dead letters already", keep.count(False))
+    return {**tables, "events": events[keep]}
 
 
 def prove_range(setup: ReplaySetup, bootstrap: str, report: ReplayReport, s3: Any) -> None:

@@ -385,7 +385,7 @@ class ExactlyOnceSqlSink:
                 if attempt == 2:
                     raise
                 time.sleep(0.2 * (attempt + 1))
-        self._add_ledger_offsets_column()
+        self._add_missing_nullable_columns()
         with self._read() as conn:
             inspector = sa.inspect(conn)
             for table in [*self._tables.values(), self._ledger]:
@@ -396,15 +396,20 @@ class ExactlyOnceSqlSink:
                                      f"migrate it or use another table_prefix")
         self._tables_ready = True
 
-    def _add_ledger_offsets_column(self) -> None:
-        """Ledgers created before ``source_offsets`` existed get the column (nullable, so no rewrite)."""
-        with self._read() as conn:
-            existing = {c["name"] for c in sa.inspect(conn).get_columns(self._ledger.name)}
-        if "source_offsets" in existing:
-            return
-        with self._connect() as conn, conn.begin():
-            conn.execute(sa.text(f'ALTER TABLE "{self._ledger.name}" ADD COLUMN source_offsets TEXT'))
-        log.info("sink %s: added column source_offsets to %s", self.stream, self._ledger.name)
+    def _add_missing_nullable_columns(self) -> None:
+        """Tables created by an earlier version get the nullable columns added since (the ledger's
+        ``source_offsets``, the dead letters' ``watermark``): ADD COLUMN of a nullable column
+        rewrites nothing, and the old rows read as NULL. A missing NOT NULL column stays an error."""
+        for table in [*self._tables.values(), self._ledger]:
+            with self._read() as conn:
+                existing = {c["name"] for c in sa.inspect(conn).get_columns(table.name)}
+            for col in table.columns:
+                if col.name in existing or not col.nullable:
+                    continue
+                kind = col.type.compile(dialect=self._engine.dialect)
+                with self._connect() as conn, conn.begin():
+                    conn.execute(sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {kind}'))
+                log.info("sink %s: added column %s to %s", self.stream, col.name, table.name)
 
     def write_batch(self, batch_id: int, rows: Mapping[str, Rows], source_offsets: str | None = None) -> BatchResult:
         """Write one micro-batch exactly once: all tables plus the ledger row, in one transaction.

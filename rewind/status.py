@@ -7,6 +7,7 @@ dead driver is visible as a stale heartbeat. Writes are atomic (rename).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -35,6 +36,9 @@ class StreamStatus:
     exception: str | None = None
     lag_at: float | None = None  # when latest_offsets (Kafka's end) was last looked up
     source: str | None = None  # Spark's description of the source, e.g. KafkaV2[Subscribe[demo-events]]
+    late_routed_total: int = 0  # records routed to the dead-letter table as behind the watermark
+    late_check: dict[str, Any] | None = None  # the last batch's routed vs Spark's dropped-by-watermark
+    late_mismatches: list[dict[str, Any]] = field(default_factory=list)  # batches where they differed
 
 
 def lag_of(end: dict[str, dict[str, int]], latest: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -139,8 +143,9 @@ def _offset_span(start: Any, end: Any) -> int:
     return sum(max(0, int(o) - int(a.get(t, {}).get(p, 0))) for t, parts in b.items() for p, o in parts.items())
 
 
-def make_listener(path: Path, status: StreamStatus):
-    """A StreamingQueryListener that keeps ``path`` current (imported lazily: needs pyspark)."""
+def make_listener(path: Path, status: StreamStatus, on_progress: Any = None):
+    """A StreamingQueryListener that keeps ``path`` current (imported lazily: needs pyspark);
+    ``on_progress(progress)`` runs before each progress is written (it may update ``status``)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     class StatusListener(StreamingQueryListener):
@@ -152,6 +157,11 @@ def make_listener(path: Path, status: StreamStatus):
         def onQueryProgress(self, event: Any) -> None:
             p = event.progress
             status.heartbeat = time.time()
+            if on_progress is not None:
+                try:
+                    on_progress(p)
+                except Exception:  # noqa: BLE001 - a check must never stop the status from moving
+                    logging.getLogger(__name__).exception("progress hook failed")
             if p.batchId != status.last_batch_id or status.last_batch_at is None:
                 status.last_batch_at = time.time()  # progress = a new batch id, not a repeated idle report
             status.last_batch_id = p.batchId

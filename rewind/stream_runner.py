@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -62,14 +62,26 @@ class BatchWriter:
     fail_on_batch: int | None = None  # test hook: a poison batch that always fails
     checkpoint: str | None = None  # where offsets/<batch> says which Kafka range the batch holds
     phases: list[dict[str, Any]] | None = None  # benchmarks: per batch, where foreachBatch's time went
+    #: batch id -> (records routed as behind the watermark, that watermark in ms), for the check
+    #: against Spark's own count when the batch's progress arrives (see ``late_check``).
+    late: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        from rewind.stream.late_routing import keep_behind, late_events_watermark_ms, mark_behind
+
         if self.fail_on_batch is not None and batch_id == self.fail_on_batch:
             raise RuntimeError(f"poison batch {batch_id} (REWIND_FAIL_ON_BATCH)")
         t0 = time.perf_counter()
+        # Of the transform's late candidates, keep exactly those Spark's state operators drop.
+        watermark = late_events_watermark_ms(self.checkpoint, batch_id) if self.checkpoint else None
+        if "kind" in df.columns:
+            df = keep_behind(df, watermark if watermark is not None else -1)
         table = df.toArrow()  # runs the micro-batch's Spark job (read, parse, state) and collects it
         t1 = time.perf_counter()
-        tables = self.split(table.to_pandas(), batch_id)
+        frame = table.to_pandas()
+        routed = mark_behind(frame, watermark)
+        self.late[batch_id] = (routed, watermark or 0)
+        tables = self.split(frame, batch_id)
         t2 = time.perf_counter()
         result = self.sink.write_batch(batch_id, tables, self.source_offsets(batch_id))
         if self.phases is not None:
@@ -131,14 +143,16 @@ def open_sink(spec: StreamSpec) -> tuple[Any, Any]:
 
 
 def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
-                checkpoint: str | None = None, phases: list[dict[str, Any]] | None = None):
+                checkpoint: str | None = None, phases: list[dict[str, Any]] | None = None,
+                late: dict[int, tuple[int, int]] | None = None):
     """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter)."""
     transform = load_entry_point(spec.transform)
     sink, tables_mod = open_sink(spec)
     sink.create_tables()
     fail_env = os.environ.get("REWIND_FAIL_ON_BATCH")
     checkpoint = checkpoint or spec.checkpoint
-    writer = BatchWriter(sink, tables_mod.split_batch, int(fail_env) if fail_env else None, checkpoint, phases)
+    writer = BatchWriter(sink, tables_mod.split_batch, int(fail_env) if fail_env else None, checkpoint, phases,
+                         late if late is not None else {})
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
     out = transform(source, spec)
     ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)
@@ -166,13 +180,16 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     spark = build_session(f"rewind-{spec.name}", master)
-    spark.streams.addListener(make_listener(spath, status))
+    late: dict[int, tuple[int, int]] = {}  # filled by the batch writer, checked when progress arrives
+    late_log = late_checks_path(spath)
+    spark.streams.addListener(make_listener(
+        spath, status, on_progress=lambda p: record_late_check(status, late, p, late_log)))
     from rewind.checkpoint_pointer import active_checkpoint
 
     checkpoint = active_checkpoint(spec)  # a savepoint restore may have pointed the stream elsewhere
     seed_from_checkpoint(status, checkpoint)
     write_status(spath, status)
-    query = build_query(spark, spec, bootstrap, available_now=available_now, checkpoint=checkpoint)
+    query = build_query(spark, spec, bootstrap, available_now=available_now, checkpoint=checkpoint, late=late)
     log.info("stream %s started: query %s, checkpoint %s, sink %s, resuming after batch %s", spec.name, query.id,
              checkpoint, spec.sink.url.split("@")[-1], status.last_batch_id)
     probe = start_lag_probe(spec, bootstrap, status, spath)
@@ -203,6 +220,36 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     finally:
         probe.stop()
         spark.stop()
+
+
+def late_checks_path(status_file: Path) -> Path:
+    """``<status_dir>/<stream>.late.jsonl``: one line per batch, routed vs dropped by the watermark."""
+    return status_file.with_name(status_file.stem + ".late.jsonl")
+
+
+def record_late_check(status: StreamStatus, late: dict[int, tuple[int, int]], progress: Any,
+                      log_file: Path | None = None) -> None:
+    """When a batch's progress arrives: its behind-the-watermark dead letters against Spark's own
+    count of rows dropped by the watermark, logged, appended to ``log_file`` and kept in the status
+    (a mismatch is an error)."""
+    from rewind.stream.late_routing import check_progress
+
+    check = check_progress(late, progress)
+    if check is None:
+        return
+    if log_file is not None:
+        with open(log_file, "a") as f:
+            f.write(json.dumps({"batch": check.batch_id, "routed": check.routed, "dropped": list(check.dropped),
+                                "watermark_ms": check.watermark_ms, "ok": check.ok, "t": round(time.time(), 3)})
+                    + "\n")
+    status.late_routed_total += check.routed
+    status.late_check = {"batch": check.batch_id, "routed": check.routed, "dropped": list(check.dropped),
+                         "watermark_ms": check.watermark_ms, "ok": check.ok}
+    if not check.ok:
+        status.late_mismatches = [*status.late_mismatches, status.late_check][-20:]
+        log.error("%s", check.describe())
+    elif check.routed:
+        log.warning("%s", check.describe())
 
 
 def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:

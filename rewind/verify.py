@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
 import pandas as pd
@@ -23,6 +23,7 @@ import pandas as pd
 from rewind.demo.events import classify
 
 Coord = tuple[str, int, int]
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class ExactlyOnceReport:
     wrong_coordinates: list[str] = field(default_factory=list)
     missing_dead_letters: list[Coord] = field(default_factory=list)
     unexpected_dead_letters: list[Coord] = field(default_factory=list)
+    behind_watermark: int = 0  # valid records the stream routed to the dead-letter table as late
+    not_behind_watermark: list[str] = field(default_factory=list)  # ... whose event time is not behind it
+    events_also_dead: list[Coord] = field(default_factory=list)  # a record both an event and a dead letter
+    missing_explained: list[dict] = field(default_factory=list)  # where each missing record was read, and why
     window_mismatches: list[dict] = field(default_factory=list)
     missing_windows: list[dict] = field(default_factory=list)
 
@@ -58,7 +63,8 @@ class ExactlyOnceReport:
     def ok(self) -> bool:
         return not (self.missing_events or self.duplicate_event_rows or self.duplicate_coordinate_rows
                     or self.unexpected_events or self.wrong_coordinates or self.missing_dead_letters
-                    or self.unexpected_dead_letters or self.window_mismatches or self.missing_windows)
+                    or self.unexpected_dead_letters or self.window_mismatches or self.missing_windows
+                    or self.not_behind_watermark or self.events_also_dead)
 
     def summary(self, examples: int = 5) -> dict:
         out = asdict(self)
@@ -80,9 +86,18 @@ def _ts(value: object) -> pd.Timestamp:
 def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dead: pd.DataFrame,
                        windows: pd.DataFrame, *, allowed_lateness: timedelta, window: timedelta,
                        watermark_delay: timedelta) -> ExactlyOnceReport:
-    """Compare what Kafka holds with what the sink holds (pure: no I/O)."""
+    """Compare what Kafka holds with what the sink holds (pure: no I/O).
+
+    A valid record may be in the dead-letter table instead of behind an event row only with reason
+    ``behind_watermark`` and an event time at or before the watermark recorded with it (Spark's
+    stateful operators would have dropped it); every other valid record's event id must be in the
+    events table, and no record may be both an event row and a dead letter.
+    """
+    from rewind.stream.late_routing import BEHIND_WATERMARK
+
     rep = ExactlyOnceReport()
     coords_by_id: dict[str, set[Coord]] = defaultdict(set)
+    event_time_us: dict[Coord, int] = {}
     expected_dead: set[Coord] = set()
     for rec in records:
         rep.kafka_records += 1
@@ -93,26 +108,42 @@ def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dea
         else:
             rep.valid_records += 1
             coords_by_id[verdict.event.event_id].add(coord)
+            event_time_us[coord] = (verdict.event.event_time - _EPOCH) // timedelta(microseconds=1)
     rep.distinct_events = len(coords_by_id)
     rep.duplicate_sends = rep.valid_records - rep.distinct_events
     rep.expected_dead_letters = len(expected_dead)
+
+    rep.sink_dead_letters = len(dead)
+    dead_coords = set(zip(dead["topic"], dead["partition"].astype(int), dead["offset"].astype(int))) \
+        if len(dead) else set()
+    behind: set[Coord] = set()
+    if len(dead) and "reason" in dead:
+        wm_col = dead["watermark"] if "watermark" in dead else pd.Series([None] * len(dead), index=dead.index)
+        for t, p, o, reason, wm in zip(dead["topic"], dead["partition"], dead["offset"], dead["reason"], wm_col):
+            coord = (t, int(p), int(o))
+            if reason != BEHIND_WATERMARK or coord not in event_time_us:
+                continue
+            behind.add(coord)
+            wm_us = None if wm is None or pd.isna(wm) else int(_ts(wm).value // 1000)
+            if wm_us is None or event_time_us[coord] > wm_us:
+                rep.not_behind_watermark.append(f"{coord}: event time {event_time_us[coord]} us, watermark {wm}")
+    rep.behind_watermark = len(behind)
+    rep.missing_dead_letters = sorted(expected_dead - dead_coords)
+    rep.unexpected_dead_letters = sorted(dead_coords - expected_dead - behind)
 
     rep.sink_events = len(events)
     rep.duplicate_event_rows = int(len(events) - events["event_id"].nunique()) if len(events) else 0
     ev_coords = list(zip(events["topic"], events["partition"].astype(int), events["offset"].astype(int)))
     rep.duplicate_coordinate_rows = len(ev_coords) - len(set(ev_coords))
+    rep.events_also_dead = sorted(set(ev_coords) & dead_coords)
     sink_ids = set(events["event_id"]) if len(events) else set()
-    rep.missing_events = sorted(set(coords_by_id) - sink_ids)
+    # an id must have an event row unless every record carrying it went to the dead-letter table
+    owed = {eid for eid, coords in coords_by_id.items() if coords - behind}
+    rep.missing_events = sorted(owed - sink_ids)
     rep.unexpected_events = sorted(sink_ids - set(coords_by_id))
     for eid, coord in zip(events["event_id"], ev_coords):
         if eid in coords_by_id and coord not in coords_by_id[eid]:
             rep.wrong_coordinates.append(f"{eid} at {coord}")
-
-    rep.sink_dead_letters = len(dead)
-    dead_coords = set(zip(dead["topic"], dead["partition"].astype(int), dead["offset"].astype(int))) \
-        if len(dead) else set()
-    rep.missing_dead_letters = sorted(expected_dead - dead_coords)
-    rep.unexpected_dead_letters = sorted(dead_coords - expected_dead)
 
     _check_windows(rep, events, windows, window, watermark_delay)
     return rep
@@ -171,6 +202,21 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
     return out
 
 
+def explain_missing(spec, records: list[KafkaRecord], missing_ids: set[str],  # type: ignore[no-untyped-def]
+                    allowed_lateness: timedelta) -> list[dict]:
+    """Where the records of missing events were read, and whether they were behind the watermark."""
+    from rewind.checkpoint_pointer import active_checkpoint
+    from rewind.stream.late_routing import explain
+
+    coords = []
+    for rec in records:
+        verdict = classify(rec.value, rec.timestamp_ms, allowed_lateness)
+        if verdict.event is not None and verdict.event.event_id in missing_ids:
+            us = (verdict.event.event_time - _EPOCH) // timedelta(microseconds=1)
+            coords.append(((rec.topic, rec.partition, rec.offset), us))
+    return explain(coords, active_checkpoint(spec))
+
+
 def below(bounds: dict[tuple[str, int], int], frame: pd.DataFrame) -> pd.DataFrame:
     """Rows whose Kafka coordinates lie below the per-partition bound (others are in flight)."""
     if not len(frame):
@@ -199,9 +245,13 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
         events, dead = sink.read_table("events"), sink.read_table("dead_letter")
         if bounds is not None:
             events, dead = below(bounds, events), below(bounds, dead)
-        return check_exactly_once(records, events, dead, sink.read_table("window_results"),
-                                  allowed_lateness=d["allowed_lateness"], window=d["window"],
-                                  watermark_delay=d["watermark_delay"])
+        report = check_exactly_once(records, events, dead, sink.read_table("window_results"),
+                                    allowed_lateness=d["allowed_lateness"], window=d["window"],
+                                    watermark_delay=d["watermark_delay"])
+        if report.missing_events:
+            report.missing_explained = explain_missing(spec, records, set(report.missing_events),
+                                                       d["allowed_lateness"])
+        return report
     finally:
         sink.dispose()
 

@@ -75,6 +75,29 @@ def test_frames_of_a_consistent_sink() -> None:
     assert f.range == {"t": {"0": [0, 1057], "1": [1, 1036]}}
 
 
+def test_records_behind_the_watermark_are_dead_letters_and_leave_the_windows() -> None:
+    """A valid record the stream routed as behind_watermark: landed, not missing; the windows that
+    would have counted it are judged without it; a forged behind_watermark (event time after the
+    watermark) and a record both event and dead letter are named."""
+    records, ev, dead, win = scenario()
+    late = ev.iloc[3]
+    ev2 = ev[ev["event_id"] != late["event_id"]]
+    win2 = recompute_windows(ev2, WINDOW).assign(batch_id=0)
+    row = {"topic": late["topic"], "partition": late["partition"], "offset": late["offset"],
+           "reason": "behind_watermark", "batch_id": 1, "watermark": pd.Timestamp(T0 + timedelta(hours=1))}
+    dead2 = pd.concat([dead.assign(watermark=pd.NaT), pd.DataFrame([row])], ignore_index=True)
+    f = frames_of(records, ev2, dead2, win2)
+    assert f.counts["missing"] == 0 and f.counts["behind_watermark"] == 1, f.counts
+    assert validate_frames(f.frames(), "unit", "r-late", None)[1] == []
+    forged = dead2.copy()
+    forged.loc[forged.index[-1], "watermark"] = pd.Timestamp(T0 - timedelta(hours=1))
+    bad = frames_of(records, ev2, forged, win2)
+    assert {x.name for x in validate_frames(bad.frames(), "unit", "r-forged", None)[1]} >= {
+        "dead_letters_match_kafka", "no_kafka_record_missing"}
+    both = frames_of(records, ev, dead2, win)
+    assert "each_kafka_record_lands_once" in {x.name for x in validate_frames(both.frames(), "unit", "r-both", None)[1]}
+
+
 def test_frames_name_each_defect() -> None:
     records, ev, dead, win = scenario()
     gone = ev.iloc[0]["event_id"]  # seq 0: also sent twice, so two Kafka records lose their event

@@ -90,3 +90,47 @@ def test_status_counts_offsets_not_scans() -> None:
     assert _offset_span('{"t":{"0":10,"1":5}}', '{"t":{"0":25,"1":5,"2":3}}') == 18
     assert _offset_span(None, {"t": {"0": 7}}) == 7
     assert lag_of({"t": {"0": 5}}, {"t": {"0": 9, "1": 2}}) == {"t/0": 4, "t/1": 2}
+
+
+def _behind(dead: pd.DataFrame, records: list, offset: int, watermark: datetime) -> pd.DataFrame:
+    rec = next(r for r in records if r.offset == offset)
+    row = {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset, "reason": "behind_watermark",
+           "watermark": pd.Timestamp(watermark)}
+    return pd.concat([dead.assign(reason="malformed", watermark=pd.NaT), pd.DataFrame([row])], ignore_index=True)
+
+
+def test_record_behind_the_watermark_is_a_dead_letter_not_a_missing_event() -> None:
+    records, ev, dead, win = scenario()
+    late = ev.iloc[2]  # its only record goes to the dead-letter table, as the stream routes it
+    ev2 = ev[ev["event_id"] != late["event_id"]]
+    win2 = recompute_windows(ev2, timedelta(seconds=10))
+    rep = check_exactly_once(records, ev2, _behind(dead, records, int(late["offset"]), T0 + timedelta(minutes=5)),
+                             win2, **KW)
+    assert rep.ok, rep
+    assert rep.behind_watermark == 1 and rep.missing_events == []
+
+
+def test_behind_watermark_needs_an_event_time_behind_it() -> None:
+    records, ev, dead, win = scenario()
+    late = ev.iloc[2]
+    ev2 = ev[ev["event_id"] != late["event_id"]]
+    win2 = recompute_windows(ev2, timedelta(seconds=10))
+    rep = check_exactly_once(records, ev2, _behind(dead, records, int(late["offset"]), T0 - timedelta(hours=1)),
+                             win2, **KW)
+    assert not rep.ok and len(rep.not_behind_watermark) == 1
+
+
+def test_a_record_both_event_and_dead_letter_is_caught() -> None:
+    records, ev, dead, win = scenario()
+    rep = check_exactly_once(records, ev, _behind(dead, records, int(ev.iloc[2]["offset"]), T0 + timedelta(hours=1)),
+                             win, **KW)
+    assert not rep.ok and rep.events_also_dead == [("t", int(ev.iloc[2]["partition"]), int(ev.iloc[2]["offset"]))]
+
+
+def test_one_duplicate_behind_the_watermark_other_copy_an_event() -> None:
+    """An event sent twice: the first copy is the event row, the second arrived behind the watermark."""
+    records, ev, dead, win = scenario()
+    dup = next(r for r in records if r.offset >= 1000)
+    rep = check_exactly_once(records, ev, _behind(dead, records, dup.offset, T0 + timedelta(hours=1)), win, **KW)
+    assert rep.ok, rep
+    assert rep.behind_watermark == 1

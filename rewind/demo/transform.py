@@ -1,9 +1,10 @@
 """The demo stream's transform: parse, route bad records, deduplicate, window.
 
 One streaming query, one output: dead letters (stateless), deduplicated events
-(``dropDuplicatesWithinWatermark`` on RocksDB state) and closed tumbling-window
-results (append mode) are unioned into rows tagged by ``kind``, so a single
-``foreachBatch`` call can commit all three in one sink transaction.
+(``dropDuplicatesWithinWatermark`` on RocksDB state), closed tumbling-window results
+(append mode) and the late candidates (every valid row, of which the batch writer keeps the
+ones behind the watermark: ``rewind.stream.late_routing``) are unioned into rows tagged by
+``kind``, so a single ``foreachBatch`` call commits them all in one sink transaction.
 
 Each Kafka record is read and parsed once: the parsed rows go through one shuffle that all
 three branches share (Spark's ReuseExchange), see ``_shared_by_every_branch``. Without it Spark
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rewind.demo.events import classify_many
+from rewind.stream.late_routing import LATE_CANDIDATE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -102,8 +104,8 @@ def build(source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
         functools.partial(parse_batches, allowed_lateness_s=d["allowed_lateness"].total_seconds()), ddl)
     parsed, branch = _shared_by_every_branch(parsed)
     dead = parsed.filter(branch(F.col("status") == "dead"))
-    valid = (parsed.filter(branch(F.col("status") == "ok"))
-             .withWatermark("event_time", f"{int(d['watermark_delay'].total_seconds())} seconds"))
+    valid_rows = parsed.filter(branch(F.col("status") == "ok"))
+    valid = valid_rows.withWatermark("event_time", f"{int(d['watermark_delay'].total_seconds())} seconds")
     # A replay runs this same plan as a bounded batch read, where Spark refuses
     # dropDuplicatesWithinWatermark; a batch deduplicates over the whole range instead.
     events = (valid.dropDuplicatesWithinWatermark(["event_id"]) if source.isStreaming
@@ -112,7 +114,12 @@ def build(source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
                .agg(F.count("*").alias("event_count"), F.sum("amount").alias("amount_sum"))
                .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
                        "key", "event_count", "amount_sum"))
-    return _shape(dead, "dead").unionByName(_shape(events, "event")).unionByName(_shape(windows, "window"))
+    out = _shape(dead, "dead").unionByName(_shape(events, "event")).unionByName(_shape(windows, "window"))
+    if source.isStreaming:
+        # The rows the deduplication reads, as dead-letter candidates: the batch writer keeps those
+        # behind the watermark (what the state operators drop), see rewind.stream.late_routing.
+        out = out.unionByName(_shape(valid_rows, LATE_CANDIDATE))
+    return out
 
 
 def _shared_by_every_branch(parsed: "DataFrame") -> tuple["DataFrame", Callable[[Any], Any]]:

@@ -286,6 +286,32 @@ class KafkaOffsetClient:
         ``read_committed`` (librdkafka's default), the high watermark for ``read_uncommitted``."""
         return self._list_offsets({tp: -1 for tp in tps})
 
+    def timestamps_at(self, positions: Mapping[TP, int]) -> dict[TP, int | None]:
+        """The Kafka timestamp (ms) of the first readable record at or after each position; None when
+        none comes within a few seconds (a position at the end, deleted records, an open transaction)."""
+        found: dict[TP, int | None] = {tp: None for tp in positions}
+        pending = {tp for tp, off in positions.items() if off >= 0}
+        if not pending:
+            return found
+        consumer = Consumer({**self.config, "auto.offset.reset": "latest"})
+        try:
+            consumer.assign(_tp_list(sorted(pending), positions))
+            deadline = time.monotonic() + min(10.0, self.timeout_s)
+            while pending and time.monotonic() < deadline:
+                for m in consumer.consume(num_messages=len(pending) * 64, timeout=_POLL_S):
+                    topic = m.topic()
+                    if topic is None:
+                        continue
+                    tp = TP(topic, m.partition())
+                    if tp not in pending:
+                        continue
+                    if m.error() is None:
+                        found[tp] = m.timestamp()[1]
+                    pending.discard(tp)  # a record, EOF or an error: this partition is answered
+        finally:
+            consumer.close()
+        return found
+
     def offsets_for_times(self, stamps: Mapping[TP, int]) -> dict[TP, int | None]:
         """The first offset whose record timestamp is >= the given ms; None when there is none."""
         found = self._list_offsets(stamps)

@@ -133,6 +133,7 @@ _KNOWN = {
     "endingtimestamp", "endingoffsetsbytimestamp", "maxoffsetspertrigger", "failondataloss",
     "kafkaconsumer.polltimeoutms", "includeheaders", "groupidprefix", "maxrecordsperbatch",
     "fetchoffset.numretries", "fetchoffset.retryintervalms", "path",
+    "eventtimealignment.maxdriftms", "eventtimealignment.idletimeoutms",  # rewind.kafka.alignment
 }
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark's default (spark.network.timeout)
@@ -173,6 +174,7 @@ class SourceOptions:
     records_per_batch: int
     consumer_conf: dict[str, str]
     group_id_prefix: str
+    alignment: Any = None  # rewind.kafka.alignment.Alignment, or None (off)
 
 
 def _parse_bool(name: str, value: str) -> bool:
@@ -349,6 +351,7 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
                                               opts.get("maxrecordsperbatch", str(DEFAULT_RECORDS_PER_BATCH))),
         consumer_conf=consumer_conf,
         group_id_prefix=opts.get("groupidprefix", "rewind-kafka-source").strip() or "rewind-kafka-source",
+        alignment=parse_alignment(opts, streaming),
     )
 
 
@@ -356,6 +359,12 @@ def includes_headers(options: Mapping[str, str]) -> bool:
     """``includeHeaders`` (any key case): false unless set, like Spark's connector."""
     value = next((v for k, v in options.items() if str(k).lower() == "includeheaders"), "false")
     return _parse_bool("includeHeaders", value)
+
+
+def parse_alignment(opts: Mapping[str, str], streaming: bool) -> Any:
+    from rewind.kafka.alignment import parse_alignment as parse
+
+    return parse(opts, streaming)
 
 
 def _check_spec_topics(spec: OffsetSpec, topics: tuple[str, ...]) -> None:

@@ -275,10 +275,30 @@ class KafkaStreamReader(_KafkaReaderBase, DataSourceStreamReader, SupportsTrigge
             begin = {tp: off for tp, off in begin.items() if tp not in gone}
             ends = client.end_offsets(tps)
             self._known_ends = dict(ends)
+        if self.opts.alignment is not None:
+            ends = self._aligned(begin, ends)
         moved = [tp for tp, end in ends.items() if begin.get(tp) != end]
         earliest = client.earliest_offsets(moved) if moved else {}
         end = plan_latest(begin, ends, earliest, _max_rows(limit), self.opts.fail_on_data_loss)
         return offsets_to_json(end)
+
+    def _aligned(self, begin: Offsets, ends: Offsets) -> Offsets:
+        """``ends`` capped so that no partition runs ahead of the slowest (``rewind.kafka.alignment``)."""
+        import time
+
+        from rewind.kafka.alignment import cap_ends, horizon_ms, probe_positions
+
+        client = self.lookup()
+        stamps = client.timestamps_at(probe_positions(begin, ends))
+        horizon = horizon_ms(begin, ends, stamps, int(time.time() * 1000), self.opts.alignment)
+        if horizon is None:
+            return ends
+        behind = {tp: horizon + 1 for tp, end in ends.items() if begin.get(tp, end) < end}
+        capped = cap_ends(begin, ends, client.offsets_for_times(behind))
+        held = {str(tp): (capped[tp], ends[tp]) for tp in ends if capped[tp] < ends[tp]}
+        if held:
+            log.info("event-time alignment: horizon %d ms; held back (to, instead of) %s", horizon, held)
+        return capped
 
     def reportLatestOffset(self) -> dict | None:
         latest = self._target if self._target is not None else self._known_ends

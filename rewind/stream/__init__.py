@@ -1,0 +1,1 @@
+"""Running a stream: the transform contract, the runner, late routing, status."""
