@@ -11,10 +11,10 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^{}]*))?\}")  # innermost first
@@ -36,6 +36,33 @@ def parse_duration(value: str | int | float) -> timedelta:
     if not m or m.group(2) not in units:
         raise ValueError(f"not a duration: {value!r} (use e.g. '30 seconds', '5 min', '2h', '7d')")
     return timedelta(seconds=float(m.group(1)) * units[m.group(2)])
+
+
+def _check_duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+#: A duration in the registry ('30 seconds', '5 min', '2h', '7d'): kept as written, checked at load,
+#: so a typo ('5 secnds') fails there, naming the file and the key, not at 3 a.m. in a restart.
+Duration = Annotated[str, AfterValidator(_check_duration)]
+SCHEDULE_PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+
+
+def _check_schedule(value: str | None) -> str | None:
+    """A savepoint schedule is a preset (@hourly ...), a cron expression, or a duration between runs."""
+    if value is None or value in SCHEDULE_PRESETS:
+        return value
+    from croniter import croniter
+
+    if croniter.is_valid(value):
+        return value
+    try:
+        parse_duration(value)
+    except ValueError:
+        raise ValueError(f"not a schedule: {value!r} (use a preset such as @hourly, a cron expression such as "
+                         "'*/30 * * * *', a duration such as '30 min', or null for none)") from None
+    return value
 
 
 class _Strict(BaseModel):
@@ -71,31 +98,34 @@ class SinkSpec(_Strict):
 class RestartSpec(_Strict):
     strategy: Literal["fixed-delay", "exponential-backoff", "failure-rate"] = "exponential-backoff"
     max_attempts: int = Field(5, ge=1)
-    delay: str = "5 seconds"
-    max_delay: str = "2 min"
-    failure_rate_interval: str = "10 min"
+    delay: Duration = "5 seconds"
+    max_delay: Duration = "2 min"
+    failure_rate_interval: Duration = "10 min"
 
 
 class SavepointSpec(_Strict):
-    schedule: str | None = "@hourly"
+    schedule: Annotated[str | None, AfterValidator(_check_schedule)] = "@hourly"
     keep_last: int = Field(5, ge=1)
-    max_age: str = "7d"
+    max_age: Duration = "7d"
+
+    def airflow_schedule(self) -> Any:
+        """What a DAG's ``schedule`` takes: the preset or cron text, or a timedelta for a duration."""
+        s = self.schedule
+        if s is None or s.startswith("@"):
+            return s
+        from croniter import croniter
+
+        return s if croniter.is_valid(s) else parse_duration(s)
 
 
 class SupervisionSpec(_Strict):
     """When the supervisor calls a stream unhealthy (rewind.health.Thresholds), and how often it looks."""
 
-    poll: str = "2 seconds"
-    heartbeat_timeout: str = "60 seconds"  # no listener event at all: the driver is hung
-    stall_after: str = "2 min"  # Kafka has data but no new batch for this long
-    startup_grace: str = "3 min"  # a starting stream is left alone this long
+    poll: Duration = "2 seconds"
+    heartbeat_timeout: Duration = "60 seconds"  # no listener event at all: the driver is hung
+    stall_after: Duration = "2 min"  # Kafka has data but no new batch for this long
+    startup_grace: Duration = "3 min"  # a starting stream is left alone this long
     max_lag: int | None = Field(None, ge=1)  # records behind that raise an alarm (no restart)
-
-    @field_validator("poll", "heartbeat_timeout", "stall_after", "startup_grace")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        parse_duration(v)
-        return v
 
     def thresholds(self) -> dict[str, Any]:
         """Keyword arguments of ``rewind.health.Thresholds`` (plain JSON: the trigger serializes them)."""
@@ -113,10 +143,10 @@ class StreamSpec(_Strict):
     sink: SinkSpec
     checkpoint: str
     status_dir: str
-    trigger: str = "2 seconds"
-    window: str = "10 seconds"
-    watermark_delay: str = "30 seconds"
-    allowed_lateness: str = "20 seconds"
+    trigger: Duration = "2 seconds"
+    window: Duration = "10 seconds"
+    watermark_delay: Duration = "30 seconds"
+    allowed_lateness: Duration = "20 seconds"
     restart: RestartSpec = Field(default_factory=RestartSpec)
     savepoints: SavepointSpec = Field(default_factory=SavepointSpec)
     supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
@@ -128,12 +158,6 @@ class StreamSpec(_Strict):
         for t in v:
             if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", t):
                 raise ValueError(f"invalid Kafka topic name {t!r}")
-        return v
-
-    @field_validator("trigger", "window", "watermark_delay", "allowed_lateness")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        parse_duration(v)
         return v
 
     def durations(self) -> dict[str, timedelta]:

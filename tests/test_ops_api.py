@@ -206,11 +206,13 @@ def test_malicious_names_are_refused_and_nothing_is_triggered(env: dict[str, Any
 @pytest.mark.slow
 def test_admin_actions_create_dag_runs(env: dict[str, Any]) -> None:
     http, h, admin = env["http"], _bearer(env["admin"]), env["admin"]
+    assert admin.get_dag(SAVEPOINT_DAG)["is_paused"] is False  # a registry's savepoint schedule is live
+    admin.pause(SAVEPOINT_DAG)  # an operator paused it: the page says the run waits
     r = http.post("/rewind/api/actions/savepoint", json={"stream": STREAM}, headers=h)
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["dag_id"] == SAVEPOINT_DAG and out["dag_run_id"] in out["message"]
-    assert out["paused"] is True and "unpause it" in out["message"]  # new DAGs start paused here
+    assert out["paused"] is True and "unpause it" in out["message"]
     run = admin.dag_run(SAVEPOINT_DAG, out["dag_run_id"])
     assert run["conf"] == {"action": "savepoint"}
     # the page sends unpause=true, like the "Unpause on trigger" box of Airflow's trigger form
@@ -220,7 +222,7 @@ def test_admin_actions_create_dag_runs(env: dict[str, Any]) -> None:
         assert r.status_code == 200 and r.json()["paused"] is False and "unpaused it" in r.json()["message"], r.text
         assert admin.get_dag(SAVEPOINT_DAG)["is_paused"] is False
     finally:
-        admin.pause(SAVEPOINT_DAG)
+        admin.unpause(SAVEPOINT_DAG)
     r = http.post("/rewind/api/actions/replay", headers=h,
                   json={"stream": STREAM, "from": "0", "to": "10", "mode": "shadow", "dry_run": True})
     assert r.status_code == 200, r.text

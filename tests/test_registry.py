@@ -93,3 +93,27 @@ def test_supervision_thresholds(tmp_path: Path) -> None:
     assert Thresholds(**t).stall_s == 300  # the trigger builds its thresholds from exactly this dict
     with pytest.raises(RegistryError, match="stall_after"):
         load_registry(write(tmp_path, GOOD + "    supervision: {stall_after: soon}\n"), env={"REWIND_HOME": "/h"})
+
+
+@pytest.mark.parametrize("key,value", [
+    ("restart", "{delay: 5 secnds}"), ("restart", "{max_delay: banana}"), ("restart", "{failure_rate_interval: '10 minutes ago'}"),
+    ("savepoints", "{max_age: soon}"), ("savepoints", "{schedule: banana}"), ("supervision", "{poll: fast}")])
+def test_bad_durations_and_schedules_are_refused_at_load(tmp_path: Path, key: str, value: str) -> None:
+    """Every duration of the registry is checked at load, naming the file and the key (not at 3 a.m.)."""
+    from rewind.registry_templates import demo_stream, write_registry
+
+    path = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path, **{key: value}))
+    field = value.strip("{}").split(":")[0]
+    with pytest.raises(RegistryError, match=rf"{tmp_path / 'r.yaml'}: streams\.s\.{key}\.{field}: .*(duration|schedule)"):
+        load_registry(path)
+
+
+def test_schedules_accept_presets_cron_and_durations(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from rewind.registry_templates import demo_stream, write_registry
+
+    for value, expected in [("'@daily'", "@daily"), ("'*/30 * * * *'", "*/30 * * * *"), ("30 min", timedelta(minutes=30)),
+                            ("null", None)]:
+        path = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path, savepoints=f"{{schedule: {value}}}"))
+        assert load_registry(path).get("s").savepoints.airflow_schedule() == expected

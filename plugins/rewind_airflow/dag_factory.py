@@ -190,7 +190,7 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
     name = spec.name
     # Active from the start (is_paused_upon_creation=False): a registry's savepoint schedule is a
     # promise, and a DAG that starts paused keeps none of it until someone finds the toggle.
-    with DAG(dag_id=f"rewind_{name}_savepoint", schedule=spec.savepoints.schedule, start_date=START, catchup=False,
+    with DAG(dag_id=f"rewind_{name}_savepoint", schedule=spec.savepoints.airflow_schedule(), start_date=START, catchup=False,
              max_active_runs=1, tags=["rewind", name], is_paused_upon_creation=False,
              doc_md=f"Savepoint of `{name}` (online copy of its last complete batch) to S3, then retention "
                     f"(keep {spec.savepoints.keep_last}, max age {spec.savepoints.max_age}). Triggered with "
