@@ -56,7 +56,7 @@ bench: java jars venv
 	$(PY) bench/charts.py bench/results docs/img
 
 chaos: java jars venv
-	$(VENV)/bin/rewind chaos demo --seed 7 --events 1000000 --kills 25 --broker-restarts 3 --corruptions 4 --replays 3 --s3-outages 3
+	$(VENV)/bin/rewind chaos demo --seed 7 --events 1000000 --kills 25 --broker-restarts 3 --corruptions 4 --replays 3 --s3-outages 3 --skewed-restarts 3
 
 clean:
 	rm -rf .rewind .pytest_cache

@@ -10,7 +10,11 @@ stream -- its checkpoint, sink, topics -- is touched):
   moved into the report directory and ``startingOffsets: earliest`` (the topic starts empty);
 - a producer thread writing a known set of events (ids ``chaos-SEQ``, with duplicates,
   malformed and late records: `rewind.chaos_report.ProducerKnobs`), released segment by
-  segment as the schedule advances (`rewind.chaos_schedule`);
+  segment as the schedule advances (`rewind.chaos_schedule`); a skewed restart's segment is
+  written by the same thread while the stream is down, as unequal backlogs whose event times and
+  Kafka timestamps are skewed across the partitions by more than the watermark delay
+  (`rewind.chaos_schedule.skew_backlog`), so the records behind the watermark -- which the stream
+  routes to the dead-letter table as ``behind_watermark`` -- are records of the known set too;
 - the supervisor: a thread running the supervisor DAG's own steps -- `rewind.health.diagnose`
   with the registry's thresholds (the trigger), `rewind.supervisor.record_failure` and the
   restart strategy (diagnose), `recover_checkpoint` (repair, or restore the newest savepoint),
@@ -27,8 +31,10 @@ difference: the DAG launches through spark-submit (`RewindStreamHook`), the harn
 At the end: all events are released, the stream catches up and idles (its no-data batch
 emits the windows its watermark closed), the supervisor stops, the stream stops gracefully,
 and the Great Expectations proof (`rewind.dq.run_proof`), the verifier
-(`rewind.verify.verify_stream`) and the known-set comparison run over everything. The report
-(JSON and text) goes to the report directory; `rewind.chaos_report.judge` decides.
+(`rewind.verify.verify_stream`), the known-set comparison (`rewind.chaos_report.compare_known`)
+and the stream's own per-batch late checks (``<status_dir>/<stream>.late.jsonl``) run over
+everything. The report (JSON and text) goes to the report directory;
+`rewind.chaos_report.judge` decides.
 """
 
 from __future__ import annotations
@@ -41,14 +47,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from rewind.chaos_report import (ProducerKnobs, expected_records, faults_by_kind, format_text, judge, landing,
-                                 recovery_durations)
-from rewind.chaos_schedule import DAMAGES, Action, ChaosConfig, Fault, Schedule, check_timeline, make_schedule
+from rewind.chaos_report import (ProducerKnobs, backlog_behind, compare_known, expected_records, faults_by_kind,
+                                 format_text, judge, landing, recovery_durations)
+from rewind.chaos_schedule import (DAMAGES, Action, BacklogPlan, ChaosConfig, Fault, Schedule, check_timeline,
+                                   make_schedule, skew_backlog)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +64,11 @@ log = logging.getLogger(__name__)
 MOMENT_TIMEOUT_S = 45.0
 #: Default seconds of producing per segment (between two faults); sets the rate unless --rate.
 SEGMENT_S = 12.0
+#: A skewed restart keeps the stream down until its backlog's newest event time is this far in the
+#: past (Kafka timestamps in the future are refused by brokers beyond a limit, and an event time
+#: ahead of the clock would move the watermark past the next segment's events), at most OUTAGE_MAX_S.
+OUTAGE_MARGIN_S = 1.0
+OUTAGE_MAX_S = 300.0
 
 
 class ChaosRefused(ValueError):
@@ -108,7 +121,12 @@ def _kill_group(pid: int, timeout: float = 30.0) -> None:
 
 # --------------------------------------------------------------------------- producer
 class ChaosProducer(threading.Thread):
-    """Sends sequence numbers 0..events-1 in chunks at `rate`, never past what was released."""
+    """Sends sequence numbers 0..events-1 in chunks at `rate`, never past what was released.
+
+    A segment queued as a backlog (`queue_backlog`) is sent at once, each sequence number to the
+    partition and with the Kafka timestamp and event time its `BacklogPlan` gives (the same
+    records as otherwise: ids, duplicates, malformed and late ones), so the known set holds.
+    """
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, events: int, rate: float,
                  knobs: ProducerKnobs) -> None:
@@ -124,6 +142,14 @@ class ChaosProducer(threading.Thread):
         self.errors: list[str] = []
         self.stopping = threading.Event()
         self.seconds = 0.0
+        self.backlogs: dict[int, BacklogPlan] = {}  # start seq -> plan
+        self.backlog_reports: dict[int, dict[str, Any]] = {}
+
+    def queue_backlog(self, plan: BacklogPlan) -> None:
+        with self.cond:
+            if plan.start_seq < self.produced:
+                raise RuntimeError(f"backlog from seq {plan.start_seq}: seq {self.produced} already produced")
+            self.backlogs[plan.start_seq] = plan
 
     def release_to(self, n: int) -> None:
         with self.cond:
@@ -153,9 +179,25 @@ class ChaosProducer(threading.Thread):
             with self.cond:
                 while self.released <= self.produced and not self.stopping.is_set():
                     self.cond.wait(1.0)
+                plan = self.backlogs.pop(self.produced, None)
                 n = min(self.chunk, self.released - self.produced)
+                n = min([n] + [s - self.produced for s in self.backlogs if s > self.produced])  # stop before one
             if self.stopping.is_set():
                 break
+            if plan is not None:
+                n = plan.end_seq - plan.start_seq
+                t = time.monotonic()
+                try:
+                    self.backlog_reports[plan.start_seq] = self._send_backlog(plan)
+                except Exception as exc:  # noqa: BLE001
+                    self.errors.append(f"backlog seq {plan.start_seq}..{plan.end_seq - 1}: {type(exc).__name__}: {exc}")
+                    self.backlog_reports[plan.start_seq] = {"error": self.errors[-1]}
+                    log.warning("chaos producer: %s", self.errors[-1])
+                self.seconds += time.monotonic() - t
+                with self.cond:
+                    self.produced += n
+                    self.cond.notify_all()
+                continue
             spec = ProduceSpec(topic=self.topic, count=n, rate=self.rate, partitions=self.partitions,
                                id_prefix=k.id_prefix, start_seq=self.produced, keys=k.keys,
                                malformed_every=k.malformed_every, late_every=k.late_every,
@@ -172,6 +214,55 @@ class ChaosProducer(threading.Thread):
             with self.cond:
                 self.produced += n
                 self.cond.notify_all()
+
+    def _send_backlog(self, plan: BacklogPlan) -> dict[str, Any]:
+        """Every record of the plan's sequence numbers, unthrottled (a backlog is there already)."""
+        from confluent_kafka import KafkaException, Producer
+
+        from rewind.producer import ProduceSpec, plan_record
+
+        k = self.knobs
+        spec = ProduceSpec(topic=self.topic, count=plan.end_seq - plan.start_seq, partitions=self.partitions,
+                           id_prefix=k.id_prefix, start_seq=plan.start_seq, keys=k.keys,
+                           malformed_every=k.malformed_every, late_every=k.late_every,
+                           late_by=timedelta(seconds=k.late_by_s), duplicate_every=k.duplicate_every)
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "enable.idempotence": True,
+                             "compression.type": "none", "batch.num.messages": 5000})
+        delivered: list[tuple[str, int, int]] = []
+        errors: list[str] = []
+
+        def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
+            if err is not None:
+                errors.append(str(err))
+            else:
+                delivered.append((msg.topic(), msg.partition(), msg.offset()))
+
+        epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+        sent: dict[int, int] = {}
+        for seq in range(plan.start_seq, plan.end_seq):
+            partition, ms = plan.place(seq)
+            for _kind, key, value in plan_record(spec, seq, epoch + timedelta(milliseconds=ms)):
+                while True:
+                    try:
+                        producer.produce(self.topic, value=value, key=key, partition=partition, timestamp=ms,
+                                         on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                sent[partition] = sent.get(partition, 0) + 1
+            producer.poll(0)
+        remaining = producer.flush(60)
+        self.delivered += delivered
+        self.acknowledged += len(delivered)
+        if remaining or errors:
+            raise KafkaException(f"{remaining} records not delivered within 60 s, {len(errors)} failed"
+                                 + (f"; first: {errors[0]}" if errors else ""))
+        offsets: dict[int, list[int]] = {}
+        for _t, p, o in delivered:
+            lo_hi = offsets.setdefault(p, [o, o + 1])
+            lo_hi[0], lo_hi[1] = min(lo_hi[0], o), max(lo_hi[1], o + 1)
+        return {"records": len(delivered), "by_partition": {str(p): n for p, n in sorted(sent.items())},
+                "offsets": {str(p): r for p, r in sorted(offsets.items())}}
 
 
 # --------------------------------------------------------------------------- supervisor
@@ -294,6 +385,7 @@ class ChaosRun:
         self.supervisor: ChaosSupervisor | None = None
         self.sink: Any = None
         self.replay_proc: subprocess.Popen[bytes] | None = None
+        self.behind_before: set[tuple[str, int, int]] = set()  # behind_watermark dead letters before a backlog
 
     # ------------------------------------------------------------ setup
     def write_registry(self) -> Path:
@@ -312,6 +404,9 @@ class ChaosRun:
         body["status_dir"] = str(home / "status")
         body["sink"]["url"] = self.opts.sink_url or f"sqlite:///{home}/sink-{src.name}.db"
         body["source"]["options"] = {**body["source"]["options"], "startingOffsets": "earliest"}
+        if self.config.skewed_restarts and src.partitions < 2:
+            raise ChaosRefused(f"stream {src.name}: a skewed restart writes unequal backlogs over the partitions; "
+                               f"its topic has {src.partitions} (use --skewed-restarts 0)")
         path = self.work / "streams.yaml"
         path.write_text("# throwaway copy for `rewind chaos` (locations moved into the report directory)\n"
                         + yaml.safe_dump({"streams": {src.name: body}}, sort_keys=False))
@@ -361,6 +456,8 @@ class ChaosRun:
                                   "dead_letters": self.expected.dead_letters, "malformed": self.expected.malformed,
                                   "late": self.expected.late, "duplicate_sends": self.expected.duplicate_sends}
         self.write_registry()
+        self.facts["source"] = {"format": self.spec.source.format, "alignment_max_drift_ms":
+                                self.spec.source.options.get("eventTimeAlignment.maxDriftMs")}
         self.log_path = self.work / "logs" / f"stream-{self.spec.name}.log"
         (self.work / "schedule.json").write_text(json.dumps(self.schedule.to_json(), indent=1))
         log.info("chaos %s: %d faults, report in %s", self.spec.name, len(self.schedule.faults), self.work)
@@ -461,7 +558,8 @@ class ChaosRun:
             if not self.producer.wait_produced(fault.starts_after, timeout=600):
                 rec["error"] = f"the producer did not reach {fault.starts_after} events"
                 break
-            self.producer.release_to(fault.releases)
+            if fault.releases_at_start:
+                self.producer.release_to(fault.releases)
             self.current = fault.index
             rec["started_at"] = time.time()
             log.info("chaos: %s", fault.describe())
@@ -474,6 +572,7 @@ class ChaosRun:
                 log.exception("chaos: fault #%d %s failed", fault.index, fault.kind)
                 if self.supervisor and self.supervisor.hold.locked() and rec.get("_held"):
                     self.supervisor.hold.release()
+                self.producer.release_to(fault.releases)  # a backlog that was not written goes out as usual
                 try:
                     self.do_await_settled(Action("await_settled"), rec, fault)
                 except Exception as again:  # noqa: BLE001
@@ -490,7 +589,8 @@ class ChaosRun:
         assert self.supervisor is not None
         mine = [r for r in self.supervisor.recoveries if r.fault == rec["index"]]
         rec["stream_failed"] = bool(mine)
-        rec["recoveries"] = [_recovery_json(r, rec.get("kill", {}).get("at") or rec["started_at"]) for r in mine]
+        down_at = (rec.get("kill") or rec.get("stop") or {}).get("at") or rec["started_at"]
+        rec["recoveries"] = [_recovery_json(r, down_at) for r in mine]
         rec["recovery"] = rec["recoveries"][0] if rec["recoveries"] else None
 
     # ------------------------------------------------------------ actions
@@ -539,7 +639,7 @@ class ChaosRun:
 
     def do_await_recovery(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         assert self.supervisor is not None
-        since = rec["kill"]["at"]
+        since = (rec.get("kill") or rec["stop"])["at"]
         deadline = time.monotonic() + self.opts.recovery_timeout_s + 120
         while time.monotonic() < deadline:
             done = [r for r in self.supervisor.recoveries if r.detected_at >= since and r.done]
@@ -551,6 +651,123 @@ class ChaosRun:
                 raise RuntimeError(f"the supervisor gave up: {self.supervisor.gave_up}")
             time.sleep(0.2)
         raise TimeoutError(f"no recovery within {self.opts.recovery_timeout_s + 120:.0f}s of the kill")
+
+    def do_stop(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
+        """Stop the stream as an operator does (SIGTERM: it stops after the batch in flight commits)."""
+        from rewind.platform.processes import pid_alive
+        from rewind.stream_control import StreamControlError, stop_stream
+
+        st = self.status()
+        if st is None or st.state != "running" or not pid_alive(st.pid):
+            raise RuntimeError(f"no running stream to stop (status {st.state if st else None})")
+        at = time.time()
+        note = None
+        try:
+            graceful = stop_stream(self.spec, timeout=90)
+        except StreamControlError as exc:
+            _kill_group(st.pid)
+            graceful, note = False, str(exc)
+        rec["stop"] = {"pid": st.pid, "at": at, "stopped_s": round(time.time() - at, 2), "graceful": graceful,
+                       "status_batch": st.last_batch_id, "position": self.position(), "note": note}
+        rec["injected"] = True
+        log.info("chaos: stopped pid %d (%s) in %.1fs", st.pid, "graceful" if graceful else "killed",
+                 time.time() - at)
+
+    def _watermark_at_stop(self) -> tuple[int, str]:
+        """The watermark the next batch judges lateness by: ``batchWatermarkMs`` of the newest offsets file."""
+        from rewind.checkpoint import parse_offsets_file
+
+        cp = self.checkpoint()
+        newest = _max_id(cp / "offsets")
+        if newest is None:
+            raise RuntimeError(f"{cp} has no offset log: no watermark to put a backlog behind")
+        meta, _ = parse_offsets_file((cp / "offsets" / str(newest)).read_text())
+        return int(meta.get("batchWatermarkMs") or 0), f"offsets/{newest}"
+
+    def _behind_coords(self) -> set[tuple[str, int, int]]:
+        from rewind.stream.late_routing import BEHIND_WATERMARK
+
+        dead = self.sink.read_table("dead_letter")
+        if not len(dead):
+            return set()
+        late = dead[dead["reason"] == BEHIND_WATERMARK]
+        return set(zip(late["topic"], late["partition"].astype(int), late["offset"].astype(int)))
+
+    def _end_offsets(self) -> dict[str, int]:
+        from rewind.kafka.client import true_end_offsets
+
+        return {f"{tp.topic}/{tp.partition}": o for tp, o in true_end_offsets(self.bootstrap, self.spec.topics).items()}
+
+    def do_produce_backlog(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
+        """While the stream is down: the fault's segment as skewed backlogs, through the producer."""
+        assert self.producer is not None
+        delay_ms = int(self.spec.durations()["watermark_delay"].total_seconds() * 1000)
+        watermark_ms, where = self._watermark_at_stop()
+        if watermark_ms <= 0:
+            raise RuntimeError(f"{where} records no watermark yet: nothing to put a backlog behind")
+        plan = skew_backlog(a.args, fault.starts_after, fault.releases, self.spec.partitions, watermark_ms, delay_ms)
+        # The outage lasts until the backlog's newest event time is in the past.
+        outage = min(OUTAGE_MAX_S, max(0.0, plan.newest_ms / 1000 + OUTAGE_MARGIN_S - time.time()))
+        time.sleep(outage)
+        before = self._end_offsets()
+        behind_before = self._behind_coords()
+        errors = len(self.producer.errors)
+        t = time.time()
+        self.producer.queue_backlog(plan)
+        self.producer.release_to(fault.releases)
+        if not self.producer.wait_produced(fault.releases, timeout=600):
+            raise RuntimeError(f"the producer did not write the backlog (seq {plan.start_seq}..{plan.end_seq - 1})")
+        if len(self.producer.errors) > errors:
+            raise RuntimeError(f"the backlog was not fully written: {self.producer.errors[errors:][:2]}")
+        report = self.producer.backlog_reports.get(plan.start_seq, {})
+        after = self._end_offsets()
+        topic = self.spec.topics[0]
+        iso = _iso_ms
+        rec["skew"] = {
+            "plan": plan.to_json(), "watermark_ms": watermark_ms, "watermark": iso(watermark_ms),
+            "watermark_from": where, "delay_s": delay_ms / 1000, "lagging_partition": plan.lagging_partition,
+            "lagging_event_times": [iso(plan.lag_from_ms), iso(plan.lag_to_ms)],
+            "leading_event_times": [iso(plan.lead_from_ms), iso(plan.lead_to_ms)],
+            "skew_s": round((plan.lead_from_ms - plan.lag_to_ms) / 1000, 1),
+            "outage_s": round(time.time() - rec["stop"]["at"], 1), "waited_s": round(outage, 1),
+            "written_s": round(time.time() - t, 2), "records": report.get("records"),
+            "by_partition": report.get("by_partition"), "offsets": {f"{topic}/{p}": r for p, r in
+                                                                  (report.get("offsets") or {}).items()},
+            "end_offsets_before": before, "end_offsets": after,
+            "expected_behind": backlog_behind(plan, self.opts.knobs)}
+        self.behind_before = behind_before
+        log.info("chaos: backlog of %s records %s written after %.1fs down (watermark %s)", report.get("records"),
+                 report.get("by_partition"), rec["skew"]["outage_s"], rec["skew"]["watermark"])
+
+    def do_await_caught_up(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
+        """Until the stream has committed every offset of the backlog; then count what it put behind the watermark."""
+        from rewind.platform.processes import pid_alive
+
+        assert self.supervisor is not None
+        skew = rec["skew"]
+        target = skew["end_offsets"]
+        deadline = time.monotonic() + self.opts.recovery_timeout_s + 300
+        done: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            st = self.status()
+            done = {f"{t}/{p}": int(o) for t, parts in (st.end_offsets if st else {}).items() for p, o in parts.items()}
+            if (st is not None and st.state == "running" and pid_alive(st.pid) and not self.supervisor.busy.is_set()
+                    and all(done.get(k, -1) >= v for k, v in target.items())):
+                break
+            if self.supervisor.gave_up:
+                raise RuntimeError(f"the supervisor gave up: {self.supervisor.gave_up}")
+            time.sleep(0.3)
+        else:
+            raise TimeoutError(f"the stream did not catch up with the backlog ({target}) within "
+                               f"{self.opts.recovery_timeout_s + 300:.0f}s; committed {done}")
+        skew["caught_up_s"] = round(time.time() - rec["stop"]["at"], 1)
+        new = self._behind_coords() - self.behind_before
+        ranges = skew["offsets"]
+        skew["behind_watermark"] = len(new)
+        skew["behind_from_backlog"] = sum(1 for t, p, o in new if (r := ranges.get(f"{t}/{p}")) and r[0] <= o < r[1])
+        skew["behind_by_partition"] = {str(p): n for p, n in sorted(Counter(p for _, p, _ in new).items())}
+        log.info("chaos: caught up with the backlog %.1fs after the stop; %d records behind the watermark",
+                 skew["caught_up_s"], len(new))
 
     def do_hold_supervisor(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         assert self.supervisor is not None
@@ -848,14 +1065,36 @@ class ChaosRun:
                                "missing_examples": missing_acks[:5]}
         events: pd.DataFrame = self.sink.read_table("events")
         dead: pd.DataFrame = self.sink.read_table("dead_letter")
-        ids = set(events["event_id"]) if len(events) else set()
-        missing = sorted(self.expected.event_ids - ids)
-        unexpected = sorted(ids - self.expected.event_ids)
-        self.facts["known"] = {"expected_events": len(self.expected.event_ids), "sink_events": len(events),
-                               "missing": len(missing), "missing_examples": missing[:5], "unexpected": len(unexpected),
-                               "unexpected_examples": unexpected[:5],
-                               "duplicate_rows": int(len(events) - len(ids)),
-                               "expected_dead_letters": self.expected.dead_letters, "sink_dead_letters": len(dead)}
+        self.facts["known"] = compare_known(
+            self.expected, _valid_ids_by_coord(records, self.spec.durations()["allowed_lateness"]),
+            zip(events["event_id"], _coords(events)) if len(events) else [],
+            zip(_coords(dead), dead["reason"]) if len(dead) else [])
+        self.facts["late_checks"] = self.read_late_checks()
+
+    def read_late_checks(self) -> dict[str, Any]:
+        """The stream's own per-batch checks (records routed as behind the watermark vs the rows Spark's
+        stateful operators dropped by it), every line of every driver the run launched."""
+        from rewind.status import status_path
+        from rewind.stream_runner import late_checks_path
+
+        spath = status_path(self.spec.status_dir, self.spec.name)
+        path = late_checks_path(spath)
+        rows: list[dict[str, Any]] = []
+        unreadable = 0
+        for line in path.read_text().splitlines() if path.exists() else []:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:  # a driver SIGKILLed mid-line
+                unreadable += 1
+        last: dict[int, dict[str, Any]] = {}
+        for r in rows:
+            last[int(r["batch"])] = r
+        bad = [r for r in rows if not r.get("ok")]
+        st = self.status()
+        return {"path": str(path), "lines": len(rows), "unreadable_lines": unreadable, "batches": len(last),
+                "bad_count": len(bad), "bad": bad[:5], "routed": sum(int(r.get("routed") or 0) for r in last.values()),
+                "batches_with_routed": sorted(b for b, r in last.items() if r.get("routed"))[:50],
+                "status_mismatches": list(st.late_mismatches) if st is not None else []}
 
     def teardown(self) -> None:
         from rewind.platform.processes import pid_alive, terminate_group
@@ -903,6 +1142,29 @@ class ChaosRun:
         (self.work / "report.txt").write_text(text + "\n")
         report["text"] = text
         return report
+
+
+def _iso_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _coords(frame: Any) -> list[tuple[str, int, int]]:
+    return list(zip(frame["topic"], frame["partition"].astype(int), frame["offset"].astype(int)))
+
+
+def _valid_ids_by_coord(records: list[Any], allowed_lateness: timedelta) -> dict[tuple[str, int, int], str]:
+    """The event id of every Kafka record the stream's classifier takes for a valid event."""
+    from rewind.demo.events import classify_many
+
+    out: dict[tuple[str, int, int], str] = {}
+    step = 50_000
+    for i in range(0, len(records), step):
+        chunk = records[i:i + step]
+        v = classify_many([r.value for r in chunk], [r.timestamp_ms for r in chunk], allowed_lateness)
+        for r, event_id, reason in zip(chunk, v.event_id, v.reason):
+            if reason is None and event_id is not None:
+                out[(r.topic, int(r.partition), int(r.offset))] = event_id
+    return out
 
 
 def _recovery_json(r: Recovery, fault_at: float) -> dict[str, Any]:

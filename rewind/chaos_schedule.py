@@ -19,7 +19,10 @@ Progress through the run is measured in produced events, not wall-clock time (re
 take as long as Spark takes to start on the machine at hand): the events are cut into one
 segment more than there are faults; fault i starts once segments before it are produced and
 releases the next one to the producer as it starts, so every fault meets fresh data arriving
-(a kill "while a batch is in flight" needs a batch).
+(a kill "while a batch is in flight" needs a batch). The one exception is the skewed restart:
+its segment *is* the fault -- written while the stream is down as unequal backlogs whose event
+times (and Kafka timestamps) are skewed across the partitions (`skew_backlog`), so its
+``produce_backlog`` action releases it, not the fault's start.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-FAULT_KINDS = ("kill", "broker_restart", "s3_outage", "corruption", "replay")
+FAULT_KINDS = ("kill", "broker_restart", "s3_outage", "corruption", "replay", "skewed_restart")
 
 #: When a kill lands. ``sink_committed``: the sink holds batch N but Spark has not written
 #: commits/N (the batch commit is half done); ``batch_planned``: offsets/N is written and
@@ -57,11 +60,12 @@ class ChaosConfig:
     corruptions: int = 1
     replays: int = 1
     s3_outages: int = 1
+    skewed_restarts: int = 1
 
     @property
     def counts(self) -> dict[str, int]:
         return {"kill": self.kills, "broker_restart": self.broker_restarts, "s3_outage": self.s3_outages,
-                "corruption": self.corruptions, "replay": self.replays}
+                "corruption": self.corruptions, "replay": self.replays, "skewed_restart": self.skewed_restarts}
 
     @property
     def faults(self) -> int:
@@ -82,6 +86,12 @@ class ChaosConfig:
 
 #: Events between two faults, at least: enough for a few micro-batches to be in flight.
 MIN_SEGMENT_EVENTS = 200
+
+#: The skewed restart's backlog, in units of the stream's watermark delay: the lagging partition's
+#: records span LAG_SPAN_DELAYS of event time, the others' LEAD_SPAN_DELAYS, and the others start
+#: ``skew_delays`` (> 1) after the lagging partition's newest record.
+LAG_SPAN_DELAYS = 0.5
+LEAD_SPAN_DELAYS = 0.25
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,12 @@ class Fault:
         if self.kind == "replay":
             return [Action("replay", {"start_fraction": p["start_fraction"], "end_fraction": p["end_fraction"]}),
                     Action("await_settled")]
+        if self.kind == "skewed_restart":
+            # A watermark to be behind needs committed batches (offsets/1 carries batch 0's).
+            return [Action("await_batches", {"at_least": 2}), Action("hold_supervisor"), Action("stop"),
+                    Action("produce_backlog", {k: p[k] for k in ("lagging_partition", "lagging_share", "skew_delays",
+                                                                 "behind_share")}),
+                    Action("release_supervisor"), Action("await_recovery"), Action("await_caught_up")]
         raise ScheduleError(f"unknown fault kind {self.kind!r} (known: {', '.join(FAULT_KINDS)})")
 
     def describe(self) -> str:
@@ -136,8 +152,19 @@ class Fault:
                                  "savepoint's bytes",
             "replay": lambda: f"replay [{p['start_fraction']:.0%}, {p['end_fraction']:.0%}) of the committed offsets "
                               "while the stream runs",
+            "skewed_restart": lambda: f"stop the stream; its segment arrives as skewed backlogs "
+                                      f"({p['lagging_share']:.0%} to partition {p['lagging_partition']}, "
+                                      f"{p['skew_delays']:.2f} watermark delays older than the others', "
+                                      f"{p['behind_share']:.0%} of partition {p['lagging_partition']}'s already behind "
+                                      "the watermark); restart, catch up",
         }[self.kind]()
         return f"#{self.index} after {self.starts_after:,} events: {what}"
+
+    @property
+    def releases_at_start(self) -> bool:
+        """Whether the fault's start releases its segment to the producer; a fault that writes its
+        segment itself (``produce_backlog``) releases it there."""
+        return not any(a.name == "produce_backlog" for a in self.actions())
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "actions": [a.name for a in self.actions()], "describe": self.describe()}
@@ -209,12 +236,89 @@ def make_schedule(config: ChaosConfig) -> Schedule:
             params = {"down_s": round(rng.uniform(0.5, 3.0), 2)}
         elif kind == "s3_outage":
             params = {"cut_fraction": round(rng.uniform(0.1, 0.7), 3), "outage_s": round(rng.uniform(2.0, 6.0), 2)}
+        elif kind == "skewed_restart":
+            params = {"lagging_partition": 0, "lagging_share": round(rng.uniform(0.6, 0.8), 3),
+                      "skew_delays": round(rng.uniform(1.25, 2.0), 3), "behind_share": round(rng.uniform(0.3, 0.7), 3)}
         else:
             start = rng.uniform(0.0, 0.7)
             params = {"start_fraction": round(start, 3),
                       "end_fraction": round(min(1.0, start + rng.uniform(0.1, 0.3)), 3)}
         faults.append(Fault(i + 1, kind, bounds[i], bounds[i + 1], params))
     return Schedule(config, bounds[0], tuple(faults))
+
+
+# --------------------------------------------------------------------------- the skewed backlog
+@dataclass(frozen=True)
+class BacklogPlan:
+    """Where and when each sequence number of a skewed restart's segment is written.
+
+    The first ``lagging`` share of the sequence numbers goes to the lagging partition with the
+    segment's oldest event times, evenly over ``[lag_from_ms, lag_to_ms]``; the rest round-robin
+    over the other partitions, evenly over ``[lead_from_ms, lead_to_ms]``, which starts
+    ``skew_delays`` watermark delays after the lagging partition's newest record. The lagging
+    range straddles ``watermark_ms``, the watermark the stream had reached when it stopped, so its
+    oldest records are behind it on arrival (Spark's stateful operators drop them: they must end
+    as ``behind_watermark`` dead letters), and a catch-up that reads the backlog over several
+    batches carries the watermark past more of them. Kafka timestamp = event time.
+    """
+
+    start_seq: int
+    end_seq: int
+    lagging_partition: int
+    leading_partitions: tuple[int, ...]
+    lagging_count: int
+    watermark_ms: int
+    delay_ms: int
+    lag_from_ms: int
+    lag_to_ms: int
+    lead_from_ms: int
+    lead_to_ms: int
+
+    @property
+    def newest_ms(self) -> int:
+        return self.lead_to_ms
+
+    def place(self, seq: int) -> tuple[int, int]:
+        """(partition, event time = Kafka timestamp in ms) of sequence number ``seq``."""
+        if not self.start_seq <= seq < self.end_seq:
+            raise ValueError(f"seq {seq} is not in the backlog [{self.start_seq}, {self.end_seq})")
+        i = seq - self.start_seq
+        if i < self.lagging_count:
+            return self.lagging_partition, _spread_ms(self.lag_from_ms, self.lag_to_ms, i, self.lagging_count)
+        j, m = i - self.lagging_count, self.end_seq - self.start_seq - self.lagging_count
+        return (self.leading_partitions[j % len(self.leading_partitions)],
+                _spread_ms(self.lead_from_ms, self.lead_to_ms, j, m))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _spread_ms(lo: int, hi: int, i: int, n: int) -> int:
+    return lo if n <= 1 else lo + (hi - lo) * i // (n - 1)
+
+
+def skew_backlog(params: dict[str, Any], start_seq: int, end_seq: int, partitions: int, watermark_ms: int,
+                 delay_ms: int) -> BacklogPlan:
+    """The backlog of a skewed restart (pure): its fault's params, its segment's sequence numbers,
+    the topic's partitions, the watermark the stream stopped at and its watermark delay."""
+    if partitions < 2:
+        raise ScheduleError(f"a skewed restart needs a topic of at least 2 partitions (this one has {partitions})")
+    n = end_seq - start_seq
+    if n < 2:
+        raise ScheduleError(f"a skewed restart needs at least 2 events in its segment, got {n}")
+    if delay_ms <= 0:
+        raise ScheduleError("a skewed restart needs a stream with a watermark delay")
+    lagging = int(params.get("lagging_partition", 0)) % partitions
+    share, skew, behind = float(params["lagging_share"]), float(params["skew_delays"]), float(params["behind_share"])
+    if skew <= 1.0:
+        raise ScheduleError(f"skew_delays {skew} must be more than 1 watermark delay")
+    lag_span, lead_span = round(LAG_SPAN_DELAYS * delay_ms), round(LEAD_SPAN_DELAYS * delay_ms)
+    lag_from = watermark_ms - round(behind * lag_span)
+    lag_to = lag_from + lag_span
+    lead_from = lag_to + round(skew * delay_ms)
+    return BacklogPlan(start_seq, end_seq, lagging, tuple(p for p in range(partitions) if p != lagging),
+                       max(1, min(n - 1, round(n * share))), watermark_ms, delay_ms, lag_from, lag_to, lead_from,
+                       lead_from + lead_span)
 
 
 # --------------------------------------------------------------------------- the timeline rules
@@ -225,6 +329,7 @@ class _World:
     s3_up: bool = True
     held: bool = False
     savepoint: bool = False  # a complete savepoint exists
+    backlog: bool = False  # a backlog was written that the stream has not caught up with yet
 
 
 def _apply(w: _World, a: Action) -> str | None:
@@ -234,6 +339,28 @@ def _apply(w: _World, a: Action) -> str | None:
         if not w.stream_up:
             return "kills a stream that is already down"
         w.stream_up = False
+    elif n == "stop":
+        if not w.stream_up:
+            return "stops a stream that is already down"
+        if not w.held:
+            return "stops the stream without holding the supervisor (it would relaunch it before the backlog exists)"
+        w.stream_up = False
+    elif n == "produce_backlog":
+        if w.stream_up:
+            return "writes a backlog while the stream runs (it reads the records as they arrive: no backlog)"
+        if not w.held:
+            return "writes a backlog without holding the supervisor (it may relaunch the stream half-way)"
+        if not w.broker_up:
+            return "writes a backlog while the broker is down"
+        if w.backlog:
+            return "writes a backlog before the stream caught up with the previous one"
+        w.backlog = True
+    elif n == "await_caught_up":
+        if not (w.stream_up and w.broker_up) or w.held:
+            return "waits for a catch-up while the stream or the broker is down, or the supervisor held"
+        if not w.backlog:
+            return "waits for a catch-up without a backlog"
+        w.backlog = False
     elif n == "corrupt":
         if w.stream_up:
             return "corrupts the checkpoint of a running stream (Spark is writing it)"
@@ -298,7 +425,7 @@ def check_actions(actions: list[Action]) -> list[str]:
     `check_timeline`, for a hand-made sequence)."""
     w = _World()
     problems = [f"{a.name} {p}" for a in actions if (p := _apply(w, a))]
-    if not (w.stream_up and w.broker_up and w.s3_up) or w.held:
+    if not (w.stream_up and w.broker_up and w.s3_up) or w.held or w.backlog:
         problems.append(f"ends with {w}")
     return problems
 
@@ -319,7 +446,7 @@ def check_timeline(schedule: Schedule) -> list[str]:
             problem = _apply(w, a)
             if problem:
                 problems.append(f"#{f.index} {f.kind}: {a.name} {problem}")
-        if not (w.stream_up and w.broker_up and w.s3_up) or w.held:
+        if not (w.stream_up and w.broker_up and w.s3_up) or w.held or w.backlog:
             problems.append(f"#{f.index} {f.kind}: leaves {w} for the next fault (faults must not overlap)")
             w = _World(savepoint=w.savepoint)
     if schedule.faults and schedule.faults[-1].releases != schedule.config.events:

@@ -22,7 +22,9 @@ def add_chaos_parser(subparsers: Any) -> None:
                     "(duplicates, malformed and late records included), and injects faults on a schedule the seed "
                     "reproduces: SIGKILL of the stream (some during a batch commit), broker restarts, S3 unavailable "
                     "during a savepoint, a checkpoint corrupted while the stream is down, a replay of an "
-                    "already-processed range while it runs. Then the DQ proof and the verifier run over everything. "
+                    "already-processed range while it runs, a restart after an outage in which the partitions received "
+                    "backlogs skewed in event time by more than the watermark delay (records behind the watermark must "
+                    "end as behind_watermark dead letters). Then the DQ proof and the verifier run over everything. "
                     "Exit 0: every invariant held; 2: one failed; 1: the harness could not run.")
     c.add_argument("stream")
     c.add_argument("--registry")
@@ -33,6 +35,9 @@ def add_chaos_parser(subparsers: Any) -> None:
     c.add_argument("--corruptions", type=int, default=1, help="checkpoint damage while down (each kills first)")
     c.add_argument("--replays", type=int, default=1, help="replays of processed ranges while the stream runs")
     c.add_argument("--s3-outages", type=int, default=1, help="S3 cut during a savepoint")
+    c.add_argument("--skewed-restarts", type=int, default=1,
+                   help="stops during which the segment arrives as unequal backlogs, one partition's event times "
+                        "older than the others' by more than the watermark delay; then a restart (default 1)")
     c.add_argument("--report", metavar="DIR", help="where everything goes (default: $REWIND_HOME/chaos/STREAM/TIME-seedN)")
     c.add_argument("--sink-url", help="sink database for the copy (default: a SQLite file under --report)")
     c.add_argument("--rate", type=float, help="producer events/s (default: a segment of events per ~12 s)")
@@ -45,7 +50,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     from rewind.chaos_schedule import ChaosConfig, ScheduleError, check_timeline, make_schedule
 
     config = ChaosConfig(seed=args.seed, events=args.events, kills=args.kills, broker_restarts=args.broker_restarts,
-                         corruptions=args.corruptions, replays=args.replays, s3_outages=args.s3_outages)
+                         corruptions=args.corruptions, replays=args.replays, s3_outages=args.s3_outages,
+                         skewed_restarts=args.skewed_restarts)
     try:
         schedule = make_schedule(config)
     except ScheduleError as exc:
