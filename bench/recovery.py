@@ -45,7 +45,7 @@ class Producer(threading.Thread):
         self.sent = 0
 
     def run(self) -> None:
-        from rewind.producer import ProduceSpec, produce
+        from rewind.demo.producer import ProduceSpec, produce
 
         while not self.stop.is_set():
             t0 = time.monotonic()
@@ -56,7 +56,7 @@ class Producer(threading.Thread):
 
 
 def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
-    from rewind.status import read_status, status_path
+    from rewind.stream.status import read_status, status_path
 
     while True:
         st = read_status(status_path(spec.status_dir, spec.name))
@@ -68,7 +68,7 @@ def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
 
 def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any]) -> None:
     """Wait for progress past `after_batch`, SIGKILL the driver, then time the recovery."""
-    from rewind.status import read_status, status_path
+    from rewind.stream.status import read_status, status_path
 
     path = status_path(spec.status_dir, spec.name)
     deadline = time.monotonic() + 600
@@ -113,13 +113,13 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "plugins"))
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, timeout=600)
 
-    from rewind.producer import ProduceSpec, produce
+    from rewind.demo.producer import ProduceSpec, produce
     from rewind.registry import load_registry
-    from rewind.registry_templates import demo_stream, write_registry
-    from rewind.services import EmbeddedPlatform
-    from rewind.stream_control import stop_stream, wait_caught_up
-    from rewind.supervisor import read_history
-    from rewind.verify import verify_stream
+    from rewind.testing.registry_templates import demo_stream, write_registry
+    from rewind.platform.services import EmbeddedPlatform
+    from rewind.stream.control import stop_stream, wait_caught_up
+    from rewind.supervision.reconcile import read_history
+    from rewind.proof.verify import verify_stream
 
     with EmbeddedPlatform(work / "services") as plat:
         info = plat.info()

@@ -4,7 +4,7 @@
 reading the same range in the same run, and their ratios to it.
 
 Prints one JSON object (stdout holds only the JSON; Spark's and the services' output go to
-``<work>/bench.log``). Each replay is what ``rewind replay run`` does (``rewind.replay.run_replay``):
+``<work>/bench.log``). Each replay is what ``rewind replay run`` does (``rewind.replay.run.run_replay``):
 it writes into its own fresh SQLite sink (one registry entry per source and repetition) through the
 stream's own transform, in chunks, with the windows recomputed from the sink's events (1 s windows
 and a 1 s watermark delay, so nearly every window is closed and recomputed). Every replay's plan is
@@ -83,7 +83,7 @@ def stream_name(fmt: str, rep: int) -> str:
 
 def replay_once(spark: Any, spec: Any, plan: Any, bootstrap: str, run_dir: Path, chunk_offsets: int,
                 prove: bool) -> dict[str, Any]:
-    from rewind.replay import run_replay
+    from rewind.replay.run import run_replay
 
     report = run_replay(spec, plan, bootstrap, spark=spark, run_dir=run_dir, replay_id="bench", progress=False,
                         chunk_offsets=chunk_offsets, prove=prove)
@@ -120,11 +120,11 @@ def main() -> None:
     os.environ.setdefault("REWIND_HOME", str(work / "home"))
     load_start = round(os.getloadavg()[0], 2)
 
-    from rewind.producer import ProduceSpec, produce
+    from rewind.demo.producer import ProduceSpec, produce
     from rewind.registry import load_registry
-    from rewind.registry_templates import demo_stream, write_registry
-    from rewind.replay_plan import ReplayRequest, plan_replay
-    from rewind.services import EmbeddedPlatform
+    from rewind.testing.registry_templates import demo_stream, write_registry
+    from rewind.replay.plan import ReplayRequest, plan_replay
+    from rewind.platform.services import EmbeddedPlatform
 
     order = [list(source_order(rep, sources)) for rep in range(args.repeat)]
     raw_runs: list[dict[str, Any]] = []
@@ -151,7 +151,7 @@ def main() -> None:
             if {p.tp: (p.start, p.end) for p in plan.partitions} != ranges:
                 raise RuntimeError(f"the plan of {name} differs from the plan of {names[0]}")
 
-        from rewind.spark_session import build_session
+        from rewind.stream.spark_session import build_session
 
         t0 = time.perf_counter()
         spark = build_session("rewind-bench-replay", conf={"spark.ui.showConsoleProgress": "false"})

@@ -8,14 +8,14 @@ partitions as in Rewind's streams. Rounds of "produce a chunk, run the query wit
 go on until the files a resume needs (``checkpoint.resume_files``: metadata, offsets, commits,
 RocksDB ``N.zip`` + the SST files they name) reach the size; every batch ends committed.
 
-Then, against the embedded S3 (SeaweedFS via ``rewind.services.EmbeddedPlatform``), interleaved
+Then, against the embedded S3 (SeaweedFS via ``rewind.platform.services.EmbeddedPlatform``), interleaved
 and ``--runs`` times each (medians reported):
 
-- create: ``rewind.savepoint.create_savepoint`` (what ``rewind savepoint create`` calls): inspect,
+- create: ``rewind.checkpoints.savepoints.create_savepoint`` (what ``rewind savepoint create`` calls): inspect,
   list the resume files, SHA-256 and upload every file, write the manifest;
 - boto3 upload: ``client.upload_file`` of the same files, one after another (the file list is
   given to it for free: the time to find it is not counted);
-- restore: ``rewind.savepoint.restore_savepoint`` (what ``rewind savepoint restore`` calls):
+- restore: ``rewind.checkpoints.savepoints.restore_savepoint`` (what ``rewind savepoint restore`` calls):
   download every file checking size and SHA-256, re-verify the tree on disk, inspect it, move it
   into place, point the stream at it;
 - boto3 download: ``client.download_file`` of the same objects into a fresh directory.
@@ -49,7 +49,7 @@ MB = 1_000_000
 
 def resume_set(root: Path) -> tuple[list[str], int]:
     """The files a savepoint of ``root`` copies, and their total bytes."""
-    from rewind.checkpoint import resume_files
+    from rewind.checkpoints.inspection import resume_files
 
     rels = resume_files(root)
     return rels, sum((root / r).stat().st_size for r in rels)
@@ -65,7 +65,7 @@ def build_checkpoint(spark: Any, bootstrap: str, topic: str, path: Path, target_
     from pyspark.sql import functions as F
 
     from rewind.kafka.source import SOURCE_NAME
-    from rewind.producer import ProduceSpec, produce
+    from rewind.demo.producer import ProduceSpec, produce
 
     settings = {"spark.sql.shuffle.partitions": "2",
                 # keep every version: nothing is cleaned up under the copy
@@ -105,7 +105,7 @@ def build_checkpoint(spark: Any, bootstrap: str, topic: str, path: Path, target_
         size = resume_set(path)[1]
         if size < target_bytes:  # calibrated: what is still missing, in at most two more rounds
             chunk = max(200, int((target_bytes - size) / max(size / sent, 1.0) / (2 if rounds == 1 else 1)) + 200)
-    from rewind.checkpoint import inspect_checkpoint
+    from rewind.checkpoints.inspection import inspect_checkpoint
 
     rels, size = resume_set(path)
     return {"seconds": round(time.perf_counter() - started, 1), "events": sent, "rounds": rounds,
@@ -125,7 +125,7 @@ def boto3_download(client: Any, bucket: str, keys: list[tuple[str, str]], dest: 
 
 
 def hash_all(root: Path, rels: list[str]) -> None:
-    from rewind.savepoint import sha256_of
+    from rewind.checkpoints.savepoints import sha256_of
 
     for rel in rels:
         with open(root / rel, "rb") as fh:
@@ -143,7 +143,7 @@ def median(xs: list[float]) -> float:
 
 
 def bench_size(label: str, spec: Any, store: Any, plain: Any, root: Path, work: Path, runs: int) -> dict[str, Any]:
-    from rewind.savepoint import create_savepoint, restore_savepoint
+    from rewind.checkpoints.savepoints import create_savepoint, restore_savepoint
 
     rels, size = resume_set(root)
     create_s, upload_s, restore_s, download_s = [], [], [], []
@@ -165,7 +165,7 @@ def bench_size(label: str, spec: Any, store: Any, plain: Any, root: Path, work: 
         shutil.rmtree(work / f"restored-{label}-{i}", ignore_errors=True)
         shutil.rmtree(work / f"boto3-{label}-{i}", ignore_errors=True)
 
-    from rewind.checkpoint import inspect_checkpoint
+    from rewind.checkpoints.inspection import inspect_checkpoint
 
     inspect_s = [timed(lambda: resume_set(root))[0] + timed(lambda: inspect_checkpoint(root))[0] for _ in range(3)]
     hash_s = [timed(lambda: hash_all(root, rels))[0] for _ in range(3)]
@@ -195,10 +195,10 @@ def main() -> None:
     load_start = round(os.getloadavg()[0], 2)
 
     from rewind.registry import load_registry
-    from rewind.registry_templates import demo_stream, write_registry
+    from rewind.testing.registry_templates import demo_stream, write_registry
     from rewind.s3 import S3Config, S3Store
-    from rewind.services import EmbeddedPlatform
-    from rewind.spark_session import build_session
+    from rewind.platform.services import EmbeddedPlatform
+    from rewind.stream.spark_session import build_session
 
     labels = [f"{s:g}MB" for s in sizes]
     topics = [f"bench-sp-{i}" for i in range(len(sizes))]

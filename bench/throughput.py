@@ -1,7 +1,7 @@
 """Demo stream throughput with both Kafka sources vs two references, all in one run. Prints one JSON object.
 
 On one topic, in one Spark session:
-- raw consumer: a plain confluent-kafka consumer reading the whole topic (``rewind.verify.read_records``),
+- raw consumer: a plain confluent-kafka consumer reading the whole topic (``rewind.proof.verify.read_records``),
   the reference every ratio is taken to;
 - the demo stream, once per source: ``trigger(availableNow=True)`` over the whole topic through the
   real transform and sink (``build_query``, as ``rewind run`` wires it), with ``source.format: kafka``
@@ -100,7 +100,7 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 
 def raw_consumer_eps(bootstrap: str, topic: str) -> tuple[int, float]:
-    from rewind.verify import read_records
+    from rewind.proof.verify import read_records
 
     start = time.perf_counter()
     n = len(read_records(bootstrap, [topic], timeout=600))
@@ -140,7 +140,7 @@ def breakdown(progress: list[dict[str, Any]], writer: list[dict[str, Any]]) -> d
 
 def run_demo(spark: Any, spec: Any, bootstrap: str, records: int) -> dict[str, Any]:
     """The demo stream over the whole topic with ``spec``'s source, on its own checkpoint and sink."""
-    from rewind.stream_runner import build_query
+    from rewind.stream.runner import build_query
 
     writer: list[dict[str, Any]] = []
     cpu0 = tree_cpu()
@@ -164,7 +164,7 @@ def run_rate(spark: Any, spec: Any, rows: int, rows_per_batch: int) -> dict[str,
     from pyspark.sql import functions as F
 
     from rewind.demo.transform import _shape
-    from rewind.stream_runner import BatchWriter, open_sink
+    from rewind.stream.runner import BatchWriter, open_sink
 
     sink, tables_mod = open_sink(spec)
     sink.create_tables()
@@ -250,11 +250,11 @@ def main() -> None:
     out = keep_stdout_for_json(work / "bench.log")
     load_start = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure: say how much
 
-    from rewind.producer import ProduceSpec, produce
+    from rewind.demo.producer import ProduceSpec, produce
     from rewind.registry import load_registry
-    from rewind.registry_templates import demo_stream, write_registry
-    from rewind.services import EmbeddedPlatform
-    from rewind.spark_session import build_session
+    from rewind.testing.registry_templates import demo_stream, write_registry
+    from rewind.platform.services import EmbeddedPlatform
+    from rewind.stream.spark_session import build_session
 
     order = [list(source_order(rep, sources)) for rep in range(args.repeat)]
     raw_runs: list[dict[str, Any]] = []

@@ -18,7 +18,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^{}]*))?\}")  # innermost first
-DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "streams.yaml"
 
 
 class RegistryError(ValueError):
@@ -119,7 +118,7 @@ class SavepointSpec(_Strict):
 
 
 class SupervisionSpec(_Strict):
-    """When the supervisor calls a stream unhealthy (rewind.health.Thresholds), and how often it looks."""
+    """When the supervisor calls a stream unhealthy (rewind.supervision.health.Thresholds), and how often it looks."""
 
     poll: Duration = "2 seconds"
     heartbeat_timeout: Duration = "60 seconds"  # no listener event at all: the driver is hung
@@ -128,7 +127,7 @@ class SupervisionSpec(_Strict):
     max_lag: int | None = Field(None, ge=1)  # records behind that raise an alarm (no restart)
 
     def thresholds(self) -> dict[str, Any]:
-        """Keyword arguments of ``rewind.health.Thresholds`` (plain JSON: the trigger serializes them)."""
+        """Keyword arguments of ``rewind.supervision.health.Thresholds`` (plain JSON: the trigger serializes them)."""
         return {"heartbeat_stale_s": parse_duration(self.heartbeat_timeout).total_seconds(),
                 "stall_s": parse_duration(self.stall_after).total_seconds(),
                 "startup_grace_s": parse_duration(self.startup_grace).total_seconds(), "max_lag": self.max_lag}
@@ -210,7 +209,9 @@ def _format_errors(path: Path, prefix: str, exc: ValidationError) -> str:
 
 def load_registry(path: str | Path | None = None, env: dict[str, str] | None = None) -> Registry:
     """Load and validate; ``${VAR:-default}`` is expanded from ``env`` (default: os.environ)."""
-    path = Path(path or os.environ.get("REWIND_REGISTRY") or DEFAULT_REGISTRY)
+    from rewind.settings import default_registry
+
+    path = Path(path) if path else default_registry()
     if not path.exists():
         raise RegistryError(f"registry file {path} not found (set REWIND_REGISTRY or pass --registry)")
     try:

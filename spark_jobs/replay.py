@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rewind.cli_replay import job_main  # noqa: E402
+from rewind.cli.replay import job_main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(job_main(sys.argv[1:]))

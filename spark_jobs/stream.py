@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rewind.cli import main  # noqa: E402
+from rewind.cli.main import main  # noqa: E402
 
 if __name__ == "__main__":
     # usage: stream.py STREAM [--registry FILE] [--bootstrap HOST:PORT] [--available-now]

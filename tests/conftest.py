@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rewind.services import EmbeddedPlatform, PlatformInfo  # noqa: E402
+from rewind.platform.services import EmbeddedPlatform, PlatformInfo  # noqa: E402
 
 if TYPE_CHECKING:
-    from rewind.airflow_local import LocalAirflow
+    from rewind.platform.airflow_local import LocalAirflow
     from rewind.platform.kafka_broker import KafkaCluster
 
 
@@ -43,7 +43,7 @@ def airflow_factory(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFac
     platform's connections and variables, ``PYTHONPATH`` = the repo; ``env`` is added (e.g.
     ``REWIND_REGISTRY``, read when the DAGs are parsed). Every Airflow started is stopped at the end.
     """
-    from rewind.airflow_local import LocalAirflow
+    from rewind.platform.airflow_local import LocalAirflow
 
     started: list[LocalAirflow] = []
 
@@ -109,7 +109,7 @@ def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] session shared by all tests in the run (start-up costs ~10 s)."""
-    from rewind.spark_session import build_session
+    from rewind.stream.spark_session import build_session
 
     session = build_session("rewind-tests")
     yield session
@@ -127,7 +127,7 @@ def postgres_url() -> Iterator[str]:
     Skipped locally when PostgreSQL is not installed; in CI (CI=true) that is a failure, so the
     PostgreSQL tests can never pass by not running.
     """
-    from rewind.pg import LocalPostgres, postgres_available
+    from rewind.testing.pg import LocalPostgres, postgres_available
 
     external = os.environ.get("REWIND_POSTGRES_URL")
     if external:

@@ -12,13 +12,13 @@ from typing import Any, Callable
 
 import pytest
 
-from rewind.producer import ProduceSpec, produce
+from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import load_registry
-from rewind.registry_templates import demo_stream, write_registry
-from rewind.status import read_status, status_path
-from rewind.stream_control import stop_stream, wait_caught_up
-from rewind.supervisor import read_history
-from rewind.verify import verify_stream
+from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.stream.status import read_status, status_path
+from rewind.stream.control import stop_stream, wait_caught_up
+from rewind.supervision.reconcile import read_history
+from rewind.proof.verify import verify_stream
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float, poll: float = 0.5) -> Any:

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rewind.airflow_local import AirflowApiError, AirflowClient, LocalAirflow, connections_env
-from rewind.services import PlatformInfo
+from rewind.platform.airflow_local import AirflowApiError, AirflowClient, LocalAirflow, connections_env
+from rewind.platform.services import PlatformInfo
 
 DAG_ID = "rewind_airflow_probe"
 

@@ -37,11 +37,11 @@ from confluent_kafka.admin import AdminClient
 from rewind.kafka.client import true_end_offsets
 from rewind.platform.kafka_broker import KafkaCluster
 from rewind.platform.processes import terminate_group
-from rewind.producer import ProduceSpec, plan_record
+from rewind.demo.producer import ProduceSpec, plan_record
 from rewind.registry import load_registry
-from rewind.status import StreamStatus, read_history, read_status, status_path
-from rewind.stream_runner import open_sink
-from rewind.verify import verify_stream
+from rewind.stream.status import StreamStatus, read_history, read_status, status_path
+from rewind.stream.runner import open_sink
+from rewind.proof.verify import verify_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE = float(os.environ.get("REWIND_FAILOVER_RATE", "400"))  # events/s while the producer writes

@@ -12,12 +12,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from rewind.chaos_report import (ProducerKnobs, backlog_behind, compare_known, expected_records, faults_by_kind,
+from rewind.chaos.report import (ProducerKnobs, backlog_behind, compare_known, expected_records, faults_by_kind,
                                  format_text, judge, landing)
-from rewind.chaos_schedule import (DAMAGES, FAULT_KINDS, KILL_MOMENTS, LAG_SPAN_DELAYS, LEAD_SPAN_DELAYS,
+from rewind.chaos.schedule import (DAMAGES, FAULT_KINDS, KILL_MOMENTS, LAG_SPAN_DELAYS, LEAD_SPAN_DELAYS,
                                    MIN_SEGMENT_EVENTS, Action, ChaosConfig, Fault, Schedule, ScheduleError,
                                    check_actions, check_timeline, make_schedule, skew_backlog)
-from rewind.producer import ProduceSpec, plan_record
+from rewind.demo.producer import ProduceSpec, plan_record
 
 CI = ChaosConfig(seed=7, events=100_000, kills=10, broker_restarts=1, corruptions=1, replays=1, s3_outages=1,
                  skewed_restarts=1)
@@ -285,7 +285,7 @@ def test_expected_records_follow_the_producer_plan() -> None:
     ({"planned": 0, "committed": None, "sink_ledger": None}, "during batch 0"),
 ])
 def test_landing(pos: dict, where: str) -> None:
-    from rewind.chaos_report import landing_kind
+    from rewind.chaos.report import landing_kind
 
     assert landing(pos).startswith(where)
     assert landing_kind(landing(pos)) in ("during a batch commit", "during a batch", "between batches",
@@ -439,7 +439,7 @@ def test_report_text_says_what_happened() -> None:
 
 
 def test_cli_plan_prints_the_schedule(capsys: pytest.CaptureFixture[str]) -> None:
-    from rewind.cli import main
+    from rewind.cli.main import main
 
     assert main(["chaos", "demo", "--plan", "--seed", "7"]) == 0
     out = capsys.readouterr().out
@@ -490,7 +490,7 @@ def _roundtrip(port: int, payload: bytes) -> bytes:
 
 
 def test_fault_proxy_forwards_then_cuts_mid_stream_then_recovers(echo_server: int) -> None:
-    from rewind.fault_proxy import FaultProxy
+    from rewind.chaos.fault_proxy import FaultProxy
 
     with FaultProxy("127.0.0.1", echo_server) as proxy:
         assert _roundtrip(proxy.port, b"hello" * 1000) == b"hello" * 1000
@@ -515,7 +515,7 @@ def test_fault_proxy_forwards_then_cuts_mid_stream_then_recovers(echo_server: in
 def test_registry_copy_moves_every_location_and_keeps_the_settings(tmp_path, monkeypatch) -> None:
     from pathlib import Path
 
-    from rewind.chaos import ChaosOptions, ChaosRefused, ChaosRun
+    from rewind.chaos.harness import ChaosOptions, ChaosRefused, ChaosRun
     from rewind.registry import load_registry
 
     root = Path(__file__).resolve().parents[1]

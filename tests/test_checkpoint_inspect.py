@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rewind.checkpoint import NotACheckpoint, inspect_checkpoint, parse_commit_file, parse_offsets_file
-from rewind.producer import ProduceSpec, produce
+from rewind.checkpoints.inspection import NotACheckpoint, inspect_checkpoint, parse_commit_file, parse_offsets_file
+from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import load_registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def real_checkpoint(tmp_path_factory, platform, spark) -> Path:  # type: ignore[no-untyped-def]
     """A checkpoint of the demo transform (three RocksDB operators) after several batches."""
-    from rewind.stream_runner import build_query
+    from rewind.stream.runner import build_query
 
     work = tmp_path_factory.mktemp("cp")
     topic = "cp-inspect"
@@ -88,7 +88,7 @@ def test_not_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_cli_inspect_json_and_exit_codes(cp: Path) -> None:
-    run = lambda *a: subprocess.run([sys.executable, "-m", "rewind.cli", "checkpoint", "inspect", *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "rewind.cli.main", "checkpoint", "inspect", *a],  # noqa: E731
                                     capture_output=True, text=True, cwd=ROOT, timeout=60)
     ok = run(str(cp), "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["last_complete"] is not None

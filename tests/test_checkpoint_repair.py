@@ -11,11 +11,11 @@ from typing import Callable
 
 import pytest
 
-from rewind.checkpoint import inspect_checkpoint
-from rewind.checkpoint_repair import RepairRefused, plan_repair, repair_checkpoint
-from rewind.producer import ProduceSpec, produce
+from rewind.checkpoints.inspection import inspect_checkpoint
+from rewind.checkpoints.repair import RepairRefused, plan_repair, repair_checkpoint
+from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import StreamSpec, load_registry
-from rewind.verify import verify_stream
+from rewind.proof.verify import verify_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "cp-repair"
@@ -38,7 +38,7 @@ streams:
 @pytest.fixture(scope="module")
 def original(tmp_path_factory, platform, spark) -> Path:  # type: ignore[no-untyped-def]
     """A demo checkpoint and its sink after several batches (malformed, late and duplicate records too)."""
-    from rewind.stream_runner import build_query
+    from rewind.stream.runner import build_query
 
     work = tmp_path_factory.mktemp("repair-orig")
     produce(platform.kafka_bootstrap, ProduceSpec(topic=TOPIC, count=2500, partitions=2, malformed_every=40,
@@ -75,7 +75,7 @@ DAMAGE: dict[str, Callable[[Path, int], None]] = {
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(DAMAGE))
 def test_repair_rolls_back_and_resumed_stream_is_exactly_once(kind: str, copy, platform, spark) -> None:  # type: ignore[no-untyped-def]
-    from rewind.stream_runner import build_query
+    from rewind.stream.runner import build_query
 
     spec, cp = copy
     last = inspect_checkpoint(cp).last_complete
@@ -123,8 +123,8 @@ def test_repair_refuses_without_complete_batch_and_when_running(copy) -> None:  
 
 
 def test_plan_keeps_a_readable_planned_batch(copy) -> None:  # type: ignore[no-untyped-def]
-    from rewind.checkpoint import list_state
-    from rewind.checkpoint_store import LocalStore
+    from rewind.checkpoints.inspection import list_state
+    from rewind.checkpoints.store import LocalStore
 
     _, cp = copy
     last = inspect_checkpoint(cp).last_complete
@@ -141,7 +141,7 @@ def test_cli_repair_dry_run_then_repair(copy) -> None:  # type: ignore[no-untype
     spec, cp = copy
     last = inspect_checkpoint(cp).last_complete
     (cp / f"commits/{last}").write_text("v1\n{")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "rewind.cli", "checkpoint", "repair", *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "rewind.cli.main", "checkpoint", "repair", *a],  # noqa: E731
                                     capture_output=True, text=True, cwd=ROOT, timeout=60)
     dry = run(str(cp), "--dry-run", "--json")
     assert dry.returncode == 0 and json.loads(dry.stdout)["moved"] and (cp / f"commits/{last}").exists()

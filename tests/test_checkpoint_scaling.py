@@ -17,8 +17,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from rewind.checkpoint import CheckpointReport, inspect_checkpoint
-from rewind.checkpoint_history import generate_checkpoint, time_calls
+from rewind.checkpoints.inspection import CheckpointReport, inspect_checkpoint
+from rewind.testing.checkpoint_history import generate_checkpoint, time_calls
 
 pytestmark = pytest.mark.slow
 

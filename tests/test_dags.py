@@ -101,7 +101,7 @@ def test_replay_dag_refuses_bad_input_in_its_first_task(airflow_env: dict[str, s
                                                         monkeypatch: pytest.MonkeyPatch, form: dict[str, str],
                                                         message: str, capfd: pytest.CaptureFixture[str]) -> None:
     """Invalid params fail `plan` with the planner's message; nothing after it runs."""
-    from rewind.producer import ProduceSpec, produce
+    from rewind.demo.producer import ProduceSpec, produce
 
     topic = "replay-form"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch)
@@ -132,7 +132,7 @@ def _supervised_registry(tmp_path: Path, topic: str, platform: Any, monkeypatch:
                                                                 "delay: 1 seconds}") -> Path:
     """A one-stream registry (`sup`) in tmp_path, and the env dag.test() tasks need (platform,
     Spark and Kafka connections) set for this test."""
-    from rewind.registry_templates import demo_stream, write_registry
+    from rewind.testing.registry_templates import demo_stream, write_registry
 
     registry = write_registry(tmp_path / "streams.yaml", demo_stream(
         "sup", topic, tmp_path, max_offsets=max_offsets, trigger="1 second", restart=restart))
@@ -167,11 +167,11 @@ def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[
     """dag.test() of the supervisor against real Kafka/SeaweedFS/Spark: the stream is launched through
     spark-submit, SIGKILLed after its first batches, detected by the deferred trigger, relaunched,
     and the proof passes; then every Kafka record is checked against the sink."""
-    from rewind.producer import ProduceSpec, produce
+    from rewind.demo.producer import ProduceSpec, produce
     from rewind.registry import load_registry
-    from rewind.status import read_status, status_path
-    from rewind.stream_control import stop_stream, wait_caught_up
-    from rewind.verify import verify_stream
+    from rewind.stream.status import read_status, status_path
+    from rewind.stream.control import stop_stream, wait_caught_up
+    from rewind.proof.verify import verify_stream
 
     topic = "sup-demo"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch)
@@ -220,14 +220,14 @@ def test_checkpoint_corrupted_while_down_is_recovered(airflow_env: dict[str, str
     `repair`: the newest committed batch's offsets file is truncated -> the supervisor rolls back;
     `restore`: every offsets file is emptied (no complete batch) -> it restores the newest savepoint.
     Either way it relaunches, the proof passes, and every Kafka record is in the sink exactly once."""
-    from rewind.checkpoint import inspect_checkpoint
-    from rewind.producer import ProduceSpec, produce
+    from rewind.checkpoints.inspection import inspect_checkpoint
+    from rewind.demo.producer import ProduceSpec, produce
     from rewind.registry import load_registry
     from rewind.s3 import S3Store, resolve_s3_config
-    from rewind.savepoint import create_savepoint
-    from rewind.status import read_status, status_path
-    from rewind.stream_control import stop_stream, wait_caught_up
-    from rewind.verify import verify_stream
+    from rewind.checkpoints.savepoints import create_savepoint
+    from rewind.stream.status import read_status, status_path
+    from rewind.stream.control import stop_stream, wait_caught_up
+    from rewind.proof.verify import verify_stream
 
     topic = f"corrupt-{damage}"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=400)
@@ -296,12 +296,12 @@ def test_crash_loop_stops_after_configured_attempts_and_skips_nothing(
     then fails the relaunch task naming the batch, its offsets and the exception, and refuses to
     launch again until reset. After the fix (the poison removed) and a reset, the stream resumes
     from the same offsets and every Kafka record reaches the sink exactly once."""
-    from rewind.checkpoint import inspect_checkpoint
-    from rewind.producer import ProduceSpec, produce
+    from rewind.checkpoints.inspection import inspect_checkpoint
+    from rewind.demo.producer import ProduceSpec, produce
     from rewind.registry import load_registry
-    from rewind.stream_control import stop_stream, wait_caught_up
-    from rewind.supervisor import read_history
-    from rewind.verify import verify_stream
+    from rewind.stream.control import stop_stream, wait_caught_up
+    from rewind.supervision.reconcile import read_history
+    from rewind.proof.verify import verify_stream
 
     topic = "crash-loop"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=300,
@@ -352,10 +352,10 @@ def test_replay_dag_restores_lost_rows_and_proves_them(airflow_env: dict[str, st
     report with a passing proof, and the sink again holds every Kafka record exactly once."""
     import sqlalchemy as sa
 
-    from rewind.producer import ProduceSpec, produce
+    from rewind.demo.producer import ProduceSpec, produce
     from rewind.registry import load_registry
-    from rewind.stream_runner import open_sink
-    from rewind.verify import verify_stream
+    from rewind.stream.runner import open_sink
+    from rewind.proof.verify import verify_stream
 
     topic = "replay-dag"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=2000)

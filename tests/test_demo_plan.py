@@ -11,15 +11,15 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from rewind.producer import ProduceSpec, produce
+from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import load_registry
-from rewind.registry_templates import demo_stream, write_registry
+from rewind.testing.registry_templates import demo_stream, write_registry
 
 
 def test_each_record_is_read_and_parsed_once(  # type: ignore[no-untyped-def]
         tmp_path: Path, platform, spark, new_topic) -> None:
-    from rewind.stream_runner import build_query
-    from rewind.verify import verify_stream
+    from rewind.stream.runner import build_query
+    from rewind.proof.verify import verify_stream
 
     topic = new_topic(partitions=3, prefix="plan")
     sent = produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=3000, partitions=3, malformed_every=40,

@@ -24,9 +24,9 @@ import pandas as pd
 import pytest
 
 from rewind.demo.events import make_event, malformed_payload
-from rewind.dq import (ProofFailed, build_frames, format_proof, kafka_frame, normalize_bounds, run_proof,
+from rewind.proof.dq import (ProofFailed, build_frames, format_proof, kafka_frame, normalize_bounds, run_proof,
                        validate_frames)
-from rewind.verify import KafkaRecord, recompute_windows
+from rewind.proof.verify import KafkaRecord, recompute_windows
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 WINDOW, DELAY, LATENESS = timedelta(seconds=10), timedelta(seconds=30), timedelta(seconds=20)
@@ -190,9 +190,9 @@ def demo_run(tmp_path_factory, platform, spark):  # type: ignore[no-untyped-def]
     Events span 3 s of event time and two micro-batches; with 1 s windows and a 1 s watermark delay the
     second batch closes the first second's windows, so some window results exist to reconcile.
     """
-    from rewind.producer import ProduceSpec, produce
+    from rewind.demo.producer import ProduceSpec, produce
     from rewind.registry import load_registry
-    from rewind.stream_runner import build_query
+    from rewind.stream.runner import build_query
 
     t0 = time.perf_counter()
     work = tmp_path_factory.mktemp("dq")
@@ -263,8 +263,8 @@ def test_proof_passes_and_stores_data_docs(demo_run, platform, tmp_path: Path) -
 
 def test_running_stream_is_proven_up_to_its_last_committed_batch(demo_run, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A status file saying the stream runs (a live pid) at batch 0: only batch 0's range is judged."""
-    from rewind.checkpoint import parse_offsets_file
-    from rewind.status import StreamStatus, status_path, write_status
+    from rewind.checkpoints.inspection import parse_offsets_file
+    from rewind.stream.status import StreamStatus, status_path, write_status
 
     spec = demo_run["spec"]
     _, sources = parse_offsets_file((Path(spec.checkpoint) / "offsets" / "0").read_text())
@@ -335,7 +335,7 @@ def test_proof_fails_with_names_counts_and_examples(demo_run, platform, tmp_path
 
 
 def test_cli_exit_codes(demo_run, platform, tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    from rewind.cli_dq import add_dq_parser
+    from rewind.cli.dq import add_dq_parser
 
     for k, v in platform.env().items():
         monkeypatch.setenv(k, v)

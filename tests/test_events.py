@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from rewind.demo.events import MALFORMED_KINDS, classify, make_event, malformed_payload
-from rewind.producer import ProduceSpec, plan_record
+from rewind.demo.producer import ProduceSpec, plan_record
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 NOW_MS = int(NOW.timestamp() * 1000)

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 
 from rewind.kafka.client import true_end_offsets
-from rewind.producer import ProduceSpec, produce
+from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import load_registry
-from rewind.services import PlatformInfo
+from rewind.platform.services import PlatformInfo
 from rewind.platform.processes import terminate_group
-from rewind.status import read_status, status_path
-from rewind.verify import verify_stream
+from rewind.stream.status import read_status, status_path
+from rewind.proof.verify import verify_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = int(os.environ.get("REWIND_CRASH_EVENTS", "52000"))

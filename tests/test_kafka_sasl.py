@@ -28,10 +28,10 @@ import pytest
 from rewind.kafka.client import KafkaUnreachable, check_reachable, true_end_offsets
 from rewind.platform.kafka_broker import KafkaBroker
 from rewind.platform.processes import terminate_group
-from rewind.producer import ProduceSpec, plan_record
+from rewind.demo.producer import ProduceSpec, plan_record
 from rewind.registry import load_registry
-from rewind.status import read_status, status_path
-from rewind.verify import verify_stream
+from rewind.stream.status import read_status, status_path
+from rewind.proof.verify import verify_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = "rewind"
@@ -121,7 +121,7 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def rewind_cli(*args: str, timeout: float = 120.0, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rewind.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rewind.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, env=cli_env(**env), cwd=ROOT)
 
 
@@ -131,7 +131,7 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 @pytest.mark.parametrize("fmt", ["kafka", "rewind_kafka"])
 def test_stream_verify_proof_and_lag_probe_over_sasl(tmp_path: Path, sasl_broker: KafkaBroker, fmt: str) -> None:
-    from rewind.dq import format_proof, run_proof
+    from rewind.proof.dq import format_proof, run_proof
 
     bootstrap = sasl_broker.sasl_bootstrap
     assert bootstrap
@@ -158,7 +158,7 @@ def test_stream_verify_proof_and_lag_probe_over_sasl(tmp_path: Path, sasl_broker
             true_end_offsets(bootstrap, topic, librdkafka_sasl()).items()}
     log = tmp_path / "stream-continuous.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rewind.cli", "stream", "run", name, "--registry",
+        proc = subprocess.Popen([sys.executable, "-m", "rewind.cli.main", "stream", "run", name, "--registry",
                                  str(registry), "--bootstrap", bootstrap], stdout=out, stderr=subprocess.STDOUT,
                                 env=cli_env(REWIND_LAG_PROBE_S="1"), cwd=ROOT, start_new_session=True)
     started = time.time()

@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from rewind.health import Thresholds, diagnose
+from rewind.supervision.health import Thresholds, diagnose
 from rewind.kafka.client import KafkaOffsetClient, base_consumer_config
-from rewind.lag_probe import LagProbe
-from rewind.producer import ProduceSpec, produce
-from rewind.status import StreamStatus, read_status
+from rewind.stream.lag_probe import LagProbe
+from rewind.demo.producer import ProduceSpec, produce
+from rewind.stream.status import StreamStatus, read_status
 
 
 def test_probe_writes_true_lag_and_stall_is_detected(kafka_bootstrap: str, new_topic: Callable[..., str],

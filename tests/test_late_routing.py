@@ -23,11 +23,11 @@ from test_exactly_once_crash import StreamProcess, wait_for
 from rewind.demo.events import make_event
 from rewind.kafka.client import true_end_offsets
 from rewind.registry import load_registry
-from rewind.registry_templates import demo_stream, write_registry
-from rewind.status import read_status, status_path
+from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.stream.status import read_status, status_path
 from rewind.stream.late_routing import BEHIND_WATERMARK, late_events_watermark_ms
-from rewind.stream_runner import late_checks_path, open_sink
-from rewind.verify import verify_stream
+from rewind.stream.runner import late_checks_path, open_sink
+from rewind.proof.verify import verify_stream
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from rewind.registry import load_registry
-from rewind.registry_templates import demo_stream, write_registry
-from rewind.status import StreamStatus, append_history, status_path, write_status
+from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.stream.status import StreamStatus, append_history, status_path, write_status
 
 STREAM = "uitest"
 SAVEPOINT_DAG = f"rewind_{STREAM}_savepoint"
@@ -57,7 +57,7 @@ def test_local_airflow_extra_users_get_generated_private_passwords(tmp_path: Pat
     import configparser
     import stat
 
-    from rewind.airflow_local import LocalAirflow
+    from rewind.platform.airflow_local import LocalAirflow
 
     def make(**kw: Any) -> LocalAirflow:
         return LocalAirflow(tmp_path / "home", tmp_path / "dags", tmp_path / "plugins", port=8999, **kw)
@@ -245,7 +245,7 @@ def test_restore_path_of_the_savepoint_dag_runs_in_airflow(env: dict[str, Any]) 
     states = {t["task_id"]: t["state"] for t in admin.task_instances(SAVEPOINT_DAG, run_id)}
     assert states == {"choose": "success", "restore": "failed", "take_savepoint": "skipped",
                       "apply_retention": "skipped"}, states
-    from rewind.airflow_local import _path
+    from rewind.platform.airflow_local import _path
 
     log = json.dumps(admin._send("GET", _path("dags", SAVEPOINT_DAG, "dagRuns", run_id, "taskInstances", "restore",
                                              "logs", "1"), params={"full_content": "true"}))

@@ -1,16 +1,16 @@
-"""rewind.ops_view: what the operator page shows, derived from stored facts (pure, no services)."""
+"""rewind.ops.view: what the operator page shows, derived from stored facts (pure, no services)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from rewind.health import Thresholds
-from rewind.ops_view import (Inputs, build_stream_view, chart_series, default_replay_range, derive_state,
+from rewind.supervision.health import Thresholds
+from rewind.ops.view import (Inputs, build_stream_view, chart_series, default_replay_range, derive_state,
                              newest_proof, read_inputs, recovery_view, replay_views, savepoint_rows)
-from rewind.registry_templates import demo_stream, write_registry
+from rewind.testing.registry_templates import demo_stream, write_registry
 from rewind.registry import load_registry
-from rewind.status import StreamStatus, append_history, read_history, status_path, write_status
+from rewind.stream.status import StreamStatus, append_history, read_history, status_path, write_status
 
 NOW = 1_800_000_000.0
 NO_FAILURES = {"failures": [], "gave_up": None}

@@ -88,7 +88,7 @@ def test_supervision_thresholds(tmp_path: Path) -> None:
     spec = load_registry(write(tmp_path, text), env={"REWIND_HOME": "/h"}).get("s1")
     t = spec.supervision.thresholds()
     assert t["stall_s"] == 300 and t["max_lag"] == 10000 and t["heartbeat_stale_s"] == 60
-    from rewind.health import Thresholds
+    from rewind.supervision.health import Thresholds
 
     assert Thresholds(**t).stall_s == 300  # the trigger builds its thresholds from exactly this dict
     with pytest.raises(RegistryError, match="stall_after"):
@@ -100,7 +100,7 @@ def test_supervision_thresholds(tmp_path: Path) -> None:
     ("savepoints", "{max_age: soon}"), ("savepoints", "{schedule: banana}"), ("supervision", "{poll: fast}")])
 def test_bad_durations_and_schedules_are_refused_at_load(tmp_path: Path, key: str, value: str) -> None:
     """Every duration of the registry is checked at load, naming the file and the key (not at 3 a.m.)."""
-    from rewind.registry_templates import demo_stream, write_registry
+    from rewind.testing.registry_templates import demo_stream, write_registry
 
     path = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path, **{key: value}))
     field = value.strip("{}").split(":")[0]
@@ -111,7 +111,7 @@ def test_bad_durations_and_schedules_are_refused_at_load(tmp_path: Path, key: st
 def test_schedules_accept_presets_cron_and_durations(tmp_path: Path) -> None:
     from datetime import timedelta
 
-    from rewind.registry_templates import demo_stream, write_registry
+    from rewind.testing.registry_templates import demo_stream, write_registry
 
     for value, expected in [("'@daily'", "@daily"), ("'*/30 * * * *'", "*/30 * * * *"), ("30 min", timedelta(minutes=30)),
                             ("null", None)]:

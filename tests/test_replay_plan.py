@@ -16,7 +16,7 @@ import pytest
 
 from rewind.kafka.offsets import TP
 from rewind.registry import load_registry
-from rewind.replay_plan import (
+from rewind.replay.plan import (
     Bound,
     PartitionPlan,
     Problem,

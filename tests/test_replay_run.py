@@ -29,12 +29,12 @@ import pytest
 
 from rewind.kafka.offsets import TP
 from rewind.registry import load_registry
-from rewind.registry_templates import demo_stream, write_registry
-from rewind.replay import batch_options, plan_chunks, prepare_replay, run_replay
-from rewind.replay_guard import ReplayBusy, acquire_lock, check_replay_id, shadow_prefix
-from rewind.replay_plan import PartitionPlan, ReplayPlan, ReplayRefused, ReplayRequest, plan_replay
-from rewind.replay_report import ReplayReport
-from rewind.verify import recompute_windows, verify_stream
+from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.replay.run import batch_options, plan_chunks, prepare_replay, run_replay
+from rewind.replay.guard import ReplayBusy, acquire_lock, check_replay_id, shadow_prefix
+from rewind.replay.plan import PartitionPlan, ReplayPlan, ReplayRefused, ReplayRequest, plan_replay
+from rewind.replay.report import ReplayReport
+from rewind.proof.verify import recompute_windows, verify_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("events", "dead_letter", "window_results")
@@ -153,7 +153,7 @@ def test_batch_options_drop_the_streams_position_and_pace(tmp_path: Path) -> Non
 def sink_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/s.db"
-    from rewind.pg import create_database
+    from rewind.testing.pg import create_database
 
     server = request.getfixturevalue("postgres_url")
     name = f"rr_{uuid.uuid4().hex[:8]}"
@@ -162,7 +162,7 @@ def sink_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def test_sink_counts_new_rows_and_reads_by_condition(sink_url: str) -> None:
     from rewind.demo.tables import TABLES as DEMO
-    from rewind.sink import ExactlyOnceSqlSink
+    from rewind.sink.sql import ExactlyOnceSqlSink
 
     sink = ExactlyOnceSqlSink(sink_url, "rr", DEMO, table_prefix="rr_")
     t = pd.Timestamp("2026-11-22T03:00:00Z")
@@ -203,7 +203,7 @@ def test_bad_input_is_refused_before_spark(tmp_path: Path) -> None:
 
 
 def test_cli_refuses_bad_mode_and_id_without_kafka(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rewind.cli import main
+    from rewind.cli.main import main
 
     reg = write_registry(tmp_path / "s.yaml", demo_stream("bad", "t", tmp_path))
     base = ["replay", "run", "bad", "--from", "0", "--to", "10", "--registry", str(reg), "--bootstrap", "127.0.0.1:1"]
@@ -218,7 +218,7 @@ def test_second_replay_of_a_stream_is_refused_naming_the_running_one(tmp_path: P
     reg_path = write_registry(tmp_path / "s.yaml", demo_stream("lk", "t", tmp_path))
     spec = load_registry(reg_path).get("lk")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from rewind.replay_guard import acquire_lock; "
+        [sys.executable, "-c", "import time; from rewind.replay.guard import acquire_lock; "
                                f"lock = acquire_lock({spec.status_dir!r}, 'lk', 'first-one', "
                                "{'t': {'0': [0, 10]}}, 'into-sink'); print('held', flush=True); time.sleep(120)"],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -232,7 +232,7 @@ def test_second_replay_of_a_stream_is_refused_naming_the_running_one(tmp_path: P
         assert not (tmp_path / "r").exists()
         # the dry run says so too, and the CLI refuses with exit 2
         setup = prepare_replay(spec, tiny_plan("lk"), replay_id="second")
-        from rewind.replay import describe_replay
+        from rewind.replay.run import describe_replay
 
         assert "'first-one' of this stream is running now" in describe_replay(setup)
     finally:
@@ -248,7 +248,7 @@ def test_second_replay_of_a_stream_is_refused_naming_the_running_one(tmp_path: P
 
 def test_cli_run_is_refused_while_another_replay_runs(done_stream: dict[str, Any], platform: Any, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from rewind.cli import main
+    from rewind.cli.main import main
 
     spec = done_stream["spec"]
     argv = ["replay", "run", "rr", "--from", "0", "--to", "50", "--registry", str(done_stream["reg_path"]),
@@ -271,8 +271,8 @@ def done_stream(tmp_path_factory: pytest.TempPathFactory, platform: Any, spark: 
     1 s windows with a 1 s watermark delay over ~3 s of event time, 1,000 offsets per batch: the
     later batches close the first windows, the last ones stay open (pending) in the checkpoint.
     """
-    from rewind.producer import ProduceSpec, produce
-    from rewind.stream_runner import build_query
+    from rewind.demo.producer import ProduceSpec, produce
+    from rewind.stream.runner import build_query
 
     work = tmp_path_factory.mktemp("replay")
     topic = f"rr-{uuid.uuid4().hex[:8]}"
@@ -324,7 +324,7 @@ def test_replaying_a_complete_range_changes_no_row(done_stream: dict[str, Any], 
 
 def test_lost_data_is_restored_exactly_once_and_windows_recomputed(done_stream: dict[str, Any], platform: Any,
                                                                     spark: Any, tmp_path: Path) -> None:
-    from rewind.replay_report import format_report
+    from rewind.replay.report import format_report
 
     spec, reg, bootstrap = done_stream["spec"], done_stream["registry"], platform.kafka_bootstrap
     plan = part_of_each(spec, reg, bootstrap, 0.2, 0.6)  # the middle of every partition
@@ -357,7 +357,7 @@ def test_lost_data_is_restored_exactly_once_and_windows_recomputed(done_stream: 
     after = verify_stream(spec, bootstrap)
     assert after.ok, after  # every record exactly once; every window equals the recomputation
     # window results equal a recomputation from the raw events, not a sum of partial counts
-    from rewind.stream_runner import open_sink
+    from rewind.stream.runner import open_sink
 
     sink, _ = open_sink(spec)
     try:
@@ -398,7 +398,7 @@ def test_spark_submit_entry_with_a_plan_file(done_stream: dict[str, Any], platfo
     """spark_jobs/replay.py in its own process (its own Spark), from `rewind replay plan --json`."""
     env = {**os.environ, **platform.env(), "PYTHONPATH": str(ROOT), "REWIND_HOME": str(tmp_path / "home")}
     base = ["--registry", str(done_stream["reg_path"]), "--bootstrap", platform.kafka_bootstrap]
-    plan = subprocess.run([sys.executable, "-m", "rewind.cli", "replay", "plan", "rr", "--from", "10", "--to", "90",
+    plan = subprocess.run([sys.executable, "-m", "rewind.cli.main", "replay", "plan", "rr", "--from", "10", "--to", "90",
                            "--json", *base], capture_output=True, text=True, env=env, timeout=120)
     assert plan.returncode == 0, plan.stderr
     (tmp_path / "plan.json").write_text(plan.stdout)
@@ -423,10 +423,10 @@ def test_spark_submit_entry_with_a_plan_file(done_stream: dict[str, Any], platfo
 def test_overlap_with_a_live_stream_finds_no_duplicates(tmp_path: Path, platform: Any, spark: Any) -> None:
     """Replay what the running stream already wrote while it keeps running and the producer keeps sending."""
     from rewind.kafka.client import true_end_offsets
-    from rewind.producer import ProduceSpec, produce
+    from rewind.demo.producer import ProduceSpec, produce
     from rewind.platform.processes import pid_alive, terminate_group
-    from rewind.status import read_status, status_path
-    from rewind.stream_control import launch_stream, stop_stream, wait_caught_up
+    from rewind.stream.status import read_status, status_path
+    from rewind.stream.control import launch_stream, stop_stream, wait_caught_up
 
     bootstrap = platform.kafka_bootstrap
     topic = f"ro-{uuid.uuid4().hex[:8]}"

@@ -30,15 +30,15 @@ from typing import Any, Iterator
 import pandas as pd
 import pytest
 
-from rewind.checkpoint import parse_offsets_file
-from rewind.checkpoint_pointer import active_checkpoint
+from rewind.checkpoints.inspection import parse_offsets_file
+from rewind.checkpoints.pointer import active_checkpoint
 from rewind.demo.events import make_event
 from rewind.registry import StreamSpec, load_registry
-from rewind.registry_templates import demo_stream, write_registry
+from rewind.testing.registry_templates import demo_stream, write_registry
 from rewind.s3 import S3Config, S3Store
-from rewind.savepoint import create_savepoint, restore_savepoint
-from rewind.services import PlatformInfo
-from rewind.verify import ExactlyOnceReport, verify_stream
+from rewind.checkpoints.savepoints import create_savepoint, restore_savepoint
+from rewind.platform.services import PlatformInfo
+from rewind.proof.verify import ExactlyOnceReport, verify_stream
 
 OLD_LIMIT, NEW_LIMIT = 100, 10_000  # maxOffsetsPerTrigger before and after the restore
 WINDOW_S, DELAY_S = 10, 10
@@ -87,7 +87,7 @@ def no_data_batches(spark: Any, enabled: bool) -> Iterator[None]:
 
 def run_available_now(spark: Any, spec: StreamSpec, bootstrap: str) -> list[int]:
     """Run the stream (build_query) with Trigger.AvailableNow to the end; the batch ids it ran."""
-    from rewind.stream_runner import build_query
+    from rewind.stream.runner import build_query
 
     query = build_query(spark, spec, bootstrap, available_now=True, checkpoint=active_checkpoint(spec))
     try:
@@ -109,7 +109,7 @@ def offsets_of(checkpoint: str | Path, batch: int) -> tuple[dict[str, Any], dict
 
 
 def ledger(spec: StreamSpec) -> dict[int, dict[str, Any]]:
-    from rewind.stream_runner import open_sink
+    from rewind.stream.runner import open_sink
 
     sink, _ = open_sink(spec)
     try:
@@ -182,7 +182,7 @@ def run_restore_scenario(tmp_path: Path, platform: PlatformInfo, spark: Any, top
     assert meta3["batchWatermarkMs"] == ms(event_time(base, 399)) - DELAY_S * 1000
     assert not (restored.path / "offsets" / "4").exists()
 
-    from rewind.stream_runner import open_sink
+    from rewind.stream.runner import open_sink
 
     sink, _ = open_sink(new)
     try:
@@ -226,7 +226,7 @@ def test_end_offsets_only_identity_loses_the_windows(  # type: ignore[no-untyped
         tmp_path: Path, platform: PlatformInfo, spark, new_topic, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same scenario under the old identity: the regression test above would fail, naming the
     32 window rows (2 windows x 16 keys) that only the skipped batch 3 would have written."""
-    from rewind.stream_runner import BatchWriter
+    from rewind.stream.runner import BatchWriter
 
     monkeypatch.setattr(BatchWriter, "source_offsets", end_offsets_only)
     out = run_restore_scenario(tmp_path, platform, spark, new_topic(1, "replan-old"), "replan_old")

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from rewind.checkpoint_pointer import PointerError, active_checkpoint, point_to, read_pointer
+from rewind.checkpoints.pointer import PointerError, active_checkpoint, point_to, read_pointer
 from rewind.registry import StreamSpec
 from rewind.s3 import S3Config, format_s3_url, parse_s3_url, resolve_s3_config
-from rewind.savepoint import (FileEntry, Incomplete, InvalidSavepointId, Listing, Manifest, SavepointCorrupt,
+from rewind.checkpoints.savepoints import (FileEntry, Incomplete, InvalidSavepointId, Listing, Manifest, SavepointCorrupt,
                               SavepointError, new_savepoint_id, plan_prune, restore_destination, restore_warnings,
                               safe_relpath, select_for_pruning, select_leftovers, validate_savepoint_id, verify_tree)
-from rewind.status import StreamStatus
-from rewind.stream_control import liveness
+from rewind.stream.status import StreamStatus
+from rewind.stream.control import liveness
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 
@@ -231,7 +231,7 @@ def test_liveness() -> None:
 
 # --------------------------------------------------------------------------- S3 config
 def test_s3_config_resolution(tmp_path: Path) -> None:
-    from rewind.services import PlatformInfo
+    from rewind.platform.services import PlatformInfo
 
     env = {"REWIND_S3_BUCKET": "b1", "AWS_ENDPOINT_URL": "http://s3:9000", "AWS_ACCESS_KEY_ID": "k",
            "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "eu-west-1"}
@@ -256,8 +256,8 @@ class _Store:
 @pytest.mark.parametrize("copy_fails,restart_fails", [(False, False), (True, False), (False, True), (True, True)])
 def test_stop_savepoint_always_restarts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_fails: bool,
                                         restart_fails: bool) -> None:
-    import rewind.savepoint as sp
-    import rewind.stream_control as sc
+    import rewind.checkpoints.savepoints as sp
+    import rewind.stream.control as sc
     from rewind.s3 import S3Unreachable
 
     calls: list[str] = []
@@ -290,8 +290,8 @@ def test_stop_savepoint_always_restarts(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_stop_savepoint_does_not_restart_what_was_not_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rewind.savepoint as sp
-    import rewind.stream_control as sc
+    import rewind.checkpoints.savepoints as sp
+    import rewind.stream.control as sc
 
     monkeypatch.setattr(sc, "stop_stream", lambda spec, timeout: False)
     monkeypatch.setattr(sp, "create_savepoint", lambda *a, **k: manifest())

@@ -25,21 +25,21 @@ from typing import Any, Iterator
 
 import pytest
 
-from rewind.checkpoint import NotACheckpoint, inspect_checkpoint
-from rewind.checkpoint_pointer import active_checkpoint, pointer_path, read_pointer
+from rewind.checkpoints.inspection import NotACheckpoint, inspect_checkpoint
+from rewind.checkpoints.pointer import active_checkpoint, pointer_path, read_pointer
 from rewind.kafka.client import true_end_offsets
-from rewind.producer import ProduceSpec, produce
+from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import StreamSpec, load_registry
-from rewind.registry_templates import demo_stream
+from rewind.testing.registry_templates import demo_stream
 from rewind.s3 import S3Config, S3Store, S3Unreachable
-from rewind.savepoint import (FILES_DIR, MANIFEST, Manifest, SavepointCorrupt, SavepointNotFound,
+from rewind.checkpoints.savepoints import (FILES_DIR, MANIFEST, Manifest, SavepointCorrupt, SavepointNotFound,
                               create_savepoint, list_savepoints, load_manifest, restore_savepoint, savepoint_prefix,
                               savepoint_with_stop)
-from rewind.services import PlatformInfo
+from rewind.platform.services import PlatformInfo
 from rewind.platform.processes import free_port, pid_alive, terminate_group
-from rewind.status import read_status, status_path
-from rewind.stream_control import launch_stream, stop_stream, stream_liveness, wait_running
-from rewind.verify import verify_stream
+from rewind.stream.status import read_status, status_path
+from rewind.stream.control import launch_stream, stop_stream, stream_liveness, wait_running
+from rewind.proof.verify import verify_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def wait(cond: Any, timeout: float, what: str) -> None:
 
 
 def committed(spec: StreamSpec) -> list[int]:
-    from rewind.stream_runner import open_sink
+    from rewind.stream.runner import open_sink
 
     sink, _ = open_sink(spec)
     try:
@@ -158,7 +158,7 @@ class TcpProxy:
 @pytest.fixture(scope="module")
 def online(tmp_path_factory: pytest.TempPathFactory, platform: PlatformInfo, spark) -> Iterator[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """Run the demo query in this process while events arrive; savepoint it online; stop it later."""
-    from rewind.stream_runner import build_query
+    from rewind.stream.runner import build_query
 
     home = tmp_path_factory.mktemp("sp-online")
     bootstrap = platform.kafka_bootstrap
@@ -193,7 +193,7 @@ def online(tmp_path_factory: pytest.TempPathFactory, platform: PlatformInfo, spa
 
 
 def test_online_savepoint_restore_resume_exactly_once(online: dict[str, Any], spark) -> None:  # type: ignore[no-untyped-def]
-    from rewind.stream_runner import build_query
+    from rewind.stream.runner import build_query
 
     spec, store, manifest = online["spec"], online["store"], online["manifest"]
     assert manifest.mode == "online" and manifest.config_hash == spec.config_hash()
@@ -267,7 +267,7 @@ def test_savepoint_without_manifest_is_invisible(online: dict[str, Any]) -> None
 
 
 def run_cli(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rewind.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "rewind.cli.main", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=timeout)
 
 
@@ -341,7 +341,7 @@ def test_s3_dies_during_stop_savepoint_stream_restarted(online: dict[str, Any], 
 
 FAKE_STREAM = """
 import os, signal, sys, time
-from rewind.status import StreamStatus, write_status
+from rewind.stream.status import StreamStatus, write_status
 from pathlib import Path
 path, stop = Path(sys.argv[1]), []
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))

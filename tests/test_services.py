@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rewind.producer import ProduceSpec, produce
-from rewind.services import EmbeddedPlatform, read_platform
+from rewind.demo.producer import ProduceSpec, produce
+from rewind.platform.services import EmbeddedPlatform, read_platform
 from rewind.platform.processes import pid_alive
-from rewind.verify import read_records
+from rewind.proof.verify import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def test_cli_services_up_status_down(tmp_path: Path) -> None:
     env = {**os.environ, "REWIND_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
 
     def rewind(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "rewind.cli", *args], env=env, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "rewind.cli.main", *args], env=env, capture_output=True,
                               text=True, timeout=120)
 
     up = rewind("services", "up")
@@ -99,7 +99,7 @@ def test_services_die_with_their_owner(tmp_path: Path) -> None:
         "import sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "from pathlib import Path\n"
-        "from rewind.services import EmbeddedPlatform\n"
+        "from rewind.platform.services import EmbeddedPlatform\n"
         f"info = EmbeddedPlatform(Path({str(tmp_path / 'svc')!r})).start()\n"
         "print(' '.join(str(p) for p in info.pids.values()), flush=True)\n"
         "time.sleep(120)\n")

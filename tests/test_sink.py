@@ -2,7 +2,7 @@
 
 Every behaviour test runs on both backends (`db_url` is parametrized); the
 PostgreSQL ones carry the `postgres` marker and use a throwaway server started
-by `rewind.pg.LocalPostgres` (or the server named by $REWIND_POSTGRES_URL), one
+by `rewind.testing.pg.LocalPostgres` (or the server named by $REWIND_POSTGRES_URL), one
 fresh database per test.
 """
 
@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rewind.pg import LocalPostgres, create_database, drop_database, postgres_available
-from rewind.sink import (
+from rewind.testing.pg import LocalPostgres, create_database, drop_database, postgres_available
+from rewind.sink.sql import (
     LEDGER_TABLE,
     BatchResult,
     Column,

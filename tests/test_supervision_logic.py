@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rewind.health import Thresholds, diagnose
+from rewind.supervision.health import Thresholds, diagnose
 from rewind.registry import RestartSpec
-from rewind.restart_policy import Failure, decide, same_batch_run
-from rewind.status import StreamStatus
+from rewind.supervision.restart_policy import Failure, decide, same_batch_run
+from rewind.stream.status import StreamStatus
 
 NOW = 1_000_000.0
 
@@ -96,8 +96,8 @@ def test_relaunch_loop_records_each_failure_and_gives_up_on_a_poison_batch(tmp_p
     import os
 
     from rewind.registry import StreamSpec
-    from rewind.status import status_path, write_status
-    from rewind.supervisor import CrashLoop, read_history, record_failure, relaunch_until_progress
+    from rewind.stream.status import status_path, write_status
+    from rewind.supervision.reconcile import CrashLoop, read_history, record_failure, relaunch_until_progress
 
     spec = StreamSpec.model_construct(name="s", status_dir=str(tmp_path),
                                       restart=RestartSpec(strategy="fixed-delay", max_attempts=2, delay="3 seconds"))

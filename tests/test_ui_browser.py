@@ -35,7 +35,7 @@ import pytest
 
 from rewind_up_process import ROOT, RewindUp
 
-from rewind.status import read_status
+from rewind.stream.status import read_status
 
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
 CHROMIUM = "/usr/bin/chromium"

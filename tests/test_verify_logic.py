@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 import pandas as pd
 
 from rewind.demo.events import make_event, malformed_payload
-from rewind.verify import KafkaRecord, check_exactly_once, recompute_windows
+from rewind.proof.verify import KafkaRecord, check_exactly_once, recompute_windows
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 KW = dict(allowed_lateness=timedelta(seconds=20), window=timedelta(seconds=10), watermark_delay=timedelta(seconds=30))
@@ -74,7 +74,7 @@ def test_event_at_wrong_coordinates() -> None:
 
 
 def test_bounds_keep_only_committed_coordinates() -> None:
-    from rewind.verify import below, committed_bounds
+    from rewind.proof.verify import below, committed_bounds
 
     records, ev, dead, win = scenario()
     bounds = committed_bounds({"t": {"0": 20, "1": 10}})
@@ -85,7 +85,7 @@ def test_bounds_keep_only_committed_coordinates() -> None:
 
 
 def test_status_counts_offsets_not_scans() -> None:
-    from rewind.status import _offset_span, lag_of
+    from rewind.stream.status import _offset_span, lag_of
 
     assert _offset_span('{"t":{"0":10,"1":5}}', '{"t":{"0":25,"1":5,"2":3}}') == 18
     assert _offset_span(None, {"t": {"0": 7}}) == 7

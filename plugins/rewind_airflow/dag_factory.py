@@ -47,7 +47,7 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
         @task
         def reset_if_asked(**context: Any) -> None:
             from rewind.registry import load_registry
-            from rewind.supervisor import reset_history
+            from rewind.supervision.reconcile import reset_history
 
             if context["params"].get("reset"):
                 reset_history(load_registry(registry).get(name))
@@ -63,8 +63,8 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
             from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
             from rewind.registry import load_registry
-            from rewind.stream_control import stop_stream
-            from rewind.supervisor import record_failure
+            from rewind.stream.control import stop_stream
+            from rewind.supervision.reconcile import record_failure
 
             if event.get("healthy"):
                 raise AirflowSkipException("healthy for the whole watch period: nothing to recover")
@@ -82,7 +82,7 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
         @task
         def recover_checkpoint() -> dict[str, Any]:
             from rewind.registry import load_registry
-            from rewind.supervisor import recover_checkpoint as recover
+            from rewind.supervision.reconcile import recover_checkpoint as recover
 
             try:
                 store = s3_store()
@@ -98,7 +98,7 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
             from airflow.sdk.exceptions import AirflowFailException
 
             from rewind.registry import load_registry
-            from rewind.supervisor import CrashLoop, relaunch_until_progress
+            from rewind.supervision.reconcile import CrashLoop, relaunch_until_progress
 
             try:
                 started = relaunch_until_progress(
@@ -129,8 +129,8 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
             those need a person, and chaining would only repeat the failure."""
             from rewind.registry import load_registry
             from rewind.platform.processes import pid_alive
-            from rewind.status import read_status, status_path
-            from rewind.supervisor import read_history
+            from rewind.stream.status import read_status, status_path
+            from rewind.supervision.reconcile import read_history
 
             if not context["params"].get("chain", True):
                 return False
@@ -164,7 +164,7 @@ def run_proof_task(name: str, registry: str) -> dict[str, Any]:
     from airflow.sdk.exceptions import AirflowFailException
     from airflow.sdk import get_current_context
 
-    from rewind.dq import format_proof, run_proof
+    from rewind.proof.dq import format_proof, run_proof
     from rewind.registry import load_registry
     from rewind.safe_names import run_dir_name
 
@@ -218,7 +218,7 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
             from airflow.sdk.exceptions import AirflowSkipException
 
             from rewind.registry import load_registry
-            from rewind.savepoint import NothingToSave, create_savepoint
+            from rewind.checkpoints.savepoints import NothingToSave, create_savepoint
 
             try:
                 m = create_savepoint(load_registry(registry).get(name), s3_store())
@@ -231,7 +231,7 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
         @task
         def apply_retention(saved: dict[str, Any]) -> dict[str, Any]:
             from rewind.registry import load_registry, parse_duration
-            from rewind.savepoint import apply_prune, list_savepoints, plan_prune
+            from rewind.checkpoints.savepoints import apply_prune, list_savepoints, plan_prune
 
             spec_ = load_registry(registry).get(name)
             store = s3_store()
@@ -257,8 +257,8 @@ def restore_task(name: str, registry: str, savepoint_id: str, relaunch: bool, st
 
     from rewind.registry import load_registry
     from rewind.safe_names import UnsafeName, check_savepoint_id
-    from rewind.savepoint import SavepointError, load_manifest, restore_savepoint
-    from rewind.stream_control import stop_stream, stream_liveness
+    from rewind.checkpoints.savepoints import SavepointError, load_manifest, restore_savepoint
+    from rewind.stream.control import stop_stream, stream_liveness
 
     try:
         sid = check_savepoint_id(savepoint_id)
@@ -357,8 +357,8 @@ def plan_replay_task(params: dict[str, Any], registry: str) -> dict[str, Any]:
     from airflow.sdk.exceptions import AirflowFailException
 
     from rewind.registry import load_registry
-    from rewind.replay_guard import check_mode, check_replay_id, new_replay_id
-    from rewind.replay_plan import ReplayRefused, ReplayRequest, format_plan, plan_replay
+    from rewind.replay.guard import check_mode, check_replay_id, new_replay_id
+    from rewind.replay.plan import ReplayRefused, ReplayRequest, format_plan, plan_replay
 
     from rewind_airflow.operators import kafka_bootstrap
 
@@ -390,8 +390,8 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
     from airflow.sdk.exceptions import AirflowFailException
 
     from rewind.registry import load_registry
-    from rewind.replay_guard import busy_message, current_holder, lock_path
-    from rewind.replay_report import ReplayReport, format_report
+    from rewind.replay.guard import busy_message, current_holder, lock_path
+    from rewind.replay.report import ReplayReport, format_report
 
     from rewind_airflow.operators import kafka_bootstrap
 

@@ -40,7 +40,7 @@ class RewindStreamHook(SparkSubmitHook):
         return self._build_spark_submit_command(str(STREAM_APP))
 
     def launch_detached(self, log_path: Path, env: dict[str, str] | None = None) -> int:
-        from rewind.stream_control import spawn_detached
+        from rewind.stream.control import spawn_detached
 
         full_env = {**os.environ, **(self._env_vars or {}), **(env or {})}
         # spark-submit and the driver's Python come from the interpreter running Airflow.

@@ -24,7 +24,7 @@ def kafka_bootstrap(conn_id: str = "rewind_kafka") -> str:
             return f"{conn.host}:{conn.port}" if conn.port else str(conn.host)
     except Exception:  # noqa: BLE001 - connection not defined: fall back as the CLI does
         pass
-    from rewind.cli import resolve_bootstrap
+    from rewind.settings import resolve_bootstrap
 
     return resolve_bootstrap(None)
 
@@ -49,7 +49,7 @@ def s3_store(conn_id: str = "rewind_s3") -> Any:
 def launch(stream: str, registry: str | None, conn_id: str, wait_s: float) -> dict[str, Any]:
     """Start the stream through spark-submit (detached) and wait until its driver reports running."""
     from rewind.registry import load_registry
-    from rewind.stream_control import default_log_path, wait_running
+    from rewind.stream.control import default_log_path, wait_running
 
     from rewind_airflow.hooks import RewindStreamHook
 
@@ -74,8 +74,8 @@ class LaunchStreamOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from rewind.registry import load_registry
-        from rewind.stream_control import stream_liveness
-        from rewind.supervisor import check_not_given_up
+        from rewind.stream.control import stream_liveness
+        from rewind.supervision.reconcile import check_not_given_up
 
         spec = load_registry(self.registry).get(self.stream)
         check_not_given_up(spec)

@@ -31,10 +31,10 @@ class StreamHealthTrigger(BaseTrigger):
 
     def check(self) -> dict[str, Any]:
         """One look (blocking I/O; run in a thread)."""
-        from rewind.health import Thresholds, diagnose
+        from rewind.supervision.health import Thresholds, diagnose
         from rewind.registry import load_registry
         from rewind.platform.processes import pid_alive
-        from rewind.status import read_status, status_path
+        from rewind.stream.status import read_status, status_path
 
         spec = load_registry(self.registry).get(self.stream)
         status = read_status(status_path(spec.status_dir, spec.name))

@@ -1,7 +1,7 @@
 """The Rewind page inside Airflow: a FastAPI app (mounted at ``/rewind`` by ``plugins/rewind_ui_plugin.py``).
 
 - ``GET /rewind/``: one HTML page with vanilla JS (``ui/index.html``) that polls the JSON API.
-- ``GET /rewind/api/streams``: every registry stream as ``rewind.ops_view.StreamView`` JSON.
+- ``GET /rewind/api/streams``: every registry stream as ``rewind.ops.view.StreamView`` JSON.
 - ``POST /rewind/api/actions/{savepoint,restore,replay}``: trigger the stream's DAGs
   (``rewind_<stream>_savepoint``, the same DAG with ``action=restore``, ``rewind_replay``) through
   Airflow's own REST API with the caller's token, so Airflow creates and authorizes the run as if
@@ -89,7 +89,7 @@ def cached_savepoints(stream: str, store: Any) -> tuple[list[dict[str, Any]], st
         rows, err = [], "no S3 configured"
     else:
         try:
-            from rewind.savepoint import list_savepoints
+            from rewind.checkpoints.savepoints import list_savepoints
 
             rows, err = [m.summary() for m in list_savepoints(store, stream).complete], None
         except Exception as exc:  # noqa: BLE001 - S3 down: say so, show the rest
@@ -146,7 +146,7 @@ def recent_dag_runs(request: Request) -> tuple[list[dict[str, Any]], str | None]
 
 
 def stream_views(request: Request, only: str | None = None) -> list[dict[str, Any]]:
-    from rewind.ops_view import build_stream_view, read_inputs
+    from rewind.ops.view import build_stream_view, read_inputs
 
     reg = _registry()
     store = savepoint_store()
@@ -264,7 +264,7 @@ def create_app() -> Any:
 
     @app.get("/api/streams/{stream}/dq/{run_id}/docs/{path:path}", dependencies=read_access)
     def data_docs(stream: str, run_id: str, path: str):
-        from rewind.ops_view import proof_dir
+        from rewind.ops.view import proof_dir
         from rewind.safe_names import UnsafeName, check_relpath
 
         spec = _checked_stream(stream)
@@ -305,7 +305,7 @@ def create_app() -> Any:
 
     @app.post("/api/actions/replay")
     async def replay(request: Request, user: Any = Depends(get_user)):
-        from rewind.replay_guard import MODES
+        from rewind.replay.guard import MODES
         from rewind.safe_names import UnsafeName, check_replay_id
 
         body = await _json_body(request)
@@ -340,7 +340,7 @@ def _require_savepoint(stream: str, sid: str) -> None:
     store = savepoint_store()
     if store is None:
         return
-    from rewind.savepoint import MANIFEST, savepoint_prefix
+    from rewind.checkpoints.savepoints import MANIFEST, savepoint_prefix
 
     try:
         raw = store.get_bytes(savepoint_prefix(stream, sid) + MANIFEST)

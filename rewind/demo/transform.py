@@ -10,7 +10,7 @@ Each Kafka record is read and parsed once: the parsed rows go through one shuffl
 three branches share (Spark's ReuseExchange), see ``_shared_by_every_branch``. Without it Spark
 plans one source scan and one parse per branch, three per record.
 
-The same ``build`` serves a replay's bounded batch read (``rewind.replay``): there the
+The same ``build`` serves a replay's bounded batch read (``rewind.replay.run``): there the
 watermark is ignored, duplicates are dropped over the batch, and window rows are partial
 aggregates of the batch (the replay recomputes windows from the sink's events instead).
 """

@@ -45,7 +45,7 @@ class WatermarkUnknown(RuntimeError):
 def late_events_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
     """The watermark (ms) Spark's stateful operators use for late rows in ``batch_id``:
     ``batchWatermarkMs`` of ``offsets/<batch_id - 1>``, 0 for the first batch."""
-    from rewind.checkpoint import parse_offsets_file
+    from rewind.checkpoints.inspection import parse_offsets_file
 
     if batch_id <= 0:
         return 0
@@ -147,7 +147,7 @@ def check_progress(late: dict[int, tuple[int, int]], progress: Any) -> LateCheck
 def batch_ranges(checkpoint: str | Path) -> list[tuple[int, dict[tuple[str, int], int], dict[tuple[str, int], int], int]]:
     """Every batch still in the offset log as (batch id, start offsets, end offsets, the watermark
     its stateful operators judged lateness by); a batch's start is the previous batch's end."""
-    from rewind.checkpoint import parse_offsets_file
+    from rewind.checkpoints.inspection import parse_offsets_file
 
     folder = Path(checkpoint) / "offsets"
     logged: dict[int, tuple[dict[str, Any], dict[tuple[str, int], int]]] = {}

@@ -1,0 +1,186 @@
+"""Roll a damaged checkpoint back to its last complete batch, moving (never deleting) the rest.
+
+Why these rules: on restart Spark reads the newest ``offsets/N`` and ``commits/N``, plus
+``offsets/N-1``, then loads state version N+1 (after a commit) or re-runs N. Rolling back
+to the last complete batch C therefore means: no commit after C, no plan after C+1, no
+state version after C+1. ``offsets/C+1`` stays when it parses, so Spark re-runs that batch
+with exactly the range it had planned; when it does not parse, Spark plans C+1 afresh from
+C's end and the sink's ledger, which records each batch's offsets, rewrites it idempotently
+instead of skipping it (see ``ExactlyOnceSqlSink.write_batch``). Moved files keep their
+relative paths under ``<checkpoint>.quarantine/<time>-batch<C>/`` beside a ``record.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rewind.checkpoints.inspection import CheckpointReport, inspect_checkpoint, list_state
+from rewind.checkpoints.store import LocalStore
+
+
+class RepairRefused(RuntimeError):
+    """Repair would be unsafe or cannot help; the message says what to do instead."""
+
+
+@dataclass(frozen=True)
+class Move:
+    file: str
+    reason: str
+
+
+@dataclass
+class RepairPlan:
+    checkpoint: str
+    rolled_back_to: int
+    moves: list[Move]
+    keeps_planned_batch: int | None  # C+1 when its offsets stay, so it re-runs with the same range
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.moves)
+
+
+def plan_repair(report: CheckpointReport, state: dict[str, dict[str, dict[int, set[str]]]]) -> RepairPlan:
+    """Pure: which files to move to roll `report`'s checkpoint back to its last complete batch."""
+    problems = [f"{p.file}: {p.kind}: {p.detail}" for p in report.errors]
+    c = report.last_complete
+    if c is None:
+        raise RepairRefused(f"{report.path} has no complete batch to roll back to ("
+                            + ("; ".join(problems[:3]) or "no committed batch") + "). Restore a savepoint instead: "
+                            "`rewind savepoint list STREAM`, then `rewind savepoint restore STREAM ID`")
+    if not report.errors:
+        return RepairPlan(report.path, c, [], None, [])
+    moves: list[Move] = []
+    if any(p.file == "metadata" for p in report.errors):
+        moves.append(Move("metadata", "unreadable query metadata; Spark writes a new one (new query id) on start"))
+    next_info = report.batch(c + 1)
+    next_ok = next_info is not None and bool(next_info.offsets)
+    for bid in report.committed:
+        if bid > c:
+            moves.append(Move(f"commits/{bid}", f"commit of batch {bid}, after the last complete batch {c}"))
+    for bid in report.planned:
+        if bid > c + 1:
+            moves.append(Move(f"offsets/{bid}", f"plan of batch {bid}, after the last complete batch {c}"))
+        elif bid == c + 1 and not next_ok:
+            moves.append(Move(f"offsets/{bid}", f"plan of batch {bid} is unreadable; Spark plans it again from "
+                                                f"the end of batch {c}"))
+    for op, parts in state.items():
+        for part, versions in parts.items():
+            for version in sorted(v for v in versions if v > c + 1):
+                for kind in sorted(versions[version]):
+                    moves.append(Move(f"state/{op}/{part}/{version}.{kind}",
+                                      f"state version {version} (after batch {version - 1}), newer than the last "
+                                      f"complete batch {c}"))
+    keeps = c + 1 if next_ok and c + 1 in report.planned else None
+    return RepairPlan(report.path, c, moves, keeps, problems)
+
+
+def stream_running(spec: Any) -> str | None:
+    """Why `spec`'s stream counts as running (pid alive and heartbeat fresh), or None."""
+    from rewind.stream.control import stream_liveness
+
+    live = stream_liveness(spec)
+    return f"stream {spec.name!r} is running ({live.why})" if live.running else None
+
+
+def orphan_checksums(store: LocalStore, state: dict[str, dict[str, Any]], moving: set[str]) -> list[Move]:
+    """Hadoop ``.N.crc`` files whose data file is gone (or moving): Spark's atomic rename of a new
+    ``offsets/N`` fails on them with "Multiple streaming queries are concurrently using ..."."""
+    dirs = ["offsets", "commits"] + [f"state/{op}/{part}" for op, parts in state.items() for part in parts]
+    out: list[Move] = []
+    for d in dirs:
+        files = set(store.list_dir(d)[1])
+        for name in sorted(files):
+            data = name[1:-4]
+            if name.startswith(".") and name.endswith(".crc") and data not in files and f"{d}/{data}" not in moving:
+                out.append(Move(f"{d}/{name}", f"checksum of {d}/{data}, which is missing: Spark could not "
+                                               "write that file again"))
+    return out
+
+
+def _crc(rel: str) -> str:
+    head, _, name = rel.rpartition("/")
+    return f"{head}/.{name}.crc" if head else f".{name}.crc"
+
+
+def repair_checkpoint(path: str | Path, *, running: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """Plan and (unless `dry_run`) carry out a repair of a local checkpoint; returns the record.
+
+    `running` is the caller's finding that the stream is running (refused: Spark would keep
+    writing into what is being moved).
+    """
+    root = Path(path)
+    if str(path).startswith("s3://"):
+        raise RepairRefused("repair works on a local checkpoint; a checkpoint in S3 is a savepoint's copy: "
+                            "restore it with `rewind savepoint restore`")
+    store = LocalStore(root)
+    report = inspect_checkpoint(store, full=True)
+    if running:
+        raise RepairRefused(f"{running}: stop it first (it writes into {root}); repair never touches a "
+                            "checkpoint in use")
+    state = list_state(store)
+    plan = plan_repair(report, state)
+    if plan.needed:
+        plan.moves += orphan_checksums(store, state, {m.file for m in plan.moves})
+    record: dict[str, Any] = {
+        "checkpoint": str(root.resolve()), "query_id": report.query_id, "rolled_back_to_batch": plan.rolled_back_to,
+        "reruns_batch_with_same_offsets": plan.keeps_planned_batch, "problems": plan.problems,
+        "moved": [asdict(m) for m in plan.moves], "dry_run": dry_run,
+    }
+    if not plan.needed:
+        record["result"] = "healthy: nothing to repair"
+        return record
+    if dry_run:
+        record["result"] = f"would move {len(plan.moves)} file(s)"
+        return record
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    quarantine = root.parent / f"{root.name}.quarantine" / f"{stamp}-batch{plan.rolled_back_to}"
+    n = 1
+    while quarantine.exists():
+        n += 1
+        quarantine = quarantine.with_name(f"{stamp}-batch{plan.rolled_back_to}-{n}")
+    quarantine.mkdir(parents=True)
+    record.update(quarantine=str(quarantine), repaired_at=stamp, result="in progress")
+    _write_record(quarantine, record)  # first, so an interrupted repair still says what it was doing
+    for move in plan.moves:
+        for rel in (move.file, _crc(move.file)):
+            src = root / rel
+            if src.exists():
+                dst = quarantine / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dst)
+    after = inspect_checkpoint(LocalStore(root))
+    record["result"] = "repaired" if not after.errors and after.last_complete == plan.rolled_back_to else \
+        "incomplete: " + "; ".join(f"{p.file}: {p.detail}" for p in after.errors[:3])
+    _write_record(quarantine, record)
+    return record
+
+
+def _write_record(folder: Path, record: dict[str, Any]) -> None:
+    tmp = folder / "record.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, folder / "record.json")
+
+
+def format_record(record: dict[str, Any]) -> str:
+    lines = [f"checkpoint {record['checkpoint']}", f"result     {record['result']}",
+             f"rolled back to batch {record['rolled_back_to_batch']}"]
+    if record.get("reruns_batch_with_same_offsets") is not None and record["moved"]:
+        lines.append(f"batch {record['reruns_batch_with_same_offsets']} re-runs with the offsets it had planned")
+    if record["moved"]:
+        verb = "would move" if record["dry_run"] else f"moved to {record.get('quarantine')}"
+        lines.append(f"{verb}:")
+        lines += [f"  {m['file']}: {m['reason']}" for m in record["moved"][:20]]
+        if len(record["moved"]) > 20:
+            lines.append(f"  ... and {len(record['moved']) - 20} more (see record.json)")
+    return "\n".join(lines)
+
+
+__all__ = ["Move", "RepairPlan", "RepairRefused", "format_record", "plan_repair", "repair_checkpoint",
+           "stream_running"]

@@ -1,0 +1,1 @@
+"""The ``rewind`` command line: one parser, one exit-code mapping, one module per command group."""

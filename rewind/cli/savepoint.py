@@ -1,0 +1,236 @@
+"""`rewind savepoint create|list|show|prune|restore`: the command line of rewind/savepoint.py.
+
+Exit codes: 0 done, 1 failed but worth retrying (S3 unreachable, a stream that would
+not stop), 2 refused (bad input, unknown or damaged savepoint, stream running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+
+def add_savepoint_parser(subparsers: Any) -> None:
+    sp = subparsers.add_parser("savepoint", help="consistent checkpoint copies in S3: create, list, show, prune, "
+                                                 "restore")
+    actions = sp.add_subparsers(dest="savepoint_action", required=True)
+
+    def action(name: str, help_text: str, with_id: bool = False) -> argparse.ArgumentParser:
+        a = actions.add_parser(name, help=help_text)
+        a.add_argument("stream")
+        if with_id:
+            a.add_argument("savepoint_id", metavar="ID")
+        a.add_argument("--registry")
+        a.add_argument("--bucket", help="S3 bucket (default: $REWIND_S3_BUCKET, else the embedded platform's)")
+        a.set_defaults(func=cmd_savepoint)
+        return a
+
+    c = action("create", "copy the last complete batch to s3://BUCKET/savepoints/STREAM/ID/")
+    c.add_argument("--stop", action="store_true", help="stop the stream after its current batch, copy, restart it")
+    c.add_argument("--no-restart", action="store_true", help="with --stop: leave the stream stopped")
+    c.add_argument("--stop-timeout", type=float, default=120.0, metavar="SECONDS")
+    c.add_argument("--bootstrap", help="Kafka for the restarted stream (default: as `rewind stream run`)")
+    c.add_argument("--no-progress", action="store_true")
+    c.add_argument("--json", action="store_true")
+    ls = action("list", "savepoints with a manifest, newest first")
+    ls.add_argument("--json", action="store_true")
+    sh = action("show", "one savepoint's manifest", with_id=True)
+    sh.add_argument("--json", action="store_true")
+    pr = action("prune", "apply the registry's retention (keep_last, max_age); never the newest")
+    pr.add_argument("--dry-run", action="store_true", help="print what would be deleted, delete nothing")
+    pr.add_argument("--keep-last", type=int, help="override the registry's savepoints.keep_last")
+    pr.add_argument("--max-age", help="override the registry's savepoints.max_age (e.g. 7d)")
+    pr.add_argument("--incomplete-older-than", default="1h", metavar="DURATION",
+                    help="remove manifest-less leftovers older than this (default 1h)")
+    pr.add_argument("--json", action="store_true")
+    rs = action("restore", "download and verify a savepoint into a fresh checkpoint and point the stream at it",
+                with_id=True)
+    rs.add_argument("--to", metavar="PATH", help="new checkpoint directory (must not exist or be empty)")
+    rs.add_argument("--no-progress", action="store_true")
+    rs.add_argument("--json", action="store_true")
+
+
+def retry_command(args: argparse.Namespace) -> str:
+    argv = ["rewind", "savepoint", args.savepoint_action, args.stream]
+    if getattr(args, "savepoint_id", None):
+        argv.append(args.savepoint_id)
+    for flag in ("stop", "no_restart", "dry_run"):
+        if getattr(args, flag, False):
+            argv.append("--" + flag.replace("_", "-"))
+    for opt in ("registry", "bucket", "bootstrap", "to"):
+        if getattr(args, opt, None):
+            argv += ["--" + opt, str(getattr(args, opt))]
+    return shlex.join(argv)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def cmd_savepoint(args: argparse.Namespace) -> int:
+    from rewind.checkpoints.inspection import CheckpointError, NotACheckpoint
+    from rewind.checkpoints.pointer import PointerError
+    from rewind.registry import load_registry
+    from rewind.s3 import S3Error, S3Store, S3Unreachable, resolve_s3_config
+    from rewind.checkpoints.savepoints import SavepointError
+    from rewind.stream.control import StreamControlError
+
+    spec = load_registry(args.registry).get(args.stream)  # RegistryError: exit 2 in cli.main
+    try:
+        store = S3Store(resolve_s3_config(args.bucket))
+        return int(ACTIONS[args.savepoint_action](args, spec, store))
+    except S3Unreachable as exc:
+        what = {"create": "the savepoint was not completed (no manifest was written)",
+                "prune": "pruning stopped part-way (a savepoint loses its manifest first, so none is half-usable)",
+                }.get(args.savepoint_action, "nothing was changed")
+        _say(f"error: {exc}\n{what}; when S3 answers again, retry: {retry_command(args)}")
+        for note in getattr(exc, "__notes__", []):
+            _say(f"error: {note}")
+        return 1
+    except StreamControlError as exc:
+        _say(f"error: {exc}")
+        return 1
+    except (SavepointError, S3Error, CheckpointError, NotACheckpoint, PointerError, ValueError) as exc:
+        _say(f"error: {exc}")
+        return 2
+
+
+def _create(args: argparse.Namespace, spec: Any, store: Any) -> int:
+    from rewind.checkpoints.savepoints import create_savepoint, savepoint_prefix, savepoint_with_stop
+
+    started = time.monotonic()
+    if args.stop:
+        restart = None if args.no_restart else _restarter(args, spec)
+        manifest = savepoint_with_stop(spec, store, restart=restart, stop_timeout=args.stop_timeout,
+                                       progress=not args.no_progress, on_event=_say)
+    else:
+        manifest = create_savepoint(spec, store, progress=not args.no_progress)
+    seconds = time.monotonic() - started
+    url = store.url(savepoint_prefix(spec.name, manifest.savepoint_id))
+    if args.json:
+        print(json.dumps({**manifest.summary(), "url": url, "seconds": round(seconds, 3)}))
+    else:
+        print(f"savepoint {manifest.savepoint_id} of {spec.name}: batch {manifest.batch_id}, {len(manifest.files)} "
+              f"files, {_human_bytes(manifest.total_bytes)} in {seconds:.1f}s -> {url}")
+    return 0
+
+
+def _restarter(args: argparse.Namespace, spec: Any) -> Any:
+    """The restart after --stop, resolved up front so a missing Kafka address fails before the stop."""
+    from rewind.settings import resolve_bootstrap
+    from rewind.stream.control import default_log_path, launch_stream, wait_running
+
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    log_path = default_log_path(spec)
+
+    def restart() -> None:
+        pid = launch_stream(spec, args.registry, bootstrap, log_path)
+        wait_running(spec, pid, timeout=180.0, log_path=log_path)
+        _say(f"{spec.name} is running again (pid {pid}, log {log_path})")
+
+    return restart
+
+
+def _age(created: datetime) -> str:
+    s = (datetime.now(timezone.utc) - created).total_seconds()
+    return f"{s / 86400:.1f}d" if s >= 86400 else f"{s / 3600:.1f}h" if s >= 3600 else f"{s / 60:.0f}m"
+
+
+def _list(args: argparse.Namespace, spec: Any, store: Any) -> int:
+    from rewind.checkpoints.savepoints import list_savepoints
+
+    listing = list_savepoints(store, spec.name)
+    if args.json:
+        print(json.dumps({"savepoints": [m.summary() for m in listing.complete],
+                          "incomplete": len(listing.incomplete)}, default=str))
+        return 0
+    print(f"{'id':32}  {'batch':>6}  {'mode':6}  {'files':>5}  {'size':>10}  {'age':>6}  created")
+    for m in listing.complete:
+        print(f"{m.savepoint_id:32}  {m.batch_id:>6}  {m.mode:6}  {len(m.files):>5}  "
+              f"{_human_bytes(m.total_bytes):>10}  {_age(m.created_at):>6}  {m.created_at:%Y-%m-%d %H:%M:%S}Z")
+    if not listing.complete:
+        print(f"no savepoints of {spec.name} in {store.url('savepoints/' + spec.name + '/')}")
+    if listing.incomplete:
+        _say(f"({len(listing.incomplete)} incomplete copy/copies without a manifest are not savepoints; "
+             "`rewind savepoint prune` removes them once older than 1h)")
+    return 0
+
+
+def _show(args: argparse.Namespace, spec: Any, store: Any) -> int:
+    from rewind.checkpoints.savepoints import load_manifest
+
+    m = load_manifest(store, spec.name, args.savepoint_id)
+    if args.json:
+        print(m.to_json())
+        return 0
+    summary = m.summary()
+    for key in ("savepoint_id", "stream", "batch_id", "mode", "created_at", "spark_version", "config_hash",
+                "query_id", "source_checkpoint", "file_count"):
+        print(f"{key:18} {summary[key]}")
+    print(f"{'total_bytes':18} {m.total_bytes} ({_human_bytes(m.total_bytes)})")
+    print(f"{'offsets':18} {json.dumps(m.offsets)}")
+    print(f"{'state_versions':18} {json.dumps(m.state_versions)}")
+    return 0
+
+
+def _prune(args: argparse.Namespace, spec: Any, store: Any) -> int:
+    from rewind.registry import parse_duration
+    from rewind.checkpoints.savepoints import apply_prune, list_savepoints, plan_prune
+
+    keep_last = args.keep_last if args.keep_last is not None else spec.savepoints.keep_last
+    if keep_last < 1:
+        raise ValueError("--keep-last must be at least 1 (the newest savepoint is never deleted)")
+    max_age = parse_duration(args.max_age or spec.savepoints.max_age)
+    plan = plan_prune(list_savepoints(store, spec.name), keep_last, max_age, datetime.now(timezone.utc),
+                      parse_duration(args.incomplete_older_than))
+    if not args.dry_run:
+        apply_prune(store, spec.name, plan)
+    verb = "would delete" if args.dry_run else "deleted"
+    if args.json:
+        print(json.dumps({**plan.to_json(), "dry_run": args.dry_run}))
+        return 0
+    print(f"retention for {spec.name}: keep the newest {keep_last}, none older than {args.max_age or spec.savepoints.max_age}"
+          " (the newest is always kept)")
+    for m in plan.delete:
+        print(f"  {verb} {m.savepoint_id} (batch {m.batch_id}, {_age(m.created_at)} old)")
+    for i in plan.leftovers:
+        print(f"  {verb} incomplete leftover {i.savepoint_id} ({i.objects} objects, {_human_bytes(i.bytes)}, "
+              f"{_age(i.newest)} old: {i.reason})")
+    for i in plan.young_leftovers:
+        print(f"  kept incomplete {i.savepoint_id} ({_age(i.newest)} old: may be a copy in progress)")
+    print(f"  kept {len(plan.keep)}: {', '.join(m.savepoint_id for m in plan.keep) or 'none'}")
+    return 0
+
+
+def _restore(args: argparse.Namespace, spec: Any, store: Any) -> int:
+    from rewind.checkpoints.savepoints import restore_savepoint
+
+    result = restore_savepoint(spec, store, args.savepoint_id, to=args.to, progress=not args.no_progress)
+    for warning in result.warnings:
+        _say(f"warning: {warning}")
+    m = result.manifest
+    if args.json:
+        print(json.dumps({"savepoint_id": m.savepoint_id, "batch_id": m.batch_id, "path": str(result.path),
+                          "files": len(m.files), "total_bytes": m.total_bytes, "seconds": round(result.seconds, 3),
+                          "warnings": list(result.warnings)}))
+        return 0
+    print(f"restored savepoint {m.savepoint_id} (batch {m.batch_id}, {len(m.files)} files, "
+          f"{_human_bytes(m.total_bytes)}, every checksum verified) into {result.path} in {result.seconds:.1f}s;\n"
+          f"{spec.name} now resumes from it at offsets {json.dumps(m.offsets)} (the previous checkpoint is kept)")
+    return 0
+
+
+ACTIONS = {"create": _create, "list": _list, "show": _show, "prune": _prune, "restore": _restore}

@@ -1,0 +1,76 @@
+"""`rewind supervisor status|reset STREAM`: what the supervisor sees, and clearing a crash-loop verdict.
+
+``status`` prints the same health verdict the supervisor's trigger computes (from the status
+file and the process), the lag per partition and the failure history, so the person paged at
+3 a.m. sees in one place why a stream is not running. ``reset`` clears the history after the
+cause is fixed; the next supervisor run then relaunches (exit 0), and no data was skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+
+def add_supervisor_parser(subparsers: Any) -> None:
+    s = subparsers.add_parser("supervisor", help="the supervisor's verdict and failure history; clear a crash loop",
+                              description="status: health verdict, lag, failure history. reset: forget the "
+                                          "failure history and a give-up verdict (after fixing the cause).")
+    s.add_argument("action", choices=["status", "reset"])
+    s.add_argument("stream")
+    s.add_argument("--registry")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_supervisor)
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) if ts else "-"
+
+
+def supervisor_view(spec: Any) -> dict[str, Any]:
+    from rewind.supervision.health import diagnose
+    from rewind.platform.processes import pid_alive
+    from rewind.stream.status import read_status, status_path
+    from rewind.supervision.reconcile import read_history
+
+    st = read_status(status_path(spec.status_dir, spec.name))
+    health = diagnose(st, time.time(), bool(st and pid_alive(st.pid)))
+    history = read_history(spec)
+    return {"stream": spec.name, "healthy": health.healthy, "cause": health.cause, "detail": health.detail,
+            "state": st.state if st else None, "pid": st.pid if st else None,
+            "last_batch_id": st.last_batch_id if st else None, "last_batch_at": st.last_batch_at if st else None,
+            "lag": st.lag if st else {}, "total_lag": st.total_lag if st else 0,
+            "failures": history["failures"][-10:], "gave_up": history.get("gave_up")}
+
+
+def format_view(v: dict[str, Any]) -> str:
+    lines = [f"{v['stream']}: {'healthy' if v['healthy'] else 'UNHEALTHY (' + str(v['cause']) + ')'} - {v['detail']}",
+             f"  state {v['state']}, pid {v['pid']}, last batch {v['last_batch_id']} at {_when(v['last_batch_at'])}, "
+             f"lag {v['total_lag']} {v['lag'] or ''}"]
+    if v["gave_up"]:
+        lines.append(f"  GAVE UP at {_when(v['gave_up']['at'])}: {v['gave_up']['reason']}")
+        lines.append(f"  after fixing the cause: rewind supervisor reset {v['stream']}")
+    if v["failures"]:
+        lines.append(f"  last {len(v['failures'])} failure(s):")
+        lines += [f"    {_when(f['at'])} {f['cause']} after batch {f['batch_id']}: {f['detail'][:160]}"
+                  for f in v["failures"]]
+    return "\n".join(lines)
+
+
+def cmd_supervisor(args: argparse.Namespace) -> int:
+    from rewind.registry import load_registry
+    from rewind.supervision.reconcile import read_history, reset_history
+
+    spec = load_registry(args.registry).get(args.stream)
+    if args.action == "reset":
+        before = read_history(spec)
+        reset_history(spec)
+        print(f"{spec.name}: cleared {len(before['failures'])} failure(s)"
+              + (" and the give-up verdict" if before.get("gave_up") else "")
+              + f"; the next supervisor run relaunches it (Airflow: trigger rewind_{spec.name}_supervisor)")
+        return 0
+    view = supervisor_view(spec)
+    print(json.dumps(view, indent=1, default=str) if args.json else format_view(view))
+    return 0 if view["healthy"] else 3

@@ -1,0 +1,114 @@
+"""`make up`: the embedded platform, Airflow (which launches and supervises the demo stream) and the demo producer, until Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from rewind.platform.airflow_local import LocalAirflow
+from rewind.registry import load_registry
+from rewind.platform.services import EmbeddedPlatform
+from rewind.platform.processes import ManagedProcess
+from rewind.stream.status import read_status, status_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -> int:
+    os.environ["REWIND_HOME"] = str(home)
+    spec = load_registry(registry).get(stream)  # refuse a bad registry before anything starts
+    platform = EmbeddedPlatform(home / "services")
+    children: list[ManagedProcess] = []
+    airflow: LocalAirflow | None = None
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    print(f"starting the embedded platform in {home} ...", flush=True)
+    info = platform.start()
+    env = {**info.env(), "REWIND_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    if registry:
+        env["REWIND_REGISTRY"] = str(Path(registry).resolve())  # the DAGs are generated from it
+    os.environ.update(env)
+    try:
+        print("starting Airflow (api-server, scheduler, dag-processor, triggerer) ...", flush=True)
+        airflow = LocalAirflow(home / "airflow", ROOT / "dags", ROOT / "plugins", env=env, platform=info)
+        airflow.launch()  # migrates the DB and starts the components; readiness is awaited below
+        py = sys.executable
+        producer = ManagedProcess("producer", [py, "-m", "rewind.cli.main", "produce", "--topic", spec.topics[0],
+                                               "--count", str(10**9), "--rate", str(rate), "--partitions",
+                                               str(spec.partitions), "--malformed-every", "97", "--late-every",
+                                               "211", "--duplicate-every", "53", "--id-prefix", "demo"],
+                                  home / "logs" / "producer.log", env=env, cwd=ROOT)
+        producer.start()
+        time.sleep(2)  # the producer creates the topic
+        children.append(producer)
+        airflow.wait_ready(timeout=300)
+        from rewind.platform.airflow_local import AirflowClient
+        from rewind.stream.control import default_log_path
+
+        # The stream is Airflow's to run: the supervisor DAG launches it (spark-submit) and heals it.
+        client = AirflowClient(airflow.url, airflow.username, airflow.password)
+        supervisor = f"rewind_{stream}_supervisor"
+        client.unpause(supervisor)
+        run_id = client.trigger_dag(supervisor, {"chain": True})
+        stream_log = default_log_path(spec)
+        # The generated password is shown once, on the start that made it; later starts say where it is.
+        login = (f"user {airflow.username}, password {airflow.password}\n{'':22}(generated now, shown once; "
+                 f"kept in {airflow.password_file}, mode 0600)" if airflow.password_generated else
+                 f"user {airflow.username}, password in {airflow.password_file} (generated on the first start)")
+        print(f"""
+Rewind is up (embedded default). Ctrl-C stops everything started here.
+  Apache Kafka        {info.kafka_bootstrap}      topic {spec.topics[0]} ({spec.partitions} partitions)
+  S3 (SeaweedFS)      {info.s3_endpoint}   bucket {info.bucket}; credentials in {home}/services/services.json
+  demo producer       {rate:.0f} events/s, malformed 1/97, late 1/211, duplicate 1/53; log {producer.log_path}
+  demo stream         launched by the DAG {supervisor} (run {run_id}); checkpoint {spec.checkpoint}; log {stream_log}
+  sink                {spec.sink.url}
+  status              {status_path(spec.status_dir, stream)}
+  prove exactly-once  .venv/bin/rewind verify {stream}
+  Airflow UI          {airflow.url}   {login}; logs {airflow.log_dir}
+  Rewind page         {airflow.url}/rewind/  (also "Rewind" in Airflow's navigation)
+""", flush=True)
+        last = 0.0
+        while not stopping:
+            time.sleep(0.5)
+            dead = airflow.dead_components()
+            if dead:
+                print(f"Airflow {', '.join(dead)} exited; see {airflow.log_dir}")
+                break
+            if time.time() - last >= 10:
+                last = time.time()
+                st = read_status(status_path(spec.status_dir, stream))
+                if st:
+                    print(f"  [{time.strftime('%H:%M:%S')}] {stream}: {st.state}, batch {st.last_batch_id}, "
+                          f"rows {st.input_rows}, lag {st.total_lag}", flush=True)
+        return 0
+    finally:
+        _say("stopping ...")
+        if airflow is not None:
+            airflow.stop()  # first, so that no DAG relaunches the stream being stopped
+        from rewind.stream.control import stop_stream
+
+        try:
+            stop_stream(spec, timeout=60)  # launched by the supervisor DAG (or relaunched by a savepoint --stop)
+        except Exception as exc:  # noqa: BLE001 - the teardown goes on
+            _say(f"stream stop: {exc}")
+        for child in reversed(children):
+            child.stop(grace=30.0)
+        platform.stop()
+        _say("stopped everything that was started.")
+
+
+def _say(message: str) -> None:
+    """Print, but never let a closed stdout (e.g. a pipe whose reader died on Ctrl-C) stop a teardown."""
+    try:
+        print(message, flush=True)
+    except (BrokenPipeError, OSError):
+        pass

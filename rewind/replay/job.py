@@ -1,0 +1,178 @@
+"""The Spark edge of a replay: read each chunk, transform, write; then windows, comparison, proof.
+
+``rewind.replay.run.run_replay`` validates, locks and reports; this module does the work, chunk by
+chunk (see the ``rewind.replay.run`` docstring for why chunks and why ``write_rows``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+from rewind.kafka.offsets import offsets_json_text
+from rewind.replay.run import RECOMPUTED, Ranges, ReplaySetup, batch_options, plan_chunks
+from rewind.replay.plan import consumer_config
+from rewind.replay.report import ReplayReport
+
+log = logging.getLogger("rewind.replay.run")
+
+
+def _sinks(setup: ReplaySetup) -> tuple[Any, Any, Any]:
+    """(target sink, main sink, tables module); target is main in into-sink mode."""
+    from rewind.stream.runner import open_sink
+
+    main, tables_mod = open_sink(setup.spec)
+    if setup.mode == "into-sink":
+        return main, main, tables_mod
+    target, _ = open_sink(setup.target_spec)
+    return target, main, tables_mod
+
+
+def _other_partitions(setup: ReplaySetup, bootstrap: str) -> Ranges:
+    """Empty ranges for the partitions of the replayed topics that the plan leaves out: a batch
+    read with per-partition offsets must name every partition of its topics."""
+    from rewind.kafka.client import KafkaOffsetClient
+
+    topics = sorted({p.topic for p in setup.plan.partitions})
+    client = KafkaOffsetClient(consumer_config(setup.spec, bootstrap), 60.0)
+    try:
+        others = [tp for tp in client.partitions(topics) if tp not in setup.ranges]
+        earliest = client.earliest_offsets(others) if others else {}
+    finally:
+        client.close()
+    return {tp: (off, off) for tp, off in earliest.items()}
+
+
+def execute(setup: ReplaySetup, bootstrap: str, spark: Any, report: ReplayReport, *, progress: bool,
+            chunk_offsets: int) -> None:
+    """Replay every chunk, recompute the touched windows, compare (shadow mode); fills ``report``."""
+    from rewind.replay.windows import closing_horizon, recompute_pairs
+
+    target, main, tables_mod = _sinks(setup)
+    try:
+        target.create_tables()
+        report.sink["tables"] = {t: target.table_name(t) for t in target.specs}
+        t0 = time.perf_counter()
+        pairs = _replay_chunks(setup, bootstrap, spark, target, tables_mod, report, progress=progress,
+                               chunk_offsets=chunk_offsets)
+        report.seconds["read_transform_write"] = round(time.perf_counter() - t0, 3)
+        t0 = time.perf_counter()
+        horizon, source = closing_horizon(setup.spec, main)
+        sources = [main] if setup.mode == "into-sink" else [main, target]
+        outcome = recompute_pairs(pairs, target=target, sources=sources, present_in=sources, spec=setup.spec,
+                                  horizon=horizon, horizon_source=source, replay_id=setup.replay_id)
+        report.windows = outcome.to_json()
+        report.counts["written"][RECOMPUTED] = outcome.written
+        report.seconds["windows"] = round(time.perf_counter() - t0, 3)
+        if setup.mode == "shadow":
+            from rewind.replay.shadow import compare_shadow
+
+            t0 = time.perf_counter()
+            report.comparison = compare_shadow(main, target, setup.ranges)
+            report.seconds["compare"] = round(time.perf_counter() - t0, 3)
+    finally:
+        spark.sparkContext.setJobDescription(None)
+        for sink in {id(main): main, id(target): target}.values():
+            sink.dispose()
+
+
+def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, tables_mod: Any,
+                   report: ReplayReport, *, progress: bool, chunk_offsets: int) -> set[Any]:
+    """Read, transform and write each chunk; returns the (window_start, key) pairs its events touch."""
+    from tqdm import tqdm
+
+    from rewind.replay.windows import pairs_of
+    from rewind.stream.runner import load_entry_point
+
+    spec, plan = setup.spec, setup.plan
+    transform = load_entry_point(spec.transform)
+    written = [t for t in target.specs if t != RECOMPUTED]
+    counts: dict[str, Any] = {"records_planned": plan.total_records, "records_planned_exact": plan.exact,
+                              "records_read": 0, "events_out": 0, "dead_letters_out": 0,
+                              "written": {t: 0 for t in written}, "already_present": {t: 0 for t in written}}
+    report.counts = counts
+    padding = _other_partitions(setup, bootstrap)
+    options = batch_options(spec, bootstrap, sorted({p.topic for p in plan.partitions}))
+    chunks = plan_chunks(setup.ranges, chunk_offsets)
+    pairs: set[Any] = set()
+    bar = tqdm(total=plan.total_records, unit="rec", unit_scale=True, disable=not progress, file=sys.stderr,
+               desc=f"replay {setup.replay_id}")
+    try:
+        for i, chunk in enumerate(chunks, 1):
+            t = time.perf_counter()
+            full = {**padding, **chunk}
+            spark.sparkContext.setJobDescription(f"rewind replay {setup.replay_id} chunk {i}/{len(chunks)}")
+            src = (spark.read.format(spec.source.format).options(**options)
+                   .option("startingOffsets", offsets_json_text({tp: s for tp, (s, _) in full.items()}))
+                   .option("endingOffsets", offsets_json_text({tp: e for tp, (_, e) in full.items()})).load())
+            src = src.persist()  # read Kafka once: the transform scans its input once per output branch
+            try:
+                read = src.count()
+                frame = transform(src, spec).toArrow().to_pandas()
+            finally:
+                src.unpersist()
+            tables = tables_mod.split_batch(frame, None)  # batch_id NULL: written by a replay
+            tables = _keep_dead_letters_dead(target, tables, chunk)
+            pairs |= pairs_of(tables.get(RECOMPUTED))
+            inserted: dict[str, int] = {}
+            target.write_rows({t: tables[t] for t in written if t in tables}, replay_id=setup.replay_id,
+                              inserted=inserted)
+            out = {t: int(len(tables.get(t, ()))) for t in written}
+            row = {"chunk": i, "offsets": sum(e - s for s, e in chunk.values()), "records": read, "out": out,
+                   "inserted": inserted, "seconds": round(time.perf_counter() - t, 3)}
+            report.chunks.append(row)
+            counts["records_read"] += read
+            counts["events_out"] += out.get("events", 0)
+            counts["dead_letters_out"] += out.get("dead_letter", 0)
+            for name in written:
+                new = inserted.get(name, out.get(name, 0))
+                counts["written"][name] += new
+                counts["already_present"][name] += out.get(name, 0) - new
+            bar.update(read)
+            log.info("replay %s chunk %d/%d: %d offsets, %d records read, out %s, new %s in %.2fs (%.0f rec/s)",
+                     setup.replay_id, i, len(chunks), row["offsets"], read, out, inserted, row["seconds"],
+                     read / max(row["seconds"], 1e-9))
+    finally:
+        bar.close()
+    counts["duplicates_collapsed"] = counts["records_read"] - counts["events_out"] - counts["dead_letters_out"]
+    return pairs
+
+
+def _keep_dead_letters_dead(target: Any, tables: dict[str, Any], chunk: Ranges) -> dict[str, Any]:
+    """Events of records the sink already holds as dead letters are not written again as events.
+
+    Why: the live stream routes a record that arrived behind the watermark to the dead-letter table
+    (``behind_watermark``); a replay, a batch read without a watermark, would find it valid and
+    write it as an event too, and the record would then be in two places. A replay repairs what is
+    missing; it does not overturn the stream's verdicts.
+    """
+    import sqlalchemy as sa
+
+    events = tables.get("events")
+    if events is None or not len(events) or "dead_letter" not in target.specs:
+        return tables
+    conds = lambda t: sa.or_(*[sa.and_(t.c.topic == tp.topic, t.c.partition == tp.partition,  # noqa: E731
+                                       t.c.offset >= s, t.c.offset < e) for tp, (s, e) in chunk.items() if e > s])
+    dead = target.read_rows("dead_letter", where=conds, columns=["topic", "partition", "offset"])
+    if not len(dead):
+        return tables
+    taken = set(zip(dead["topic"], dead["partition"].astype(int), dead["offset"].astype(int)))
+    keep = [(t, int(p), int(o)) not in taken for t, p, o in zip(events["topic"], events["partition"], events["offset"])]
+    if not all(keep):
+        log.info("replay: %d event(s) left out: their records are dead letters already", keep.count(False))
+    return {**tables, "events": events[keep]}
+
+
+def prove_range(setup: ReplaySetup, bootstrap: str, report: ReplayReport, s3: Any) -> None:
+    from rewind.proof.dq import format_proof, run_proof
+
+    t = time.perf_counter()
+    result = run_proof(setup.target_spec, bootstrap, bounds=setup.bounds, run_dir=setup.run_dir / "proof", s3=s3,
+                       run_id=f"replay-{setup.replay_id}")
+    report.seconds["proof"] = round(time.perf_counter() - t, 3)
+    report.proof = {"ok": result.ok, "run_id": result.run_id, "expectations": result.expectations,
+                    "failed": [f.name for f in result.failures], "counts": result.counts, "local": result.local,
+                    "s3": result.s3, "s3_error": result.s3_error, "notes": result.notes,
+                    "text": format_proof(result)}

@@ -1,0 +1,116 @@
+"""Shadow mode's comparison: what the replay produced (shadow tables) against the main tables.
+
+It answers the on-call question "what would an into-sink replay of this range change?":
+- events (by event_id): ids only in the shadow (an into-sink replay would restore them), ids
+  the main tables hold in the range but the replay did not produce (e.g. a transform fix
+  now dead-letters them), and ids in both whose content differs;
+- dead letters (by topic/partition/offset): only in shadow, only in main, reason differs;
+- windows (by window_start/key): the shadow's recomputed rows that main lacks or holds with
+  another count or sum.
+An id the main tables hold at other coordinates (a duplicate send outside the range) is in
+main already, so it is not "only in shadow".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+import sqlalchemy as sa
+
+from rewind.replay.windows import SUM_TOLERANCE, pairs_of, read_window_rows, utc
+
+EXAMPLES = 5
+IN_CHUNK = 500  # values per IN (...) list: well under every database's parameter limit
+EVENT_FIELDS = ("key", "amount", "event_time")
+
+
+def in_range(ranges: Mapping[tuple[str, int], tuple[int, int]]) -> Any:
+    """A ``where`` for ``sink.read_rows``: Kafka coordinates inside the per-partition ranges."""
+    def where(t: sa.Table) -> Any:
+        parts = [sa.and_(t.c.topic == topic, t.c.partition == part, t.c.offset >= lo, t.c.offset < hi)
+                 for (topic, part), (lo, hi) in ranges.items() if hi > lo]
+        return sa.or_(*parts) if parts else sa.false()
+    return where
+
+
+def read_by_ids(sink: Any, ids: Sequence[str]) -> pd.DataFrame:
+    frames = [sink.read_rows("events", lambda t, chunk=ids[i:i + IN_CHUNK]: t.c.event_id.in_(chunk))
+              for i in range(0, len(ids), IN_CHUNK)]
+    return pd.concat(frames, ignore_index=True) if frames else sink.read_rows("events", lambda t: sa.false())
+
+
+def _examples(frame: pd.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
+    out = []
+    for rec in frame.head(EXAMPLES)[list(columns)].to_dict(orient="records"):
+        out.append({k: (v.isoformat() if isinstance(v, pd.Timestamp) else None if v is pd.NA else v)
+                    for k, v in rec.items()})
+    return out
+
+
+def compare_events(main: Any, shadow: Any, where: Any) -> dict[str, Any]:
+    sh = shadow.read_rows("events", where)
+    mn = main.read_rows("events", where)
+    in_main = set(mn["event_id"])
+    elsewhere = read_by_ids(main, sorted(set(sh["event_id"]) - in_main))
+    known = in_main | set(elsewhere["event_id"])
+    only_shadow = sh[~sh["event_id"].isin(known)]
+    only_main = mn[~mn["event_id"].isin(set(sh["event_id"]))]
+    both = sh.merge(pd.concat([mn, elsewhere], ignore_index=True).drop_duplicates("event_id"), on="event_id",
+                    suffixes=("_shadow", "_main"))
+    differs = pd.Series(False, index=both.index)
+    for f in EVENT_FIELDS:
+        a, b = both[f"{f}_shadow"], both[f"{f}_main"]
+        differs |= ~((a == b) | (a.isna() & b.isna())).astype(bool)
+    cols = ["event_id", "topic", "partition", "offset"]
+    return {"shadow": int(len(sh)), "main_in_range": int(len(mn)), "main_elsewhere": int(len(elsewhere)),
+            "only_in_shadow": int(len(only_shadow)), "only_in_main": int(len(only_main)),
+            "differing": int(differs.sum()),
+            "examples": {"only_in_shadow": _examples(only_shadow, cols), "only_in_main": _examples(only_main, cols),
+                         "differing": _examples(both[differs], ["event_id", *(f"{f}_{s}" for f in EVENT_FIELDS
+                                                                              for s in ("shadow", "main"))])}}
+
+
+def compare_dead_letters(main: Any, shadow: Any, where: Any) -> dict[str, Any]:
+    coords = ["topic", "partition", "offset"]
+    sh = shadow.read_rows("dead_letter", where)
+    mn = main.read_rows("dead_letter", where)
+    merged = sh.merge(mn, on=coords, how="outer", suffixes=("_shadow", "_main"), indicator=True)
+    only_shadow = merged[merged["_merge"] == "left_only"]
+    only_main = merged[merged["_merge"] == "right_only"]
+    both = merged[merged["_merge"] == "both"]
+    differing = both[both["reason_shadow"] != both["reason_main"]]
+    return {"shadow": int(len(sh)), "main_in_range": int(len(mn)), "only_in_shadow": int(len(only_shadow)),
+            "only_in_main": int(len(only_main)), "differing": int(len(differing)),
+            "examples": {"only_in_shadow": _examples(only_shadow, coords), "only_in_main": _examples(only_main, coords),
+                         "differing": _examples(differing, [*coords, "reason_shadow", "reason_main"])}}
+
+
+def compare_windows(main: Any, shadow: Any) -> dict[str, Any]:
+    sh = shadow.read_table("window_results")
+    pairs = pairs_of(sh)
+    mn = read_window_rows(main, pairs) if pairs else sh.iloc[0:0].copy()
+    for frame in (sh, mn):
+        frame["window_start"] = utc(frame["window_start"])
+    merged = sh.merge(mn, on=["window_start", "key"], how="left", suffixes=("_shadow", "_main"), indicator=True)
+    only_shadow = merged[merged["_merge"] == "left_only"]
+    both = merged[merged["_merge"] == "both"]
+    differs = ((both["event_count_shadow"] != both["event_count_main"])
+               | ((both["amount_sum_shadow"].fillna(0) - both["amount_sum_main"].fillna(0)).abs() > SUM_TOLERANCE))
+    cols = ["window_start", "key", "event_count_shadow", "event_count_main", "amount_sum_shadow", "amount_sum_main"]
+    return {"shadow": int(len(sh)), "only_in_shadow": int(len(only_shadow)), "differing": int(differs.sum()),
+            "same": int(len(both) - differs.sum()),
+            "examples": {"only_in_shadow": _examples(only_shadow, ["window_start", "key", "event_count_shadow"]),
+                         "differing": _examples(both[differs], cols)}}
+
+
+def compare_shadow(main: Any, shadow: Any, ranges: Mapping[tuple[str, int], tuple[int, int]]) -> dict[str, Any]:
+    """The comparison of the shadow tables with the main tables over the replayed range."""
+    where = in_range(ranges)
+    out = {"events": compare_events(main, shadow, where), "dead_letter": compare_dead_letters(main, shadow, where),
+           "windows": compare_windows(main, shadow)}
+    out["identical"] = all(out[t]["only_in_shadow"] == 0 and out[t]["differing"] == 0
+                           and out[t].get("only_in_main", 0) == 0 for t in ("events", "dead_letter", "windows"))
+    out["main_tables"] = {t: main.table_name(t) for t in ("events", "dead_letter", "window_results")}
+    out["shadow_tables"] = {t: shadow.table_name(t) for t in ("events", "dead_letter", "window_results")}
+    return out

@@ -1,0 +1,102 @@
+"""Where Rewind's environment is read: the home directory, the services, the bootstrap, the knobs.
+
+Why one module: library code used to import the command line to learn ``REWIND_HOME`` or the
+bootstrap, which tied every module to the CLI (an import cycle of 16 files). Every environment
+variable Rewind reads is read here, with its default and what it is for:
+
+| variable | default | what |
+|---|---|---|
+| ``REWIND_HOME`` | ``./.rewind`` | state of the embedded platform, streams' status, runs, reports |
+| ``REWIND_REGISTRY`` | ``streams.yaml`` of the checkout | the stream registry |
+| ``REWIND_KAFKA_BOOTSTRAP`` | the embedded platform's | Kafka for commands without ``--bootstrap`` |
+| ``REWIND_JARS`` | ``.jars`` of the checkout | JVM dependencies (``pom.xml``) |
+| ``REWIND_KAFKA_HEAP`` | 1g (512m per cluster node) | the embedded broker's heap |
+| ``REWIND_SPARK_MASTER`` | ``local[2]`` | Spark master of sessions Rewind builds |
+| ``REWIND_SPARK_LOG_LEVEL`` | ``WARN`` | Spark's log level |
+| ``REWIND_LAG_PROBE_S`` | 10 | seconds between lag look-ups in the driver (0: off) |
+| ``REWIND_FAIL_ON_BATCH`` | unset | tests: a batch id that always fails (a poison batch) |
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rewind.errors import Refused
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The checkout Rewind runs from (``pyproject.toml`` beside the package), or None when installed.
+SOURCE_ROOT: Path | None = PACKAGE_DIR.parent if (PACKAGE_DIR.parent / "pyproject.toml").exists() else None
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name, default)
+
+
+def rewind_home() -> Path:
+    return Path(os.environ.get("REWIND_HOME") or Path.cwd() / ".rewind").resolve()
+
+
+def services_dir() -> Path:
+    return rewind_home() / "services"
+
+
+def default_registry() -> Path:
+    """``$REWIND_REGISTRY``, else the checkout's ``streams.yaml``."""
+    given = os.environ.get("REWIND_REGISTRY")
+    if given:
+        return Path(given)
+    if SOURCE_ROOT is None:
+        raise Refused("no stream registry: set REWIND_REGISTRY to your streams.yaml (or pass --registry)")
+    return SOURCE_ROOT / "streams.yaml"
+
+
+def jars_dir() -> Path:
+    given = os.environ.get("REWIND_JARS")
+    if given:
+        return Path(given).resolve()
+    return (SOURCE_ROOT or Path.cwd()) / ".jars"
+
+
+def python_path() -> str:
+    """What child processes need on ``PYTHONPATH`` to import this ``rewind`` (the checkout, if any)."""
+    parts = [str(SOURCE_ROOT)] if SOURCE_ROOT else []
+    if os.environ.get("PYTHONPATH"):
+        parts.append(os.environ["PYTHONPATH"])
+    return os.pathsep.join(dict.fromkeys(parts))
+
+
+def resolve_bootstrap(arg: str | None) -> str:
+    """``--bootstrap``, else ``$REWIND_KAFKA_BOOTSTRAP``, else the running embedded platform."""
+    from rewind.platform.services import read_platform
+
+    if arg:
+        return arg
+    if os.environ.get("REWIND_KAFKA_BOOTSTRAP"):
+        return os.environ["REWIND_KAFKA_BOOTSTRAP"]
+    info = read_platform(services_dir())
+    if info is None:
+        raise Refused("no Kafka to talk to: pass --bootstrap HOST:PORT, set REWIND_KAFKA_BOOTSTRAP, or start the "
+                      "embedded platform with `rewind services up` (or `make up`)")
+    return info.kafka_bootstrap
+
+
+def spark_master(default: str = "local[2]") -> str:
+    return os.environ.get("REWIND_SPARK_MASTER") or default
+
+
+def spark_log_level() -> str:
+    return os.environ.get("REWIND_SPARK_LOG_LEVEL", "WARN")
+
+
+def lag_probe_interval_s() -> float:
+    return float(os.environ.get("REWIND_LAG_PROBE_S", "10"))
+
+
+def fail_on_batch() -> int | None:
+    value = os.environ.get("REWIND_FAIL_ON_BATCH")
+    return int(value) if value else None
+
+
+def kafka_heap(cluster: bool) -> str:
+    return os.environ.get("REWIND_KAFKA_HEAP") or ("512m" if cluster else "1g")

@@ -1,0 +1,156 @@
+"""Is a stream running, stop it gracefully, launch it detached.
+
+Why here and not in the runner: a savepoint with ``--stop`` and a restore act on a
+stream from another process; all they have is the status file (pid, heartbeat) the
+runner keeps, and the runner's promise that SIGTERM means "stop after the current
+batch commits".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rewind.registry import StreamSpec
+from rewind.platform.processes import log_tail, pid_alive
+from rewind.stream.status import StreamStatus, read_status, status_path
+
+ACTIVE_STATES = ("starting", "running", "stopping")
+#: A heartbeat older than this (with a live pid) is a hung driver or a reused pid, not a running stream.
+STALE_AFTER_S = 600.0
+
+
+class StreamControlError(RuntimeError):
+    """A stop or launch did not happen; the message says what is left running or where the log is."""
+
+
+class StreamFailed(StreamControlError):
+    """A (re)launched stream failed: its query raised (``query_failed``) or its process exited
+    (``process_gone``) before it got where it was asked to."""
+
+    def __init__(self, cause: str, detail: str) -> None:
+        super().__init__(detail)
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Liveness:
+    running: bool
+    pid: int | None
+    why: str
+
+
+def liveness(status: StreamStatus | None, now: float, alive: Callable[[int], bool],
+             stale_after: float = STALE_AFTER_S) -> Liveness:
+    """Pure: is the stream described by ``status`` running (pid alive and heartbeat fresh)?"""
+    if status is None:
+        return Liveness(False, None, "no status file")
+    if status.state not in ACTIVE_STATES:
+        return Liveness(False, status.pid, f"state {status.state}")
+    if not alive(status.pid):
+        return Liveness(False, status.pid, f"pid {status.pid} is gone (state {status.state} is stale)")
+    age = now - status.heartbeat
+    if age > stale_after:
+        return Liveness(False, status.pid, f"heartbeat {age:.0f}s old (pid {status.pid} is not a live stream)")
+    return Liveness(True, status.pid, f"{status.state}, pid {status.pid}, heartbeat {age:.0f}s ago")
+
+
+def stream_liveness(spec: StreamSpec) -> Liveness:
+    return liveness(read_status(status_path(spec.status_dir, spec.name)), time.time(), pid_alive)
+
+
+def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
+    """SIGTERM the stream's driver and wait until it has exited.
+
+    Returns False when no stream was running. The signal goes to the driver process only
+    (not its group): the runner then stops after the current batch commits and stops
+    Spark itself. Raises StreamControlError if it is still alive after ``timeout``.
+    """
+    live = stream_liveness(spec)
+    if not live.running or live.pid is None:
+        return False
+    try:
+        os.kill(live.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while pid_alive(live.pid):
+        if time.monotonic() > deadline:
+            raise StreamControlError(f"stream {spec.name} (pid {live.pid}) did not stop within {timeout:.0f}s of "
+                                     "SIGTERM; it is still running")
+        time.sleep(0.2)
+    return True
+
+
+def launch_stream(spec: StreamSpec, registry_path: str | Path | None, bootstrap: str, log_path: Path,
+                  env: dict[str, str] | None = None) -> int:
+    """Start ``rewind stream run`` detached (own session, survives this process); returns its pid."""
+    argv = [sys.executable, "-m", "rewind.cli.main", "stream", "run", spec.name, "--bootstrap", bootstrap]
+    if registry_path:
+        argv += ["--registry", str(Path(registry_path).resolve())]
+    return spawn_detached(argv, log_path, {**os.environ, **(env or {})})
+
+
+def spawn_detached(argv: list[str], log_path: Path, env: dict[str, str], cwd: Path | None = None) -> int:
+    """Start `argv` in its own session with output appended to `log_path` and the repo importable;
+    the process outlives its caller (a stream is not the child of whoever launched it)."""
+    from rewind.settings import SOURCE_ROOT
+
+    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(SOURCE_ROOT or ""), env.get("PYTHONPATH", "")) if p)}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=cwd, start_new_session=True)
+    return proc.pid
+
+
+def wait_running(spec: StreamSpec, pid: int, timeout: float = 120.0, log_path: Path | None = None,
+                 started_after: float | None = None) -> StreamStatus:
+    """Wait until the stream launched as `pid` reports running; its status then.
+
+    `pid` is the driver itself, or (with `started_after`, the launch time) spark-submit, whose
+    child the driver is: then the status written after the launch is the new driver's.
+    Raises `StreamFailed` (naming the log) when the query fails or the process exits first.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = read_status(status_path(spec.status_dir, spec.name))
+        mine = st is not None and (st.pid == pid or (started_after is not None and st.started_at >= started_after - 1))
+        if mine and st is not None and st.state == "running" and pid_alive(st.pid):
+            return st
+        if mine and st is not None and st.state == "failed":
+            raise StreamFailed("query_failed", f"stream {spec.name} failed while starting (last batch "
+                                               f"{st.last_batch_id}): {st.exception}; see {log_path}")
+        if not pid_alive(pid):
+            raise StreamFailed("process_gone", f"stream {spec.name} (pid {pid}) exited during start-up; "
+                                               f"see {log_path}:\n{log_tail(log_path, 30)}")
+        time.sleep(0.3)
+    raise StreamControlError(f"stream {spec.name} (pid {pid}) not running after {timeout:.0f}s; see {log_path}")
+
+
+def default_log_path(spec: StreamSpec) -> Path:
+    """``<status_dir>/../logs/stream-NAME.log``: where ``rewind up`` logs the demo stream too."""
+    return Path(spec.status_dir).parent / "logs" / f"stream-{spec.name}.log"
+
+
+def wait_caught_up(spec: StreamSpec, bootstrap: str, timeout: float) -> dict[str, int]:
+    """Wait until the stream's committed end offsets reach the end of its topics; returns them."""
+    from rewind.kafka.client import true_end_offsets
+
+    end = {f"{tp.topic}/{tp.partition}": o for tp, o in true_end_offsets(bootstrap, spec.topics).items()}
+    deadline = time.monotonic() + timeout
+    done: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        st = read_status(status_path(spec.status_dir, spec.name))
+        done = {f"{t}/{p}": int(o) for t, parts in (st.end_offsets if st else {}).items() for p, o in parts.items()}
+        if all(done.get(k, -1) >= v for k, v in end.items()):
+            return done
+        time.sleep(1)
+    raise StreamControlError(f"{spec.name} did not catch up within {timeout:.0f}s: committed {done}, "
+                             f"topic end {end}")

@@ -1,0 +1,290 @@
+"""Run one registered stream: Kafka source -> transform -> exactly-once sink.
+
+The exactly-once chain: Spark records each batch's Kafka offsets in the
+checkpoint's offset log before running it; after a crash it re-runs that batch
+with the same id and the same offsets; the sink writes a batch and its ledger
+row in one transaction and skips a batch id it has already committed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rewind.registry import StreamSpec
+from rewind.stream.status import StreamStatus, make_listener, status_path, write_status
+
+log = logging.getLogger(__name__)
+#: How long a stop request waits for the running batch to commit. Stopping mid-batch is safe
+#: (the batch re-runs on restart and the sink skips what it already holds), just slower.
+GRACEFUL_STOP_S = 20.0
+
+
+def load_entry_point(ref: str) -> Callable[..., Any]:
+    """'package.module:function' -> the function, with an error that names what is missing."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"transform {ref!r}: cannot import module {module_name!r}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"transform {ref!r}: module {module_name!r} has no {attr!r}") from None
+
+
+def check_source(spec: StreamSpec, bootstrap: str) -> None:
+    """Refuse before Spark starts: an unreachable bootstrap, a missing topic, a missing connector."""
+    from rewind.kafka.client import check_reachable
+    from rewind.kafka.client_config import kafka_options
+
+    if spec.source.format == "kafka":
+        from rewind.platform.jars import connector_jars
+
+        connector_jars(required=True)
+    check_reachable(bootstrap, spec.topics, kafka_options(spec.source.options))
+
+
+@dataclass
+class BatchWriter:
+    """The foreachBatch function: one collect, one sink transaction per batch."""
+
+    sink: Any
+    split: Callable[[Any, int], dict[str, Any]]
+    fail_on_batch: int | None = None  # test hook: a poison batch that always fails
+    checkpoint: str | None = None  # where offsets/<batch> says which Kafka range the batch holds
+    phases: list[dict[str, Any]] | None = None  # benchmarks: per batch, where foreachBatch's time went
+    #: batch id -> (records routed as behind the watermark, that watermark in ms), for the check
+    #: against Spark's own count when the batch's progress arrives (see ``late_check``).
+    late: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from rewind.stream.late_routing import keep_behind, late_events_watermark_ms, mark_behind
+
+        if self.fail_on_batch is not None and batch_id == self.fail_on_batch:
+            raise RuntimeError(f"poison batch {batch_id} (REWIND_FAIL_ON_BATCH)")
+        t0 = time.perf_counter()
+        # Of the transform's late candidates, keep exactly those Spark's state operators drop.
+        watermark = late_events_watermark_ms(self.checkpoint, batch_id) if self.checkpoint else None
+        if "kind" in df.columns:
+            df = keep_behind(df, watermark if watermark is not None else -1)
+        table = df.toArrow()  # runs the micro-batch's Spark job (read, parse, state) and collects it
+        t1 = time.perf_counter()
+        frame = table.to_pandas()
+        routed = mark_behind(frame, watermark)
+        self.late[batch_id] = (routed, watermark or 0)
+        tables = self.split(frame, batch_id)
+        t2 = time.perf_counter()
+        result = self.sink.write_batch(batch_id, tables, self.source_offsets(batch_id))
+        if self.phases is not None:
+            self.phases.append({"batch_id": batch_id, "rows": table.num_rows, "collect_s": t1 - t0,
+                                "to_pandas_split_s": t2 - t1, "sink_write_s": time.perf_counter() - t2})
+        log.info("batch %d %s rows=%s in %.2fs", batch_id, "skipped (already committed)" if result.skipped
+                 else "re-planned, rewritten" if result.replanned else "committed", result.rows, result.seconds)
+
+    def source_offsets(self, batch_id: int) -> str | None:
+        """The batch's identity as the sink ledger stores it: start offsets (batch N-1's end), end
+        offsets and watermark, from Spark's offset log (written before the batch runs).
+
+        Why all three: a plain retry of batch N re-reads the same range under the same watermark and
+        may be skipped, but after a savepoint restore the same id can be re-planned to *end* where the
+        old batch N ended while starting elsewhere, and its watermark then closes other windows;
+        skipping it lost those windows (chaos seed 7, 2026-11-23). Any difference means the batch is
+        rewritten, which the idempotent table writes make safe."""
+        if self.checkpoint is None:
+            return None
+        from rewind.checkpoints.inspection import parse_offsets_file
+
+        offsets = Path(self.checkpoint) / "offsets"
+        try:
+            meta, sources = parse_offsets_file((offsets / str(batch_id)).read_text())
+        except (OSError, ValueError) as exc:
+            log.warning("batch %d: offsets unreadable (%s); the ledger records no offsets", batch_id, exc)
+            return None
+        start: Any = None
+        if batch_id > 0:
+            try:
+                start = _one_or_all(parse_offsets_file((offsets / str(batch_id - 1)).read_text())[1])
+            except (OSError, ValueError):
+                start = "unknown"  # never equal to a recorded identity with a known start: rewritten
+        return json.dumps({"start": start, "end": _one_or_all(sources),
+                           "watermark_ms": meta.get("batchWatermarkMs")}, sort_keys=True)
+
+
+def _one_or_all(sources: list[dict[str, Any]]) -> Any:
+    unique = {json.dumps(s, sort_keys=True) for s in sources}
+    return json.loads(unique.pop()) if len(unique) == 1 else sources
+
+def source_options(spec: StreamSpec, bootstrap: str) -> dict[str, str]:
+    """The source's options: the registry's, with the bootstrap, the topics, and ``read_committed``
+    unless the registry says otherwise. Why that default: Spark's connector reads
+    ``read_uncommitted`` (the Java client's default), so records of aborted transactions would reach
+    the sink, while every proof (librdkafka, ``read_committed`` by default) counts only committed ones."""
+    return {"kafka.bootstrap.servers": bootstrap, "subscribe": ",".join(spec.topics),
+            "kafka.isolation.level": "read_committed", **spec.source.options}
+
+
+def open_sink(spec: StreamSpec) -> tuple[Any, Any]:
+    """The stream's sink and its tables module (``tables`` beside the transform's module)."""
+    from rewind.sink.sql import ExactlyOnceSqlSink
+
+    transform = load_entry_point(spec.transform)
+    tables_mod = importlib.import_module(transform.__module__.rsplit(".", 1)[0] + ".tables")
+    sink = ExactlyOnceSqlSink(spec.sink.url, spec.name, tables_mod.TABLES, table_prefix=spec.sink.table_prefix)
+    return sink, tables_mod
+
+
+def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
+                checkpoint: str | None = None, phases: list[dict[str, Any]] | None = None,
+                late: dict[int, tuple[int, int]] | None = None):
+    """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter)."""
+    transform = load_entry_point(spec.transform)
+    sink, tables_mod = open_sink(spec)
+    sink.create_tables()
+    fail_env = os.environ.get("REWIND_FAIL_ON_BATCH")
+    checkpoint = checkpoint or spec.checkpoint
+    writer = BatchWriter(sink, tables_mod.split_batch, int(fail_env) if fail_env else None, checkpoint, phases,
+                         late if late is not None else {})
+    source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
+    out = transform(source, spec)
+    ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)
+          .option("checkpointLocation", checkpoint))
+    ws = ws.trigger(availableNow=True) if available_now else ws.trigger(
+        processingTime=f"{spec.durations()['trigger'].total_seconds()} seconds")
+    return ws.start()
+
+
+def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False, master: str | None = None) -> int:
+    """Run until the query ends or SIGTERM/SIGINT asks for a stop after the current batch."""
+    from rewind.stream.spark_session import build_session
+
+    check_source(spec, bootstrap)
+    Path(spec.checkpoint).parent.mkdir(parents=True, exist_ok=True)
+    spath = status_path(spec.status_dir, spec.name)
+    status = StreamStatus(stream=spec.name)
+    write_status(spath, status)
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping %s after the current batch", signum, spec.name)
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    spark = build_session(f"rewind-{spec.name}", master)
+    late: dict[int, tuple[int, int]] = {}  # filled by the batch writer, checked when progress arrives
+    late_log = late_checks_path(spath)
+    spark.streams.addListener(make_listener(
+        spath, status, on_progress=lambda p: record_late_check(status, late, p, late_log)))
+    from rewind.checkpoints.pointer import active_checkpoint
+
+    checkpoint = active_checkpoint(spec)  # a savepoint restore may have pointed the stream elsewhere
+    seed_from_checkpoint(status, checkpoint)
+    write_status(spath, status)
+    query = build_query(spark, spec, bootstrap, available_now=available_now, checkpoint=checkpoint, late=late)
+    log.info("stream %s started: query %s, checkpoint %s, sink %s, resuming after batch %s", spec.name, query.id,
+             checkpoint, spec.sink.url.split("@")[-1], status.last_batch_id)
+    probe = start_lag_probe(spec, bootstrap, status, spath)
+    try:
+        while query.isActive:
+            if stop_requested.is_set():
+                status.state = "stopping"
+                write_status(spath, status)
+                # Let the batch in flight commit (its progress event moves last_batch_id), then stop
+                # before a backlog starts the next one; past the deadline, stop anyway.
+                in_flight = status.last_batch_id
+                deadline = time.monotonic() + GRACEFUL_STOP_S
+                while (query.status.get("isTriggerActive") and status.last_batch_id == in_flight
+                       and time.monotonic() < deadline):
+                    time.sleep(0.1)
+                query.stop()
+                break
+            query.awaitTermination(1)
+        exc = query.exception()
+        if exc is not None:
+            status.state, status.exception = "failed", str(exc)
+            write_status(spath, status)
+            log.error("stream %s failed: %s", spec.name, exc)
+            return 1
+        status.state = "stopped"
+        write_status(spath, status)
+        return 0
+    finally:
+        probe.stop()
+        spark.stop()
+
+
+def late_checks_path(status_file: Path) -> Path:
+    """``<status_dir>/<stream>.late.jsonl``: one line per batch, routed vs dropped by the watermark."""
+    return status_file.with_name(status_file.stem + ".late.jsonl")
+
+
+def record_late_check(status: StreamStatus, late: dict[int, tuple[int, int]], progress: Any,
+                      log_file: Path | None = None) -> None:
+    """When a batch's progress arrives: its behind-the-watermark dead letters against Spark's own
+    count of rows dropped by the watermark, logged, appended to ``log_file`` and kept in the status
+    (a mismatch is an error)."""
+    from rewind.stream.late_routing import check_progress
+
+    check = check_progress(late, progress)
+    if check is None:
+        return
+    if log_file is not None:
+        with open(log_file, "a") as f:
+            f.write(json.dumps({"batch": check.batch_id, "routed": check.routed, "dropped": list(check.dropped),
+                                "watermark_ms": check.watermark_ms, "ok": check.ok, "t": round(time.time(), 3)})
+                    + "\n")
+    status.late_routed_total += check.routed
+    status.late_check = {"batch": check.batch_id, "routed": check.routed, "dropped": list(check.dropped),
+                         "watermark_ms": check.watermark_ms, "ok": check.ok}
+    if not check.ok:
+        status.late_mismatches = [*status.late_mismatches, status.late_check][-20:]
+        log.error("%s", check.describe())
+    elif check.routed:
+        log.warning("%s", check.describe())
+
+
+def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
+    """Start the status at the checkpoint's last committed batch and its offsets.
+
+    Why: the supervisor tells a crash loop (failures that never get past the same batch) from
+    progress by the last committed batch; a relaunched driver that fails before its first
+    progress event must still report the batch it is stuck behind, not "none".
+    """
+    from rewind.checkpoints.inspection import CheckpointError, NotACheckpoint, inspect_checkpoint
+
+    if not (Path(checkpoint) / "commits").is_dir():
+        return
+    try:
+        report = inspect_checkpoint(checkpoint, recent=2)
+    except (CheckpointError, NotACheckpoint, OSError) as exc:
+        log.warning("cannot read the last committed batch from %s: %s", checkpoint, exc)
+        return
+    if not report.committed:
+        return
+    last = report.committed[-1]
+    info = report.batch(last)
+    status.last_batch_id = last
+    if info and info.offsets:
+        status.end_offsets = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in info.offsets[0].items()}
+
+
+def start_lag_probe(spec: StreamSpec, bootstrap: str, status: StreamStatus, spath: Path) -> Any:
+    """The Kafka lag look-up thread (REWIND_LAG_PROBE_S seconds apart, default 10; 0 turns it off)."""
+    from rewind.kafka.client import stream_consumer_config
+    from rewind.stream.lag_probe import LagProbe
+
+    interval = float(os.environ.get("REWIND_LAG_PROBE_S", "10"))
+    probe = LagProbe(stream_consumer_config(spec.source.options, bootstrap, f"rewind-lag-{spec.name}"),
+                     spec.topics, status, spath, interval_s=max(interval, 0.5))
+    if interval > 0:
+        probe.start()
+    return probe

@@ -1,0 +1,74 @@
+"""Is a stream healthy, and if not, what failed? Pure decisions over a status snapshot.
+
+Why a separate module: the supervisor's deferrable trigger, its diagnose task and the UI
+all need the same verdict from the same facts (the status file the stream writes, whether
+its process is alive, the clock). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rewind.stream.status import StreamStatus
+
+Cause = Literal["not_started", "process_gone", "query_failed", "stopped", "heartbeat_stale", "stalled",
+                "lag_over_threshold"]
+#: Causes the supervisor answers with a restart; lag alone is reported, restarting would not help.
+RESTART_CAUSES: frozenset[str] = frozenset({"not_started", "process_gone", "query_failed", "stopped",
+                                            "heartbeat_stale", "stalled"})
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    heartbeat_stale_s: float = 60.0  # no listener event at all for this long: the driver is hung
+    stall_s: float = 120.0  # Kafka has data but no new batch for this long
+    startup_grace_s: float = 180.0  # a starting stream (Spark start-up, first batch) is left alone
+    max_lag: int | None = None  # records behind; None = no lag alarm
+
+
+@dataclass(frozen=True)
+class Health:
+    healthy: bool
+    cause: Cause | None = None
+    detail: str = ""
+
+    @property
+    def needs_restart(self) -> bool:
+        return self.cause in RESTART_CAUSES
+
+
+def diagnose(status: StreamStatus | None, now: float, process_alive: bool, t: Thresholds = Thresholds()) -> Health:
+    """The verdict for one status snapshot (`process_alive`: the pid in the status is running)."""
+    if status is None:
+        return Health(False, "not_started", "no status file: the stream has not been launched")
+    where = f"last batch {status.last_batch_id}, offsets {status.end_offsets}"
+    if status.state == "failed":
+        return Health(False, "query_failed", f"query terminated with an exception ({where}): "
+                                             f"{(status.exception or '').strip()[:2000]}")
+    if status.state == "stopped":
+        return Health(False, "stopped", f"the stream stopped ({where})")
+    if not process_alive:
+        return Health(False, "process_gone", f"process {status.pid} is gone while the stream was "
+                                             f"{status.state} ({where})")
+    age = now - status.heartbeat
+    if status.state == "starting":
+        if now - status.started_at > t.startup_grace_s:
+            return Health(False, "heartbeat_stale", f"still starting after {now - status.started_at:.0f}s")
+        return Health(True, None, "starting")
+    if status.last_batch_at is None or status.last_batch_at < status.started_at:
+        # The listener reports nothing until this driver's first batch ends, and that batch (planning,
+        # state load, a backlog) can outlast the heartbeat limit on a busy machine: a driver was
+        # relaunched mid-batch for it. The start-up grace covers the first batch too.
+        running_s = now - status.started_at
+        if running_s <= t.startup_grace_s:
+            return Health(True, None, f"first batch in progress ({running_s:.0f}s since start)")
+    if age > t.heartbeat_stale_s:
+        return Health(False, "heartbeat_stale", f"no heartbeat for {age:.0f}s (pid {status.pid} is alive: hung?)")
+    since_batch = now - (status.last_batch_at or status.started_at)
+    if status.total_lag > 0 and since_batch > t.stall_s:
+        return Health(False, "stalled", f"{status.total_lag} records waiting but no batch for {since_batch:.0f}s "
+                                        f"({where})")
+    if t.max_lag is not None and status.total_lag > t.max_lag:
+        return Health(False, "lag_over_threshold", f"lag {status.total_lag} > {t.max_lag} records ({status.lag})")
+    return Health(True, None, f"running: {where}, lag {status.total_lag}")
