@@ -157,8 +157,8 @@ def targets(results: Path) -> list[tuple[str, float, float]]:
                     f"{worst['create_ratio']:.2f} at {worst['mb']:g} MB (worst size)"))
     c = load(results, "checkpoint_inspect")
     if c:
-        out.append((f"inspect {c['batches_large']:,} / {c['batches_small']} batches <= 2", c["ratio"] / c["target_ratio"],
-                    f"{c['ratio']:.2f}"))
+        out.append((f"inspect {c['batches_large']:,} / {c['batches_small']} batches <= 2",
+                    c["ratio"] / c["target_ratio"], f"{c['ratio']:.2f}"))
     rec = load(results, "recovery")
     if rec:
         v = rec["median_s"]["sigkill_to_first_new_batch"]

@@ -56,7 +56,8 @@ class Producer(threading.Thread):
 
 
 def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
-    from rewind.stream.status import read_status, status_path
+    from rewind.paths import status_path
+    from rewind.stream.status import read_status
 
     while True:
         st = read_status(status_path(spec.status_dir, spec.name))
@@ -68,7 +69,8 @@ def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
 
 def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any]) -> None:
     """Wait for progress past `after_batch`, SIGKILL the driver, then time the recovery."""
-    from rewind.stream.status import read_status, status_path
+    from rewind.paths import status_path
+    from rewind.stream.status import read_status
 
     path = status_path(spec.status_dir, spec.name)
     deadline = time.monotonic() + 600
@@ -109,17 +111,16 @@ def main() -> None:
     home = work / "airflow"
     os.environ.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-                       "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins")})
-    sys.path.insert(0, str(ROOT / "plugins"))
+                       "AIRFLOW__CORE__PLUGINS_FOLDER": str(work / "plugins")})
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, timeout=600)
 
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.registry import load_registry
-    from rewind.testing.registry_templates import demo_stream, write_registry
     from rewind.platform.services import EmbeddedPlatform
-    from rewind.stream.control import stop_stream, wait_caught_up
-    from rewind.supervision.reconcile import read_history
     from rewind.proof.verify import verify_stream
+    from rewind.registry import load_registry
+    from rewind.stream.control import stop_stream, wait_caught_up
+    from rewind.supervision.failures import read_failures
+    from rewind.testing.registry_templates import demo_stream, write_registry
 
     with EmbeddedPlatform(work / "services") as plat:
         info = plat.info()
@@ -133,7 +134,7 @@ def main() -> None:
                                {"conn_type": "generic", "extra": {"bootstrap": info.kafka_bootstrap}})})
         produce(info.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=2, id_prefix="seed"))
         spec = load_registry(reg).get("rec")
-        from rewind_airflow.dag_factory import build_dags
+        from rewind_airflow.dags.factory import build_dags
 
         dag = build_dags(str(reg))["rewind_rec_supervisor"]
         producer = Producer(info.kafka_bootstrap, topic, args.rate)
@@ -151,7 +152,7 @@ def main() -> None:
                 run = dag.test(run_conf={"chain": False, "watch_s": 900})
                 killer.join(timeout=300)
                 states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
-                failures = read_history(spec)["failures"]
+                failures = read_failures(spec)["failures"]
                 detected = next((f["at"] for f in reversed(failures) if f["at"] >= timing.get("killed_at", 1e18)),
                                 None)
                 if "error" in timing or detected is None or "first_batch_at" not in timing:

@@ -121,10 +121,11 @@ def main() -> None:
     load_start = round(os.getloadavg()[0], 2)
 
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.registry import load_registry
-    from rewind.testing.registry_templates import demo_stream, write_registry
-    from rewind.replay.plan import ReplayRequest, plan_replay
     from rewind.platform.services import EmbeddedPlatform
+    from rewind.registry import load_registry
+    from rewind.replay.planner import plan_replay
+    from rewind.replay.request import ReplayRequest
+    from rewind.testing.registry_templates import demo_stream, write_registry
 
     order = [list(source_order(rep, sources)) for rep in range(args.repeat)]
     raw_runs: list[dict[str, Any]] = []

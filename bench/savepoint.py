@@ -64,8 +64,8 @@ def build_checkpoint(spark: Any, bootstrap: str, topic: str, path: Path, target_
     """
     from pyspark.sql import functions as F
 
-    from rewind.kafka.source import SOURCE_NAME
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.kafka.options import SOURCE_NAME
 
     settings = {"spark.sql.shuffle.partitions": "2",
                 # keep every version: nothing is cleaned up under the copy
@@ -194,11 +194,11 @@ def main() -> None:
     out = keep_stdout_for_json(work / "bench.log")
     load_start = round(os.getloadavg()[0], 2)
 
-    from rewind.registry import load_registry
-    from rewind.testing.registry_templates import demo_stream, write_registry
-    from rewind.s3 import S3Config, S3Store
     from rewind.platform.services import EmbeddedPlatform
+    from rewind.registry import load_registry
+    from rewind.s3 import S3Config, S3Store
     from rewind.stream.spark_session import build_session
+    from rewind.testing.registry_templates import demo_stream, write_registry
 
     labels = [f"{s:g}MB" for s in sizes]
     topics = [f"bench-sp-{i}" for i in range(len(sizes))]

@@ -164,12 +164,14 @@ def run_rate(spark: Any, spec: Any, rows: int, rows_per_batch: int) -> dict[str,
     from pyspark.sql import functions as F
 
     from rewind.demo.transform import _shape
+    from rewind.stream.contract import load_transform
     from rewind.stream.runner import BatchWriter, open_sink
 
-    sink, tables_mod = open_sink(spec)
+    transform = load_transform(spec)
+    sink = open_sink(spec, transform)
     sink.create_tables()
     writer_phases: list[dict[str, Any]] = []
-    writer = BatchWriter(sink, tables_mod.split_batch, checkpoint=spec.checkpoint, phases=writer_phases)
+    writer = BatchWriter(sink, transform.split, checkpoint=spec.checkpoint, phases=writer_phases)
     src = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
            .option("numPartitions", 2).option("startTimestamp", int(time.time() * 1000)).load())
     events = src.select(
@@ -251,10 +253,10 @@ def main() -> None:
     load_start = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure: say how much
 
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.registry import load_registry
-    from rewind.testing.registry_templates import demo_stream, write_registry
     from rewind.platform.services import EmbeddedPlatform
+    from rewind.registry import load_registry
     from rewind.stream.spark_session import build_session
+    from rewind.testing.registry_templates import demo_stream, write_registry
 
     order = [list(source_order(rep, sources)) for rep in range(args.repeat)]
     raw_runs: list[dict[str, Any]] = []

@@ -1,5 +1,5 @@
-"""Rewind's DAGs, generated from the stream registry (thin: rewind_airflow.dag_factory builds them)."""
+"""Rewind's DAGs, generated from the stream registry ($REWIND_REGISTRY): rewind_airflow builds them."""
 
-from rewind_airflow.dag_factory import build_dags
+from rewind_airflow.dags.factory import build_dags
 
 globals().update(build_dags())

@@ -7,7 +7,7 @@ work started and broke (a broker went away, a file vanished): a retry may help, 
 says what was left as it was. A *proof violation* means the work ran and the data disproves a
 guarantee.
 
-Every class carries the exit code of the command line (``rewind.cli.main``) and whether an Airflow
+Every class carries the exit code of the command line (``rewind.cli``) and whether an Airflow
 task should retry it (``rewind_airflow.errors.airflow_exception`` maps them). Domain errors
 subclass these (e.g. ``ReplayRefused(Refused)``), so ``except Refused`` catches every refusal.
 """

@@ -16,11 +16,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rewind.errors import Refused
+
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^{}]*))?\}")  # innermost first
 
 
-class RegistryError(ValueError):
+class RegistryError(Refused, ValueError):
     """A registry problem; the message names the file, the key and what is expected."""
 
 
@@ -125,12 +127,14 @@ class SupervisionSpec(_Strict):
     stall_after: Duration = "2 min"  # Kafka has data but no new batch for this long
     startup_grace: Duration = "3 min"  # a starting stream is left alone this long
     max_lag: int | None = Field(None, ge=1)  # records behind that raise an alarm (no restart)
+    alert_every: Duration = "10 min"  # an alert that lasts (lag) is raised again after this long
 
     def thresholds(self) -> dict[str, Any]:
         """Keyword arguments of ``rewind.supervision.health.Thresholds`` (plain JSON: the trigger serializes them)."""
         return {"heartbeat_stale_s": parse_duration(self.heartbeat_timeout).total_seconds(),
                 "stall_s": parse_duration(self.stall_after).total_seconds(),
-                "startup_grace_s": parse_duration(self.startup_grace).total_seconds(), "max_lag": self.max_lag}
+                "startup_grace_s": parse_duration(self.startup_grace).total_seconds(), "max_lag": self.max_lag,
+                "alert_every_s": parse_duration(self.alert_every).total_seconds()}
 
 
 class StreamSpec(_Strict):

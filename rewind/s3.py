@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rewind.checkpoints.store import parse_s3_url
+from rewind.errors import Failed
 from rewind.platform.services import DEFAULT_REGION
 
 __all__ = ["ObjectInfo", "S3Config", "S3Error", "S3Store", "S3Unreachable", "format_s3_url", "parse_s3_url",
@@ -29,7 +30,7 @@ MAX_ATTEMPTS = 2
 CHUNK = 1 << 20
 
 
-class S3Error(RuntimeError):
+class S3Error(Failed, RuntimeError):
     """S3 answered but refused (no bucket, bad credentials...); the message names the endpoint."""
 
 

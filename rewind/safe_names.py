@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from rewind.errors import Refused
+
 #: Stream names (the registry's rule: they become DAG ids, table names and S3 keys).
 STREAM_RE = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 #: Savepoint ids: ``20261122T015315Z-b42-9f3a``; letters, digits, ``.``, ``_``, ``-``.
@@ -28,7 +30,7 @@ RELPATH_MAX = 500
 _PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._~+=-]*$")
 
 
-class UnsafeName(ValueError):
+class UnsafeName(Refused, ValueError):
     """A name was refused; ``kind`` says which (stream, savepoint id, ...), the message what to change."""
 
     def __init__(self, kind: str, value: object, message: str) -> None:
@@ -37,7 +39,7 @@ class UnsafeName(ValueError):
         self.value = value
 
 
-class UnknownName(LookupError):
+class UnknownName(Refused, LookupError):
     """A well-formed name that names nothing (e.g. a stream not in the registry)."""
 
     def __init__(self, kind: str, value: str, message: str) -> None:

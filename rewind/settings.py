@@ -19,6 +19,7 @@ variable Rewind reads is read here, with its default and what it is for:
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -67,18 +68,17 @@ def python_path() -> str:
 
 
 def resolve_bootstrap(arg: str | None) -> str:
-    """``--bootstrap``, else ``$REWIND_KAFKA_BOOTSTRAP``, else the running embedded platform."""
-    from rewind.platform.services import read_platform
-
+    """``--bootstrap``, else ``$REWIND_KAFKA_BOOTSTRAP``, else the running embedded platform (the
+    ``kafka_bootstrap`` its ``services.json`` records)."""
     if arg:
         return arg
     if os.environ.get("REWIND_KAFKA_BOOTSTRAP"):
         return os.environ["REWIND_KAFKA_BOOTSTRAP"]
-    info = read_platform(services_dir())
-    if info is None:
+    try:
+        return str(json.loads((services_dir() / "services.json").read_text())["kafka_bootstrap"])
+    except (OSError, ValueError, KeyError):
         raise Refused("no Kafka to talk to: pass --bootstrap HOST:PORT, set REWIND_KAFKA_BOOTSTRAP, or start the "
-                      "embedded platform with `rewind services up` (or `make up`)")
-    return info.kafka_bootstrap
+                      "embedded platform with `rewind services up` (or `make up`)") from None
 
 
 def spark_master(default: str = "local[2]") -> str:

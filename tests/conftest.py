@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -39,7 +40,8 @@ def airflow_factory(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFac
                     ) -> Iterator[Callable[..., "LocalAirflow"]]:
     """Start a real Airflow (api-server, scheduler, dag-processor, triggerer; ~25 s) on free ports.
 
-    ``make(env={...}, dags=..., plugins=...)``: the repo's dags/ and plugins/ by default, the
+    ``make(env={...}, dags=..., plugins=...)``: the repo's dags/ and an empty plugins folder by default
+    (the Rewind page comes from the installed package: entry point airflow.plugins), the
     platform's connections and variables, ``PYTHONPATH`` = the repo; ``env`` is added (e.g.
     ``REWIND_REGISTRY``, read when the DAGs are parsed). Every Airflow started is stopped at the end.
     """
@@ -51,7 +53,7 @@ def airflow_factory(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFac
              **kwargs: object) -> LocalAirflow:
         home = tmp_path_factory.mktemp("airflow")
         full_env = {**platform.env(), "REWIND_HOME": str(home / "rewind"), "PYTHONPATH": str(ROOT), **(env or {})}
-        af = LocalAirflow(home / "airflow_home", dags or ROOT / "dags", plugins or ROOT / "plugins", env=full_env,
+        af = LocalAirflow(home / "airflow_home", dags or ROOT / "dags", plugins or home / "plugins", env=full_env,
                           platform=platform, **kwargs)  # type: ignore[arg-type]
         started.append(af)
         return af.start(timeout=300)
@@ -127,7 +129,8 @@ def postgres_url() -> Iterator[str]:
     Skipped locally when PostgreSQL is not installed; in CI (CI=true) that is a failure, so the
     PostgreSQL tests can never pass by not running.
     """
-    from rewind.testing.pg import LocalPostgres, postgres_available
+    from rewind.testing.pg import LocalPostgres
+    from rewind.testing.pg_install import postgres_available
 
     external = os.environ.get("REWIND_POSTGRES_URL")
     if external:

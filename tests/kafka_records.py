@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient

@@ -7,8 +7,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from rewind.platform.processes import pid_alive
 

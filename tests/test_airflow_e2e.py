@@ -7,18 +7,20 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.registry import load_registry
-from rewind.testing.registry_templates import demo_stream, write_registry
-from rewind.stream.status import read_status, status_path
-from rewind.stream.control import stop_stream, wait_caught_up
-from rewind.supervision.reconcile import read_history
+from rewind.paths import status_path
 from rewind.proof.verify import verify_stream
+from rewind.registry import load_registry
+from rewind.stream.control import stop_stream, wait_caught_up
+from rewind.stream.status import read_status
+from rewind.supervision.failures import read_failures
+from rewind.testing.registry_templates import demo_stream, write_registry
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float, poll: float = 0.5) -> Any:
@@ -64,7 +66,8 @@ def test_supervisor_heals_two_kills_through_real_airflow(airflow_factory, platfo
             killed_at = time.time()
             os.kill(st.pid, signal.SIGKILL)
             failure = _wait("the failure recorded by the supervisor",
-                            lambda: next((f for f in read_history(spec)["failures"] if f["at"] > killed_at), None), 120)
+                            lambda: next((f for f in read_failures(spec)["failures"] if f["at"] > killed_at), None),
+                            120)
             new = _wait("a relaunched stream committing a batch",
                         lambda: (s := read_status(status_file)) and s.pid != st.pid and s.state == "running"
                         and s.last_batch_at and s.last_batch_at > killed_at and s or None, 300)

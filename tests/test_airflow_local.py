@@ -17,7 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rewind.platform.airflow_local import AirflowApiError, AirflowClient, LocalAirflow, connections_env
+from rewind.platform.airflow_client import AirflowApiError, AirflowClient
+from rewind.platform.airflow_connections import connections_env
+from rewind.platform.airflow_local import LocalAirflow
 from rewind.platform.services import PlatformInfo
 
 DAG_ID = "rewind_airflow_probe"
@@ -68,7 +70,7 @@ PROBE_DAG = textwrap.dedent('''
 
 
     probe()
-''' % DAG_ID)
+''' % DAG_ID)  # noqa: UP031 (the DAG source is full of braces that .format or an f-string would have to double)
 
 # Airflow only parses files that mention both "airflow" and "dag" (dag_discovery_safe_mode).
 BROKEN_DAG = "from airflow.sdk import dag\nimport rewind_module_that_does_not_exist  # cannot be imported\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rewind.kafka.alignment import Alignment, cap_ends, horizon_ms, parse_alignment, probe_positions
-from rewind.kafka.offsets import TP, KafkaSourceOptionError, parse_options
+from rewind.kafka.options import parse_options
+from rewind.kafka.types import TP, KafkaSourceOptionError
 
 A, B, C = TP("t", 0), TP("t", 1), TP("t", 2)
 NOW = 10_000_000

@@ -28,20 +28,22 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from rewind.kafka.client import true_end_offsets
+from rewind.demo.producer import ProduceSpec, plan_record
+from rewind.jobs import STREAM_JOB
+from rewind.kafka.lookups import true_end_offsets
+from rewind.paths import status_path
 from rewind.platform.kafka_broker import KafkaCluster
 from rewind.platform.processes import terminate_group
-from rewind.demo.producer import ProduceSpec, plan_record
-from rewind.registry import load_registry
-from rewind.stream.status import StreamStatus, read_history, read_status, status_path
-from rewind.stream.runner import open_sink
 from rewind.proof.verify import verify_stream
+from rewind.registry import load_registry
+from rewind.stream.runner import open_sink
+from rewind.stream.status import StreamStatus, read_history, read_status
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE = float(os.environ.get("REWIND_FAILOVER_RATE", "400"))  # events/s while the producer writes
@@ -94,7 +96,7 @@ def produce_through_failover(bootstrap: str, topic: str, out: Deliveries, stop: 
             delay = start + seq / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            for _kind, key, value in plan_record(spec, seq, datetime.now(timezone.utc)):
+            for _kind, key, value in plan_record(spec, seq, datetime.now(UTC)):
                 keyless = seq % KEYLESS_EVERY == 0
                 while True:
                     try:
@@ -151,7 +153,7 @@ streams:
   {name}:
     topics: [{topic}]
     partitions: 3
-    transform: rewind.demo.transform:build
+    transform: rewind.demo.transform:DemoTransform
     source:
       format: {source}
       options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 6000}}
@@ -167,7 +169,7 @@ streams:
 
 
 class StreamProcess:
-    """spark_jobs/stream.py as a child in its own process group, logging to run<N>.log."""
+    """rewind/jobs/stream.py as a child in its own process group, logging to run<N>.log."""
 
     def __init__(self, registry: Path, name: str, bootstrap: str, log_dir: Path) -> None:
         self.registry, self.name, self.bootstrap, self.log_dir = registry, name, bootstrap, log_dir
@@ -178,7 +180,7 @@ class StreamProcess:
         self.runs += 1
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable, "REWIND_LAG_PROBE_S": "2"}
         with open(self.log_dir / f"stream-run{self.runs}.log", "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, str(ROOT / "spark_jobs" / "stream.py"), self.name,
+            self.proc = subprocess.Popen([sys.executable, str(STREAM_JOB), self.name,
                                           "--registry", str(self.registry), "--bootstrap", self.bootstrap],
                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -304,7 +306,7 @@ def test_stream_and_producer_ride_through_leader_crash(tmp_path: Path, kafka_clu
 
     # 4. The proofs: the verifier (Kafka re-read against the sink), and every acknowledged offset.
     report = verify_stream(spec, bootstrap)
-    sink, _ = open_sink(spec)
+    sink = open_sink(spec)
     try:
         events, dead = sink.read_table("events"), sink.read_table("dead_letter")
     finally:

@@ -36,7 +36,7 @@ def test_ci_sized_chaos_run_passes(tmp_path: Path) -> None:
     for k in ("REWIND_KAFKA_BOOTSTRAP", "REWIND_REGISTRY", "REWIND_S3_BUCKET", "AWS_ENDPOINT_URL"):
         env.pop(k, None)  # the harness brings its own platform and registry copy
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "rewind.cli.main", "chaos", "demo", "--registry", str(ROOT / "streams.yaml"),
+    run = subprocess.run([sys.executable, "-m", "rewind.cli", "chaos", "demo", "--registry", str(ROOT / "streams.yaml"),
                           *ARGS, "--report", str(report_dir)], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=1440)
     seconds = time.monotonic() - started

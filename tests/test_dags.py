@@ -10,8 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -24,13 +25,12 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     """A throwaway AIRFLOW_HOME with a migrated SQLite DB; set before Airflow is first imported."""
     home = tmp_path_factory.mktemp("airflow")
     env = {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
            "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    for p in (str(ROOT / "plugins"), str(ROOT / "dags")):
-        if p not in sys.path:
-            sys.path.insert(0, p)
+    if str(ROOT / "dags") not in sys.path:
+        sys.path.insert(0, str(ROOT / "dags"))
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
                    env={**os.environ, **env}, timeout=300)
     yield env
@@ -42,7 +42,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
 
 
 def _load(registry: Path | None = None) -> dict[str, Any]:
-    from rewind_airflow.dag_factory import build_dags
+    from rewind_airflow.dags.factory import build_dags
 
     return build_dags(str(registry) if registry else None)
 
@@ -129,13 +129,13 @@ def test_registry_error_is_an_import_error_naming_file_and_key(airflow_env: dict
 
 def _supervised_registry(tmp_path: Path, topic: str, platform: Any, monkeypatch: pytest.MonkeyPatch,
                          max_offsets: int = 500, restart: str = "{strategy: fixed-delay, max_attempts: 3, "
-                                                                "delay: 1 seconds}") -> Path:
+                                                                "delay: 1 seconds}", **extra: str) -> Path:
     """A one-stream registry (`sup`) in tmp_path, and the env dag.test() tasks need (platform,
     Spark and Kafka connections) set for this test."""
     from rewind.testing.registry_templates import demo_stream, write_registry
 
     registry = write_registry(tmp_path / "streams.yaml", demo_stream(
-        "sup", topic, tmp_path, max_offsets=max_offsets, trigger="1 second", restart=restart))
+        "sup", topic, tmp_path, max_offsets=max_offsets, trigger="1 second", restart=restart, **extra))
     for k, v in {**platform.env(), "REWIND_REGISTRY": str(registry), "REWIND_LAG_PROBE_S": "2",
                  "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
                  "AIRFLOW_CONN_REWIND_KAFKA": json.dumps({"conn_type": "generic",
@@ -168,10 +168,11 @@ def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[
     spark-submit, SIGKILLed after its first batches, detected by the deferred trigger, relaunched,
     and the proof passes; then every Kafka record is checked against the sink."""
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.registry import load_registry
-    from rewind.stream.status import read_status, status_path
-    from rewind.stream.control import stop_stream, wait_caught_up
+    from rewind.paths import status_path
     from rewind.proof.verify import verify_stream
+    from rewind.registry import load_registry
+    from rewind.stream.control import stop_stream, wait_caught_up
+    from rewind.stream.status import read_status
 
     topic = "sup-demo"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch)
@@ -221,13 +222,14 @@ def test_checkpoint_corrupted_while_down_is_recovered(airflow_env: dict[str, str
     `restore`: every offsets file is emptied (no complete batch) -> it restores the newest savepoint.
     Either way it relaunches, the proof passes, and every Kafka record is in the sink exactly once."""
     from rewind.checkpoints.inspection import inspect_checkpoint
+    from rewind.checkpoints.savepoints import create_savepoint
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.paths import status_path
+    from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.s3 import S3Store, resolve_s3_config
-    from rewind.checkpoints.savepoints import create_savepoint
-    from rewind.stream.status import read_status, status_path
     from rewind.stream.control import stop_stream, wait_caught_up
-    from rewind.proof.verify import verify_stream
+    from rewind.stream.status import read_status
 
     topic = f"corrupt-{damage}"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=400)
@@ -298,10 +300,10 @@ def test_crash_loop_stops_after_configured_attempts_and_skips_nothing(
     from the same offsets and every Kafka record reaches the sink exactly once."""
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.stream.control import stop_stream, wait_caught_up
-    from rewind.supervision.reconcile import read_history
-    from rewind.proof.verify import verify_stream
+    from rewind.supervision.failures import read_failures
 
     topic = "crash-loop"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=300,
@@ -315,7 +317,7 @@ def test_crash_loop_stops_after_configured_attempts_and_skips_nothing(
     states = _states(run)
     print(f"[crash loop] gave up after {time.monotonic() - started:.0f}s: {states}")
     assert states["relaunch"] == "failed" and states["prove"] != "success", states
-    history = read_history(spec)
+    history = read_failures(spec)
     assert [f["batch_id"] for f in history["failures"]] == [1, 1, 1], history["failures"]
     reason = history["gave_up"]["reason"]
     assert "crash loop: 3 failures in a row without committing past batch 1" in reason, reason
@@ -329,7 +331,7 @@ def test_crash_loop_stops_after_configured_attempts_and_skips_nothing(
 
     shown = subprocess.run([str(Path(sys.executable).parent / "rewind"), "supervisor", "status", "sup",
                             "--registry", str(registry)], capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 3, shown.stderr
+    assert shown.returncode == 1, shown.stderr  # not healthy
     assert "GAVE UP" in shown.stdout and "rewind supervisor reset sup" in shown.stdout, shown.stdout
 
     monkeypatch.delenv("REWIND_FAIL_ON_BATCH")  # the fix
@@ -353,9 +355,9 @@ def test_replay_dag_restores_lost_rows_and_proves_them(airflow_env: dict[str, st
     import sqlalchemy as sa
 
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.stream.runner import open_sink
-    from rewind.proof.verify import verify_stream
 
     topic = "replay-dag"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=2000)
@@ -366,7 +368,7 @@ def test_replay_dag_restores_lost_rows_and_proves_them(airflow_env: dict[str, st
                     "--bootstrap", platform.kafka_bootstrap, "--available-now"], check=True, timeout=600,
                    capture_output=True)
     assert verify_stream(spec, platform.kafka_bootstrap).ok
-    sink, _ = open_sink(spec)
+    sink = open_sink(spec)
     with sink.engine.begin() as conn:
         lost = conn.execute(sa.text(f'DELETE FROM {sink.table_name("events")} WHERE "partition" = 0 '
                                     'AND "offset" >= 100 AND "offset" < 600')).rowcount
@@ -385,3 +387,42 @@ def test_replay_dag_restores_lost_rows_and_proves_them(airflow_env: dict[str, st
     assert report["counts"]["written"]["events"] == lost, report["counts"]
     result = verify_stream(spec, platform.kafka_bootstrap)
     assert result.ok, str(result)
+
+
+@pytest.mark.slow
+def test_lag_over_the_threshold_alerts_and_never_starts_a_second_driver(
+        airflow_env: dict[str, str], platform: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """supervision.max_lag set and a backlog far above it: the watch fires an alert, the run fails
+    visibly (no retry), the alert is recorded (not a failure), and the one driver keeps running: no
+    relaunch, no second spark-submit on its checkpoint (before the fix, the lag was recorded as a
+    failure and `relaunch` started a second driver). A second run within alert_every stays quiet."""
+    from rewind.demo.producer import ProduceSpec, produce
+    from rewind.paths import status_path
+    from rewind.registry import load_registry
+    from rewind.stream.control import stop_stream
+    from rewind.stream.status import read_status
+    from rewind.supervision.failures import read_failures
+
+    topic = "sup-lag"
+    registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=50,
+                                    supervision="{max_lag: 100, alert_every: 10 min, startup_grace: 5 min}")
+    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=6000, partitions=2, id_prefix="lag"))
+    spec = load_registry(registry).get("sup")
+    dag = _load(registry)["rewind_sup_supervisor"]
+    try:
+        run = dag.test(run_conf={"chain": False, "watch_s": 240})
+        states = _states(run)
+        assert states["watch"] == "success" and states["diagnose"] == "failed", states
+        assert states["relaunch"] in ("upstream_failed", "skipped"), states
+        st = read_status(status_path(spec.status_dir, "sup"))
+        assert st is not None and st.state == "running" and st.total_lag > 100
+        doc = read_failures(spec)
+        assert doc["failures"] == [] and [a["cause"] for a in doc["alerts"]] == ["lag_over_threshold"], doc
+        pid = st.pid
+        run2 = dag.test(run_conf={"chain": False, "watch_s": 8})  # within alert_every: quiet
+        assert _states(run2)["diagnose"] == "skipped", _states(run2)
+        st2 = read_status(status_path(spec.status_dir, "sup"))
+        assert st2 is not None and st2.pid == pid, "a second driver was started"
+        assert len(read_failures(spec)["alerts"]) == 1
+    finally:
+        stop_stream(spec, timeout=90)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pyarrow as pa
+from test_events import _corpus
 
 from rewind.demo.events import classify
 from rewind.demo.transform import PARSED_SCHEMA, parse_batches
-from test_events import _corpus
 
 US = pa.timestamp("us", tz="UTC")
 

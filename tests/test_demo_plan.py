@@ -1,6 +1,7 @@
 """The demo stream's physical plan on a real micro-batch: each Kafka record is read and parsed once.
 
-Spark plans one source scan and one parse per output branch (dead letters, events, windows) unless
+Spark plans one source scan and one parse per output branch (dead letters, events, windows, and the
+late candidates of ``rewind.stream.late_routing``) unless
 the branches share the parse's exchange (``rewind.demo.transform._shared_by_every_branch``); this
 guards that sharing, and that the stream's output stays exactly-once with it.
 """
@@ -18,8 +19,8 @@ from rewind.testing.registry_templates import demo_stream, write_registry
 
 def test_each_record_is_read_and_parsed_once(  # type: ignore[no-untyped-def]
         tmp_path: Path, platform, spark, new_topic) -> None:
-    from rewind.stream.runner import build_query
     from rewind.proof.verify import verify_stream
+    from rewind.stream.runner import build_query
 
     topic = new_topic(partitions=3, prefix="plan")
     sent = produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=3000, partitions=3, malformed_every=40,
@@ -41,7 +42,7 @@ def test_each_record_is_read_and_parsed_once(  # type: ignore[no-untyped-def]
     assert sum(p["numInputRows"] for p in progress) == sent  # one scan of the source per record
     plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
     assert plan.count("MapInArrow") == 1, plan  # one parse, ...
-    assert plan.count("ReusedExchange") == 2, plan  # ... read by the two other branches
+    assert plan.count("ReusedExchange") == 3, plan  # ... read by the three other branches
     rep = verify_stream(spec, platform.kafka_bootstrap)
     assert rep.sink_events == rep.distinct_events > 0 and rep.sink_dead_letters == rep.expected_dead_letters > 0
     assert not (rep.missing_events or rep.unexpected_events or rep.missing_dead_letters or rep.wrong_coordinates

@@ -1,4 +1,4 @@
-"""The Great Expectations proof (rewind/dq.py).
+"""The Great Expectations proof (rewind/proof/: dq, frames, gx, report, publish).
 
 - Pure: the coverage and window frames over hand-made Kafka records and sink tables, and
   the suite's verdicts on them (no services).
@@ -11,24 +11,26 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sqlite3
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from rewind.demo.events import make_event, malformed_payload
-from rewind.proof.dq import (ProofFailed, build_frames, format_proof, kafka_frame, normalize_bounds, run_proof,
-                       validate_frames)
+from rewind.proof.dq import run_proof
+from rewind.proof.frames import build_frames, kafka_frame, normalize_bounds
+from rewind.proof.gx import validate_frames
+from rewind.proof.publish import local_paths, upload_proof, upload_results, write_proof, write_validation_result
+from rewind.proof.report import ProofFailed, ProofResult, format_proof
 from rewind.proof.verify import KafkaRecord, recompute_windows
 
-T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 WINDOW, DELAY, LATENESS = timedelta(seconds=10), timedelta(seconds=30), timedelta(seconds=20)
 
 
@@ -182,6 +184,47 @@ def test_suite_verdicts_on_hand_made_frames() -> None:
     assert by["no_duplicate_event_ids"].examples[0]["event_id"] == ev.iloc[3]["event_id"]
 
 
+def test_a_failed_proof_is_a_proof_violation_and_still_an_assertion_error() -> None:
+    from rewind.errors import EXIT_PROOF_VIOLATION, ProofViolation, exit_code_of
+
+    result = ProofResult("s", "r1", False, {}, {}, 23, [], {"result": "r.json", "data_docs": "d/index.html"})
+    with pytest.raises(ProofFailed) as caught:
+        result.raise_if_failed()
+    assert isinstance(caught.value, ProofViolation) and isinstance(caught.value, AssertionError)
+    assert exit_code_of(caught.value) == EXIT_PROOF_VIOLATION and not caught.value.retry
+    assert str(caught.value) == format_proof(result) and caught.value.result is result
+
+
+def test_an_upload_failure_keeps_the_verdict_and_the_local_results(tmp_path: Path) -> None:
+    class DeadStore:
+        def __init__(self) -> None:
+            self.puts: list[str] = []
+
+        def url(self, key: str) -> str:
+            return f"s3://b/{key}"
+
+        def put_bytes(self, key: str, data: bytes, content_type: str) -> None:
+            self.puts.append(key)
+            raise OSError("store unreachable")
+
+    docs = tmp_path / "data_docs"
+    docs.mkdir()
+    (docs / "index.html").write_text("<html/>")
+    result = ProofResult("s", "r1", True, {}, {}, 23, [], local_paths(tmp_path, docs))
+    write_validation_result(result, {"s.exactly_once.events": {}})
+    store = DeadStore()
+    upload_results(store, result, docs)
+    write_proof(result)
+    upload_proof(store, result)
+    assert result.ok and result.s3_error == "OSError: store unreachable" and store.puts == [
+        "dq/s/r1/data_docs/index.html"]  # proof.json is not tried after the first failure
+    assert result.s3["data_docs"] == "s3://b/dq/s/r1/data_docs/index.html"
+    saved = json.loads((tmp_path / "proof.json").read_text())
+    assert saved["ok"] is True and saved["s3_error"] == "OSError: store unreachable"
+    assert json.loads((tmp_path / "validation_result.json").read_text())["success"] is True
+    assert "WARNING: results were not stored in S3: OSError: store unreachable" in format_proof(result)
+
+
 # --------------------------------------------------------------------------- real services
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory, platform, spark):  # type: ignore[no-untyped-def]
@@ -202,7 +245,7 @@ def demo_run(tmp_path_factory, platform, spark):  # type: ignore[no-untyped-def]
         duplicate_every=40))
     body = f"""
     topics: [{topic}]
-    transform: rewind.demo.transform:build
+    transform: rewind.demo.transform:DemoTransform
     source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 2000}}}}
     checkpoint: {work}/checkpoint
     status_dir: {work}/status
@@ -263,8 +306,9 @@ def test_proof_passes_and_stores_data_docs(demo_run, platform, tmp_path: Path) -
 
 def test_running_stream_is_proven_up_to_its_last_committed_batch(demo_run, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A status file saying the stream runs (a live pid) at batch 0: only batch 0's range is judged."""
-    from rewind.checkpoints.inspection import parse_offsets_file
-    from rewind.stream.status import StreamStatus, status_path, write_status
+    from rewind.checkpoints.logs import parse_offsets_file
+    from rewind.paths import status_path
+    from rewind.stream.status import StreamStatus, write_status
 
     spec = demo_run["spec"]
     _, sources = parse_offsets_file((Path(spec.checkpoint) / "offsets" / "0").read_text())
@@ -297,7 +341,8 @@ def damage_copy(work: Path, drop: int = 3) -> dict:
         forged = list(db.execute("SELECT * FROM bad_events ORDER BY event_id DESC LIMIT 1 OFFSET 5").fetchone())
         forged[cols.index("event_id")] = "forged-1"
         db.execute(f"INSERT INTO bad_events VALUES ({','.join('?' * len(forged))})", forged)
-        win = db.execute("SELECT window_start, key FROM bad_window_results ORDER BY window_start, key LIMIT 1").fetchone()
+        win = db.execute("SELECT window_start, key FROM bad_window_results "
+                         "ORDER BY window_start, key LIMIT 1").fetchone()
         db.execute("UPDATE bad_window_results SET event_count = event_count + 1 WHERE window_start = ? AND key = ?",
                    win)
         db.commit()
@@ -335,24 +380,24 @@ def test_proof_fails_with_names_counts_and_examples(demo_run, platform, tmp_path
 
 
 def test_cli_exit_codes(demo_run, platform, tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    from rewind.cli.dq import add_dq_parser
+    from rewind.cli.main import main
+    from rewind.paths import paths_of
+    from rewind.registry import load_registry
 
     for k, v in platform.env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("REWIND_HOME", str(tmp_path / "home"))
-    parser = argparse.ArgumentParser(prog="rewind")
-    add_dq_parser(parser.add_subparsers(dest="command", required=True))
 
     def run(*argv: str) -> int:
-        args = parser.parse_args(["dq", *argv, "--registry", str(demo_run["registry"]),
-                                  "--bootstrap", platform.kafka_bootstrap])
-        return args.func(args)
+        return main(["dq", *argv, "--registry", str(demo_run["registry"]), "--bootstrap", platform.kafka_bootstrap])
 
     assert run("dq", "--json") == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True and out["s3"]["data_docs"].startswith(f"s3://{platform.bucket}/dq/dq/")
-    assert Path(out["local"]["data_docs"]).is_relative_to(tmp_path / "home" / "dq" / "dq")
+    # the proof run lives where the DAG's and the Rewind page's do: <stream home>/dq/STREAM/RUN
+    dq_runs = paths_of(load_registry(demo_run["registry"]).get("dq")).dq_runs
+    assert Path(out["local"]["data_docs"]).is_relative_to(dq_runs)
     damage_copy(demo_run["work"])
-    assert run("dqbad", "--no-s3", "--run-dir", str(tmp_path / "cli-bad")) == 2
+    assert run("dqbad", "--no-s3", "--run-dir", str(tmp_path / "cli-bad")) == 4  # proof violation
     text = capsys.readouterr().out
     assert "FAILED no_kafka_record_missing" in text and (tmp_path / "cli-bad" / "data_docs" / "index.html").is_file()

@@ -1,13 +1,13 @@
 """The shared classifier and the producer's deterministic plan (pure logic)."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from rewind.demo.events import MALFORMED_KINDS, classify, make_event, malformed_payload
 from rewind.demo.producer import ProduceSpec, plan_record
 
-NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
 
 
@@ -157,7 +157,7 @@ def test_classify_many_agrees_with_classify_on_every_record() -> None:
     for v in verdicts:
         kinds["event" if v.event else "late" if v.reason.startswith("late") else "other"] += 1
     assert all(kinds.values()), kinds  # the corpus covers events, late records and other dead letters
-    assert many.event_time_us[0] == (verdicts[0].event.event_time - datetime(1970, 1, 1, tzinfo=timezone.utc)) \
+    assert many.event_time_us[0] == (verdicts[0].event.event_time - datetime(1970, 1, 1, tzinfo=UTC)) \
         // timedelta(microseconds=1)
 
 

@@ -1,6 +1,6 @@
 """Exactly-once under real crashes: SIGKILL the stream process while events flow.
 
-The stream runs as its own process (spark_jobs/stream.py), is killed with
+The stream runs as its own process (rewind/jobs/stream.py), is killed with
 SIGKILL at random moments at least three times, restarted from its checkpoint
 each time, and afterwards every Kafka record is checked against the sink by
 the verifier (which re-reads Kafka with a plain consumer).
@@ -21,13 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from rewind.kafka.client import true_end_offsets
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.registry import load_registry
-from rewind.platform.services import PlatformInfo
+from rewind.jobs import STREAM_JOB
+from rewind.kafka.lookups import true_end_offsets
+from rewind.paths import status_path
 from rewind.platform.processes import terminate_group
-from rewind.stream.status import read_status, status_path
+from rewind.platform.services import PlatformInfo
 from rewind.proof.verify import verify_stream
+from rewind.registry import load_registry
+from rewind.stream.status import read_status
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = int(os.environ.get("REWIND_CRASH_EVENTS", "52000"))
@@ -40,7 +42,7 @@ streams:
   {name}:
     topics: [{topic}]
     partitions: 3
-    transform: rewind.demo.transform:build
+    transform: rewind.demo.transform:DemoTransform
     source:
       format: {source}
       options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 8000}}
@@ -67,7 +69,7 @@ class StreamProcess:
         self.runs += 1
         log = open(self.log_dir / f"stream-run{self.runs}.log", "wb")
         env = {**os.environ, **self.platform.env(), "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "spark_jobs" / "stream.py"), self.name,
+        self.proc = subprocess.Popen([sys.executable, str(STREAM_JOB), self.name,
                                       "--registry", str(self.registry), "--bootstrap",
                                       self.platform.kafka_bootstrap],
                                      stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -42,7 +42,8 @@ def test_fetched_jars_are_the_pinned_ones() -> None:
     names = {Path(j).name for j in connector_jars()}
     assert f"spark-sql-kafka-0-10_{props['scala.binary.version']}-{props['spark.version']}.jar" in names
     assert f"kafka-clients-{props['kafka.clients.version']}.jar" in names
-    assert (jars_dir() / "kafka" / f"kafka_{props['scala.binary.version']}-{props['kafka.broker.version']}.jar").exists()
+    broker = f"kafka_{props['scala.binary.version']}-{props['kafka.broker.version']}.jar"
+    assert (jars_dir() / "kafka" / broker).exists()
 
 
 def test_missing_jars_name_the_fix(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

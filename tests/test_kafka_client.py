@@ -1,33 +1,37 @@
 """The ``rewind_kafka`` source's own machinery on the real Apache Kafka broker: the look-ups of
-``rewind.kafka.client``, ``iter_range`` and ``read_to_end`` over gaps, data loss and silence,
+``rewind.kafka.lookups``, ``iter_range`` and ``read_to_end`` over gaps, data loss and silence,
 the reader's pickling and Arrow batches, and its error messages. What both sources must do alike
 is in ``test_source_conformance.py``; this file is about how the Python source does it."""
 
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_records import delete_before, produce, produce_transactions, transactional_producer
 
-from rewind.kafka.client import (
-    KafkaOffsetClient,
+from rewind.kafka.client_config import base_consumer_config
+from rewind.kafka.client_logs import LOGGER_NAME, SimilarLines, librdkafka_logger
+from rewind.kafka.columns import arrow_schema
+from rewind.kafka.lookups import KafkaOffsetClient, check_reachable, earliest_offsets, true_end_offsets
+from rewind.kafka.options import parse_options
+from rewind.kafka.reader import iter_range, read_to_end
+from rewind.kafka.source import KafkaStreamReader
+from rewind.kafka.types import (
+    TP,
+    DataLossError,
     KafkaTimeoutError,
     KafkaUnreachable,
-    base_consumer_config,
-    check_reachable,
-    earliest_offsets,
-    iter_range,
-    read_to_end,
-    true_end_offsets,
+    OffsetRange,
+    UnknownTopicError,
 )
-from rewind.kafka.offsets import TP, DataLossError, OffsetRange, UnknownTopicError, parse_options
-from rewind.kafka.source import KafkaStreamReader, arrow_schema
 from rewind.platform.processes import free_port
 
 
@@ -225,3 +229,53 @@ def test_python_source_errors_name_the_cause(spark: Any, kafka_bootstrap: str, n
         query.stop()
     with pytest.raises(Exception, match=r"cannot start beyond the end, even with failOnDataLoss=false"):
         read(topic, startingOffsets=json.dumps({topic: {"0": 500}}), failOnDataLoss="false")
+
+
+def _librdkafka_line(text: str, level: int = logging.ERROR) -> logging.LogRecord:
+    """A log record as confluent-kafka makes it from one of librdkafka's lines."""
+    return logging.LogRecord(LOGGER_NAME, level, __file__, 0, "%s [%s] %s",
+                             ("FAIL", "rdkafka#consumer-2", text), None)
+
+
+def test_similar_librdkafka_lines_pass_once_per_window() -> None:
+    now = [100.0]
+    lines = SimilarLines(window_s=30, clock=lambda: now[0])
+    refused = "[thrd:127.0.0.1:{p}/bootstrap]: Connect to ipv4#127.0.0.1:{p} failed: Connection refused " \
+              "(after {ms}ms in state CONNECT{more})"
+    assert lines.filter(_librdkafka_line(refused.format(p=46775, ms=0, more="")))
+    for i in range(1, 11):  # every 50 ms, another port, librdkafka's own count appended
+        now[0] += 0.05
+        more = f", {i} identical error(s) suppressed" if i % 2 else ""
+        assert not lines.filter(_librdkafka_line(refused.format(p=46775 + i % 3, ms=i, more=more)))
+    assert lines.filter(_librdkafka_line("1/1 brokers are down"))  # another kind of line
+    assert lines.filter(_librdkafka_line(refused.format(p=46775, ms=0, more=""), logging.WARNING))  # another level
+    now[0] = 131.0
+    shown = _librdkafka_line(refused.format(p=46775, ms=0, more=""))
+    assert lines.filter(shown)
+    assert shown.getMessage().endswith("Connection refused (after 0ms in state CONNECT) "
+                                       "(10 similar line(s) held back in the last 31 s)"), shown.getMessage()
+    now[0] += 1
+    assert not lines.filter(_librdkafka_line(refused.format(p=46775, ms=0, more="")))
+    assert lines.held_back == 11
+
+
+def test_a_consumer_without_a_broker_logs_a_handful_of_lines(caplog: pytest.LogCaptureFixture) -> None:
+    """librdkafka logs a failed connect every 50 ms or so; Rewind's clients route its lines through
+    Python logging and hold back the repeats, and their settings still pickle (to executors)."""
+    conf = base_consumer_config(f"127.0.0.1:{free_port()}")
+    copy = pickle.loads(pickle.dumps(conf))
+    assert copy["logger"] is conf["logger"] is librdkafka_logger()
+    held = next(f for f in librdkafka_logger().filters if isinstance(f, SimilarLines))
+    held_before = held.held_back
+    consumer = Consumer(copy)
+    consumer.assign([TopicPartition("t", 0, 0)])
+    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            consumer.consume(num_messages=10, timeout=0.1)
+        consumer.close()
+    shown = [r.getMessage() for r in caplog.records if r.name == LOGGER_NAME]
+    held_back = held.held_back - held_before
+    print(json.dumps({"shown": len(shown), "held_back": held_back, "lines": shown}))
+    assert len(shown) <= 5, shown
+    assert held_back >= 20, (shown, held_back)  # what librdkafka would have written to stderr

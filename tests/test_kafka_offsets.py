@@ -7,20 +7,12 @@ import logging
 
 import pytest
 
+from rewind.errors import EXIT_FAILED, EXIT_REFUSED, Failed, Refused, exit_code_of
 from rewind.kafka.offsets import (
-    TP,
-    DataLossError,
-    KafkaSourceOptionError,
-    OffsetRange,
-    OffsetSpec,
     available_now_end,
     check_covers_partitions,
     check_missing_partitions,
     check_start,
-    offsets_from_json,
-    offsets_json_text,
-    offsets_to_json,
-    parse_options,
     plan_batch_ranges,
     plan_latest,
     plan_ranges,
@@ -30,7 +22,21 @@ from rewind.kafka.offsets import (
     specific_offsets_needs,
     split_limit,
     timestamp_targets,
-    validate_options,
+)
+from rewind.kafka.options import OffsetSpec, parse_options, validate_options
+from rewind.kafka.types import (
+    TP,
+    DataLossError,
+    KafkaAuthenticationError,
+    KafkaClientConfigError,
+    KafkaSourceOptionError,
+    KafkaTimeoutError,
+    KafkaUnreachable,
+    OffsetRange,
+    UnknownTopicError,
+    offsets_from_json,
+    offsets_json_text,
+    offsets_to_json,
 )
 
 A0, A1, A2 = TP("a", 0), TP("a", 1), TP("a", 2)
@@ -325,3 +331,19 @@ def test_available_now_end_never_exceeds_target() -> None:
     assert available_now_end({A0: 10, A1: 50}, target) == {A0: 100, A1: 50}
     # A partition the query already reads but that the target lacks stays where it is.
     assert available_now_end({A0: 10, B0: 7}, target) == {A0: 100, A1: 50, B0: 7}
+
+
+@pytest.mark.parametrize("error, kind, builtin", [
+    (KafkaSourceOptionError, Refused, ValueError),
+    (UnknownTopicError, Refused, ValueError),
+    (KafkaClientConfigError, Refused, ValueError),
+    (KafkaAuthenticationError, Refused, KafkaUnreachable),
+    (KafkaUnreachable, Failed, ConnectionError),
+    (KafkaTimeoutError, Failed, TimeoutError),
+    (DataLossError, Failed, RuntimeError),
+])
+def test_kafka_errors_are_rewind_errors_and_keep_their_builtin_base(error: type, kind: type, builtin: type) -> None:
+    exc = error("the message")
+    assert isinstance(exc, kind) and isinstance(exc, builtin) and str(exc) == "the message"
+    assert exit_code_of(exc) == (EXIT_REFUSED if kind is Refused else EXIT_FAILED)
+    assert exc.retry is (kind is Failed)

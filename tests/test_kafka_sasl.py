@@ -19,19 +19,21 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from rewind.kafka.client import KafkaUnreachable, check_reachable, true_end_offsets
+from rewind.demo.producer import ProduceSpec, plan_record
+from rewind.kafka.lookups import check_reachable, true_end_offsets
+from rewind.kafka.types import KafkaUnreachable
+from rewind.paths import status_path
 from rewind.platform.kafka_broker import KafkaBroker
 from rewind.platform.processes import terminate_group
-from rewind.demo.producer import ProduceSpec, plan_record
-from rewind.registry import load_registry
-from rewind.stream.status import read_status, status_path
 from rewind.proof.verify import verify_stream
+from rewind.registry import load_registry
+from rewind.stream.status import read_status
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = "rewind"
@@ -83,7 +85,7 @@ def produce_sasl(broker: KafkaBroker, topic: str, count: int, prefix: str, start
     errors: list[str] = []
     sent = 0
     for seq in range(start_seq, start_seq + count):
-        for _kind, key, value in plan_record(spec, seq, datetime.now(timezone.utc)):
+        for _kind, key, value in plan_record(spec, seq, datetime.now(UTC)):
             producer.produce(topic, value=value, key=key,
                              on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
             sent += 1
@@ -101,7 +103,7 @@ streams:
   {name}:
     topics: [{topic}]
     partitions: 3
-    transform: rewind.demo.transform:build
+    transform: rewind.demo.transform:DemoTransform
     source:
       format: {fmt}
       options: {json.dumps(options)}
@@ -121,7 +123,7 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 def rewind_cli(*args: str, timeout: float = 120.0, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rewind.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rewind.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=cli_env(**env), cwd=ROOT)
 
 
@@ -131,7 +133,8 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 @pytest.mark.parametrize("fmt", ["kafka", "rewind_kafka"])
 def test_stream_verify_proof_and_lag_probe_over_sasl(tmp_path: Path, sasl_broker: KafkaBroker, fmt: str) -> None:
-    from rewind.proof.dq import format_proof, run_proof
+    from rewind.proof.dq import run_proof
+    from rewind.proof.report import format_proof
 
     bootstrap = sasl_broker.sasl_bootstrap
     assert bootstrap
@@ -158,7 +161,7 @@ def test_stream_verify_proof_and_lag_probe_over_sasl(tmp_path: Path, sasl_broker
             true_end_offsets(bootstrap, topic, librdkafka_sasl()).items()}
     log = tmp_path / "stream-continuous.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rewind.cli.main", "stream", "run", name, "--registry",
+        proc = subprocess.Popen([sys.executable, "-m", "rewind.cli", "stream", "run", name, "--registry",
                                  str(registry), "--bootstrap", bootstrap], stdout=out, stderr=subprocess.STDOUT,
                                 env=cli_env(REWIND_LAG_PROBE_S="1"), cwd=ROOT, start_new_session=True)
     started = time.time()

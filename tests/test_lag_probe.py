@@ -4,14 +4,15 @@ and a stream that has data waiting but commits no batch is diagnosed as stalled.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from rewind.supervision.health import Thresholds, diagnose
-from rewind.kafka.client import KafkaOffsetClient, base_consumer_config
-from rewind.stream.lag_probe import LagProbe
 from rewind.demo.producer import ProduceSpec, produce
+from rewind.kafka.client_config import base_consumer_config
+from rewind.kafka.lookups import KafkaOffsetClient
+from rewind.stream.lag_probe import LagProbe
 from rewind.stream.status import StreamStatus, read_status
+from rewind.supervision.health import Thresholds, diagnose
 
 
 def test_probe_writes_true_lag_and_stall_is_detected(kafka_bootstrap: str, new_topic: Callable[..., str],

@@ -1,7 +1,7 @@
 """Nothing silently dropped: records behind the watermark land in the dead-letter table, exactly as
 many as Spark's state operators drop, and aligned admission keeps partitions together.
 
-Real Kafka, real stream processes (spark_jobs/stream.py), both sources. The partitions carry event
+Real Kafka, real stream processes (rewind/jobs/stream.py), both sources. The partitions carry event
 times skewed by far more than the watermark delay (Kafka timestamps set to match), as after an
 outage or under a sticky partitioner's bursts: without late routing, Spark's deduplication drops
 the lagging partition's records with nothing but a count, and ``verify`` reports them missing.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,14 @@ from confluent_kafka import Producer
 from test_exactly_once_crash import StreamProcess, wait_for
 
 from rewind.demo.events import make_event
-from rewind.kafka.client import true_end_offsets
-from rewind.registry import load_registry
-from rewind.testing.registry_templates import demo_stream, write_registry
-from rewind.stream.status import read_status, status_path
-from rewind.stream.late_routing import BEHIND_WATERMARK, late_events_watermark_ms
-from rewind.stream.runner import late_checks_path, open_sink
+from rewind.kafka.lookups import true_end_offsets
+from rewind.paths import late_checks_path, status_path
 from rewind.proof.verify import verify_stream
+from rewind.registry import load_registry
+from rewind.stream.late_routing import BEHIND_WATERMARK, late_events_watermark_ms
+from rewind.stream.runner import open_sink
+from rewind.stream.status import read_status
+from rewind.testing.registry_templates import demo_stream, write_registry
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +95,7 @@ def assert_dead_letters_are_what_spark_dropped(spec: Any) -> int:
     assert checks, "the stream recorded no late checks"
     bad = {b: c for b, c in checks.items() if not c["ok"]}
     assert not bad, f"routed != dropped by the watermark: {bad}"
-    sink, _ = open_sink(spec)
+    sink = open_sink(spec)
     try:
         dead = sink.read_table("dead_letter")
     finally:
@@ -117,7 +118,7 @@ def test_skewed_partitions_lose_nothing_across_a_restart(tmp_path: Path, platfor
     """Partition 0 holds events 6 minutes older than the other three (more than the 30 s watermark
     delay); the stream reads all four side by side, is SIGKILLed mid-way and restarted."""
     topic = new_topic(4, "skew")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     produced = produce_at(platform.kafka_bootstrap, topic, {
         0: (now - timedelta(minutes=6), 3000, 0.05),
         1: (now - timedelta(seconds=40), 2000, 0.01), 2: (now - timedelta(seconds=40), 2000, 0.01),
@@ -151,7 +152,7 @@ def test_catch_up_after_an_outage_with_unequal_backlogs(tmp_path: Path, platform
     Aligned admission (maxDriftMs 5 s): no record behind the watermark. Unaligned: every record the
     watermark passed is a dead letter with its reason, none is missing."""
     topic = new_topic(4, "catchup")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     before = now - timedelta(minutes=5)
     produced = produce_at(platform.kafka_bootstrap, topic, {p: (before, 200, 0.05) for p in range(4)}, "warm")
     options = ", eventTimeAlignment.maxDriftMs: 5000, eventTimeAlignment.idleTimeoutMs: 60000" if aligned else ""

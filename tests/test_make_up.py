@@ -53,7 +53,7 @@ def test_rewind_up_runs_the_demo_under_airflow_and_stops_cleanly(tmp_path: Path)
         report = json.loads(verify.stdout)
         assert report["ok"] and report["kafka_records"] > 0 and report["sink_events"] > 0, report
         # The registry's savepoint and DQ schedules are live on the embedded default, not paused.
-        from rewind.platform.airflow_local import AirflowClient
+        from rewind.platform.airflow_client import AirflowClient
 
         client = AirflowClient(ui.group(1), ui.group(2), ui.group(3))
         for dag_id in ("rewind_demo_savepoint", "rewind_demo_dq", "rewind_demo_supervisor"):

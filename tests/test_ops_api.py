@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
+from rewind.paths import status_path
 from rewind.registry import load_registry
+from rewind.stream.status import StreamStatus, append_history, write_status
 from rewind.testing.registry_templates import demo_stream, write_registry
-from rewind.stream.status import StreamStatus, append_history, status_path, write_status
 
 STREAM = "uitest"
 SAVEPOINT_DAG = f"rewind_{STREAM}_savepoint"
@@ -32,8 +34,8 @@ def test_savepoint_dag_has_a_restore_path(tmp_path: Path, monkeypatch: pytest.Mo
         monkeypatch.setenv("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
     assert os.environ.get("AIRFLOW_HOME") or "airflow" in sys.modules
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
-    from rewind_airflow.dag_factory import build_dags, restore_task
+    from rewind_airflow.dags.factory import build_dags
+    from rewind_airflow.operators.savepoint import restore_task
 
     reg = write_registry(tmp_path / "streams.yaml", demo_stream(STREAM, "t", tmp_path))
     dag = build_dags(str(reg))[SAVEPOINT_DAG]
@@ -117,7 +119,8 @@ def _runs(env: dict[str, Any], dag_id: str) -> list[dict[str, Any]]:
     return env["admin"].dag_runs(dag_id)
 
 
-ACTIONS = [("savepoint", {"stream": STREAM}), ("restore", {"stream": STREAM, "savepoint_id": "20261123T120000Z-b1-aaaa"}),
+ACTIONS = [("savepoint", {"stream": STREAM}),
+           ("restore", {"stream": STREAM, "savepoint_id": "20261123T120000Z-b1-aaaa"}),
            ("replay", {"stream": STREAM, "from": "0", "to": "10", "mode": "into-sink", "dry_run": True})]
 
 
@@ -126,7 +129,7 @@ def test_unauthenticated_gets_nothing(env: dict[str, Any]) -> None:
     http = env["http"]
     for headers, cookies in (({}, {}), ({"Authorization": "Bearer not-a-jwt"}, {}), ({}, {"_token": "garbage"})):
         http.cookies.clear()
-        for path in ("/rewind/", f"/rewind/api/streams", f"/rewind/api/streams/{STREAM}",
+        for path in ("/rewind/", "/rewind/api/streams", f"/rewind/api/streams/{STREAM}",
                      f"/rewind/api/streams/{STREAM}/dq/x/docs/index.html"):
             r = http.get(path, headers=headers, cookies=cookies)
             assert r.status_code in (401, 403), (path, headers, r.status_code, r.text[:200])
@@ -245,7 +248,7 @@ def test_restore_path_of_the_savepoint_dag_runs_in_airflow(env: dict[str, Any]) 
     states = {t["task_id"]: t["state"] for t in admin.task_instances(SAVEPOINT_DAG, run_id)}
     assert states == {"choose": "success", "restore": "failed", "take_savepoint": "skipped",
                       "apply_retention": "skipped"}, states
-    from rewind.platform.airflow_local import _path
+    from rewind.platform.airflow_client import _path
 
     log = json.dumps(admin._send("GET", _path("dags", SAVEPOINT_DAG, "dagRuns", run_id, "taskInstances", "restore",
                                              "logs", "1"), params={"full_content": "true"}))

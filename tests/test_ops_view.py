@@ -5,12 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rewind.supervision.health import Thresholds
-from rewind.ops.view import (Inputs, build_stream_view, chart_series, default_replay_range, derive_state,
-                             newest_proof, read_inputs, recovery_view, replay_views, savepoint_rows)
-from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.ops.view import (
+    Inputs,
+    build_stream_view,
+    chart_series,
+    default_replay_range,
+    derive_state,
+    newest_proof,
+    read_inputs,
+    recovery_view,
+    replay_views,
+    savepoint_rows,
+)
+from rewind.paths import status_path
 from rewind.registry import load_registry
-from rewind.stream.status import StreamStatus, append_history, read_history, status_path, write_status
+from rewind.stream.status import StreamStatus, append_history, read_history, write_status
+from rewind.supervision.health import Thresholds
+from rewind.testing.registry_templates import demo_stream, write_registry
 
 NOW = 1_800_000_000.0
 NO_FAILURES = {"failures": [], "gave_up": None}

@@ -10,7 +10,7 @@ GOOD = """
 streams:
   s1:
     topics: [a-topic]
-    transform: rewind.demo.transform:build
+    transform: rewind.demo.transform:DemoTransform
     sink: {url: "sqlite:///${REWIND_HOME}/x.db"}
     checkpoint: ${REWIND_HOME}/cp
     status_dir: ${REWIND_HOME}/status
@@ -96,7 +96,8 @@ def test_supervision_thresholds(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("key,value", [
-    ("restart", "{delay: 5 secnds}"), ("restart", "{max_delay: banana}"), ("restart", "{failure_rate_interval: '10 minutes ago'}"),
+    ("restart", "{delay: 5 secnds}"), ("restart", "{max_delay: banana}"),
+    ("restart", "{failure_rate_interval: '10 minutes ago'}"),
     ("savepoints", "{max_age: soon}"), ("savepoints", "{schedule: banana}"), ("supervision", "{poll: fast}")])
 def test_bad_durations_and_schedules_are_refused_at_load(tmp_path: Path, key: str, value: str) -> None:
     """Every duration of the registry is checked at load, naming the file and the key (not at 3 a.m.)."""
@@ -104,7 +105,8 @@ def test_bad_durations_and_schedules_are_refused_at_load(tmp_path: Path, key: st
 
     path = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path, **{key: value}))
     field = value.strip("{}").split(":")[0]
-    with pytest.raises(RegistryError, match=rf"{tmp_path / 'r.yaml'}: streams\.s\.{key}\.{field}: .*(duration|schedule)"):
+    where = rf"{tmp_path / 'r.yaml'}: streams\.s\.{key}\.{field}"
+    with pytest.raises(RegistryError, match=rf"{where}: .*(duration|schedule)"):
         load_registry(path)
 
 
@@ -113,7 +115,33 @@ def test_schedules_accept_presets_cron_and_durations(tmp_path: Path) -> None:
 
     from rewind.testing.registry_templates import demo_stream, write_registry
 
-    for value, expected in [("'@daily'", "@daily"), ("'*/30 * * * *'", "*/30 * * * *"), ("30 min", timedelta(minutes=30)),
-                            ("null", None)]:
+    for value, expected in [("'@daily'", "@daily"), ("'*/30 * * * *'", "*/30 * * * *"),
+                            ("30 min", timedelta(minutes=30)), ("null", None)]:
         path = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path, savepoints=f"{{schedule: {value}}}"))
         assert load_registry(path).get("s").savepoints.airflow_schedule() == expected
+
+
+def test_a_transform_must_implement_the_contract(tmp_path: Path) -> None:
+    """A function, a missing class or an incomplete class is refused naming the stream and what is missing."""
+    import sys
+
+    from rewind.stream.contract import TransformRefused, load_transform
+    from rewind.testing.registry_templates import demo_stream, write_registry
+
+    (tmp_path / "my_transforms.py").write_text(
+        "from rewind.stream.contract import Transform\n"
+        "def build(source, spec):\n    return source\n"
+        "class Half(Transform):\n    def build(self, source, spec):\n        return source\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        for ref, message in [("my_transforms:build", "is a function, not a class implementing"),
+                             ("my_transforms:Nope", "has no 'Nope'"), ("no_such_module:X", "cannot import module"),
+                             ("my_transforms:Half", "must implement tables, build and split")]:
+            reg = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path, transform=ref))
+            with pytest.raises(TransformRefused, match=f"stream s: transform '{ref}'.*{message}"):
+                load_transform(load_registry(reg).get("s"))
+        good = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path))
+        ok = load_transform(load_registry(good).get("s"))
+        assert {t.name for t in ok.tables} == {"events", "dead_letter", "window_results"}
+    finally:
+        sys.path.remove(str(tmp_path))

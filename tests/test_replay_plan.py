@@ -8,32 +8,22 @@ import pickle
 import subprocess
 import sys
 import uuid
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from rewind.kafka.offsets import TP
+from rewind.kafka.types import TP
 from rewind.registry import load_registry
-from rewind.replay.plan import (
-    Bound,
-    PartitionPlan,
-    Problem,
-    ReplayPlan,
-    ReplayRefused,
-    ReplayRequest,
-    apply_count,
-    decide_partition,
-    format_plan,
-    parse_bound,
-    plan_replay,
-    select_partitions,
-    validate_request,
-)
+from rewind.replay.plan import ReplayPlan, apply_count, decide_partition, format_plan
+from rewind.replay.planner import plan_replay
+from rewind.replay.problems import Problem, ReplayRefused
+from rewind.replay.request import Bound, ReplayRequest, parse_bound, select_partitions, validate_request
 
 REWIND = Path(sys.executable).parent / "rewind"
-BASE = datetime(2026, 1, 1, tzinfo=timezone.utc)   # record timestamps: BASE + i seconds
+BASE = datetime(2026, 1, 1, tzinfo=UTC)   # record timestamps: BASE + i seconds
 
 
 def write_registry(tmp_path: Path, topics: list[str], name: str = "rp") -> Path:
@@ -42,7 +32,7 @@ def write_registry(tmp_path: Path, topics: list[str], name: str = "rp") -> Path:
 streams:
   {name}:
     topics: [{", ".join(topics)}]
-    transform: rewind.demo.transform:build
+    transform: rewind.demo.transform:DemoTransform
     sink: {{url: "sqlite:///{tmp_path}/sink.db"}}
     checkpoint: {tmp_path}/checkpoints/{name}
     status_dir: {tmp_path}/status
@@ -64,7 +54,7 @@ def test_parse_bound_offsets_keywords_and_timestamps_with_zone() -> None:
     assert parse_bound(" 0 ").offset == 0
     assert parse_bound("earliest").kind == "earliest" and parse_bound("LATEST").kind == "latest"
     utc = parse_bound("2026-11-22T03:00:00Z")
-    assert utc.kind == "timestamp" and utc.timestamp == datetime(2026, 11, 22, 3, tzinfo=timezone.utc)
+    assert utc.kind == "timestamp" and utc.timestamp == datetime(2026, 11, 22, 3, tzinfo=UTC)
     plus1 = parse_bound("2026-11-22T04:00:00+01:00")
     assert plus1.timestamp_ms == utc.timestamp_ms  # the same instant
     per = parse_bound('{"t": {"0": 12, "1": 40}}')
@@ -198,6 +188,21 @@ def test_counts_plan_json_and_table() -> None:
     assert "[0, 18)" in table and "<= 6" in table and "upper bound" in table and "at most 21" in table
     err = ReplayRefused([Problem("unknown_partition", "no partition 7")])
     assert pickle.loads(pickle.dumps(err)).problems == err.problems
+
+
+def test_replay_errors_are_rewind_errors() -> None:
+    """Refusals are ``Refused`` (exit 3, no retry) and still ValueErrors; failures ``Failed``; a
+    failing proof a ``ProofViolation`` that still carries the report like any ``ReplayFailed``."""
+    from rewind.errors import EXIT_PROOF_VIOLATION, EXIT_REFUSED, Failed, ProofViolation, Refused
+    from rewind.replay.guard import ReplayBusy
+    from rewind.replay.report import ReplayFailed, ReplayProofFailed
+
+    refused = ReplayRefused([Problem("bad_bound", "x")])
+    assert isinstance(refused, Refused) and isinstance(refused, ValueError) and refused.exit_code == EXIT_REFUSED
+    assert issubclass(ReplayBusy, Refused) and issubclass(ReplayFailed, Failed)
+    proof = ReplayProofFailed("proof failed", None)  # type: ignore[arg-type]
+    assert isinstance(proof, ProofViolation) and isinstance(proof, ReplayFailed) and proof.report is None
+    assert proof.exit_code == EXIT_PROOF_VIOLATION and not proof.retry
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,9 +395,9 @@ def test_cli_plan_json(kafka_bootstrap: str, new_topic: Callable[..., str], tmp_
 def test_cli_bad_input_exits_2_with_the_message_and_needs_no_kafka(tmp_path: Path) -> None:
     reg = write_registry(tmp_path, ["events"])
     res = run_cli(tmp_path, "nope", "--from", "2026-11-22T03:00:00", "--to", "5", "--registry", str(reg))
-    assert res.returncode == 2 and res.stdout == ""
+    assert res.returncode == 3 and res.stdout == ""
     assert "no time zone" in res.stderr and "2026-11-22T03:00:00Z" in res.stderr
     assert "'nope' is not in the registry" in res.stderr and "known streams: rp" in res.stderr
     res = run_cli(tmp_path, "rp", "--from", "9", "--to", "3", "--registry", str(reg), "--json")
-    assert res.returncode == 2 and "swap" in res.stderr
+    assert res.returncode == 3 and "swap" in res.stderr
     assert json.loads(res.stdout)["problems"][0]["kind"] == "from_after_to"

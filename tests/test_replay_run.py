@@ -27,14 +27,19 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from rewind.kafka.offsets import TP
-from rewind.registry import load_registry
-from rewind.testing.registry_templates import demo_stream, write_registry
-from rewind.replay.run import batch_options, plan_chunks, prepare_replay, run_replay
-from rewind.replay.guard import ReplayBusy, acquire_lock, check_replay_id, shadow_prefix
-from rewind.replay.plan import PartitionPlan, ReplayPlan, ReplayRefused, ReplayRequest, plan_replay
-from rewind.replay.report import ReplayReport
+from rewind.jobs import REPLAY_JOB
+from rewind.kafka.types import TP
 from rewind.proof.verify import recompute_windows, verify_stream
+from rewind.registry import load_registry
+from rewind.replay.guard import ReplayBusy, acquire_lock, check_replay_id, shadow_prefix
+from rewind.replay.plan import PartitionPlan, ReplayPlan
+from rewind.replay.planner import plan_replay
+from rewind.replay.problems import ReplayRefused
+from rewind.replay.report import ReplayReport
+from rewind.replay.request import ReplayRequest
+from rewind.replay.run import run_replay
+from rewind.replay.setup import batch_options, plan_chunks, prepare_replay
+from rewind.testing.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("events", "dead_letter", "window_results")
@@ -153,7 +158,7 @@ def test_batch_options_drop_the_streams_position_and_pace(tmp_path: Path) -> Non
 def sink_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/s.db"
-    from rewind.testing.pg import create_database
+    from rewind.testing.pg_databases import create_database
 
     server = request.getfixturevalue("postgres_url")
     name = f"rr_{uuid.uuid4().hex[:8]}"
@@ -207,9 +212,9 @@ def test_cli_refuses_bad_mode_and_id_without_kafka(tmp_path: Path, capsys: pytes
 
     reg = write_registry(tmp_path / "s.yaml", demo_stream("bad", "t", tmp_path))
     base = ["replay", "run", "bad", "--from", "0", "--to", "10", "--registry", str(reg), "--bootstrap", "127.0.0.1:1"]
-    assert main([*base, "--mode", "sideways"]) == 2
+    assert main([*base, "--mode", "sideways"]) == 3
     assert "mode 'sideways' is unknown" in capsys.readouterr().err
-    assert main([*base, "--replay-id", "a/../b", "--json"]) == 2
+    assert main([*base, "--replay-id", "a/../b", "--json"]) == 3
     out = capsys.readouterr()
     assert "is not allowed" in out.err and json.loads(out.out)["problems"][0]["kind"] == "bad_replay_id"
 
@@ -230,7 +235,7 @@ def test_second_replay_of_a_stream_is_refused_naming_the_running_one(tmp_path: P
         assert "'first-one'" in text and f"pid {holder.pid}" in text and "running since 20" in text
         assert "wait for it to finish" in text and exc.value.holder["replay_id"] == "first-one"
         assert not (tmp_path / "r").exists()
-        # the dry run says so too, and the CLI refuses with exit 2
+        # the dry run says so too, and the CLI refuses with exit 3
         setup = prepare_replay(spec, tiny_plan("lk"), replay_id="second")
         from rewind.replay.run import describe_replay
 
@@ -254,7 +259,7 @@ def test_cli_run_is_refused_while_another_replay_runs(done_stream: dict[str, Any
     argv = ["replay", "run", "rr", "--from", "0", "--to", "50", "--registry", str(done_stream["reg_path"]),
             "--bootstrap", platform.kafka_bootstrap, "--no-s3", "--run-dir", str(tmp_path / "r")]
     with acquire_lock(spec.status_dir, "rr", "on-call-1", None, "into-sink"):
-        assert main(argv) == 2
+        assert main(argv) == 3
         err = capsys.readouterr().err
         assert "refused" in err and "'on-call-1'" in err and f"pid {os.getpid()}" in err
         assert main([*argv, "--dry-run"]) == 0  # a dry run takes no lock, and says who holds it
@@ -359,7 +364,7 @@ def test_lost_data_is_restored_exactly_once_and_windows_recomputed(done_stream: 
     # window results equal a recomputation from the raw events, not a sum of partial counts
     from rewind.stream.runner import open_sink
 
-    sink, _ = open_sink(spec)
+    sink = open_sink(spec)
     try:
         events, windows = sink.read_table("events"), sink.read_table("window_results")
     finally:
@@ -395,20 +400,20 @@ def test_shadow_mode_leaves_main_tables_unchanged(done_stream: dict[str, Any], p
 
 @pytest.mark.slow
 def test_spark_submit_entry_with_a_plan_file(done_stream: dict[str, Any], platform: Any, tmp_path: Path) -> None:
-    """spark_jobs/replay.py in its own process (its own Spark), from `rewind replay plan --json`."""
+    """rewind/jobs/replay.py in its own process (its own Spark), from `rewind replay plan --json`."""
     env = {**os.environ, **platform.env(), "PYTHONPATH": str(ROOT), "REWIND_HOME": str(tmp_path / "home")}
     base = ["--registry", str(done_stream["reg_path"]), "--bootstrap", platform.kafka_bootstrap]
-    plan = subprocess.run([sys.executable, "-m", "rewind.cli.main", "replay", "plan", "rr", "--from", "10", "--to", "90",
+    plan = subprocess.run([sys.executable, "-m", "rewind.cli", "replay", "plan", "rr", "--from", "10", "--to", "90",
                            "--json", *base], capture_output=True, text=True, env=env, timeout=120)
     assert plan.returncode == 0, plan.stderr
     (tmp_path / "plan.json").write_text(plan.stdout)
     before = snapshot(done_stream["spec"])
-    dry = subprocess.run([sys.executable, str(ROOT / "spark_jobs" / "replay.py"), "rr", "--plan-json",
+    dry = subprocess.run([sys.executable, str(REPLAY_JOB), "rr", "--plan-json",
                           str(tmp_path / "plan.json"), "--dry-run", "--replay-id", "job-1", *base],
                          capture_output=True, text=True, env=env, timeout=120)
     assert dry.returncode == 0 and "dry run: nothing was written" in dry.stdout and "job-1" in dry.stdout, dry
     assert not (tmp_path / "home" / "replays").exists()
-    run = subprocess.run([sys.executable, str(ROOT / "spark_jobs" / "replay.py"), "rr", "--plan-json",
+    run = subprocess.run([sys.executable, str(REPLAY_JOB), "rr", "--plan-json",
                           str(tmp_path / "plan.json"), "--replay-id", "job-1", "--json", "--no-progress", *base],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -422,11 +427,12 @@ def test_spark_submit_entry_with_a_plan_file(done_stream: dict[str, Any], platfo
 @pytest.mark.slow
 def test_overlap_with_a_live_stream_finds_no_duplicates(tmp_path: Path, platform: Any, spark: Any) -> None:
     """Replay what the running stream already wrote while it keeps running and the producer keeps sending."""
-    from rewind.kafka.client import true_end_offsets
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.kafka.lookups import true_end_offsets
+    from rewind.paths import status_path
     from rewind.platform.processes import pid_alive, terminate_group
-    from rewind.stream.status import read_status, status_path
     from rewind.stream.control import launch_stream, stop_stream, wait_caught_up
+    from rewind.stream.status import read_status
 
     bootstrap = platform.kafka_bootstrap
     topic = f"ro-{uuid.uuid4().hex[:8]}"

@@ -21,24 +21,25 @@ rows are missing -- the second test pins that, so this test is known to tell the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 import pytest
 
-from rewind.checkpoints.inspection import parse_offsets_file
+from rewind.checkpoints.logs import parse_offsets_file
 from rewind.checkpoints.pointer import active_checkpoint
-from rewind.demo.events import make_event
-from rewind.registry import StreamSpec, load_registry
-from rewind.testing.registry_templates import demo_stream, write_registry
-from rewind.s3 import S3Config, S3Store
 from rewind.checkpoints.savepoints import create_savepoint, restore_savepoint
+from rewind.demo.events import make_event
 from rewind.platform.services import PlatformInfo
 from rewind.proof.verify import ExactlyOnceReport, verify_stream
+from rewind.registry import StreamSpec, load_registry
+from rewind.s3 import S3Config, S3Store
+from rewind.testing.registry_templates import demo_stream, write_registry
 
 OLD_LIMIT, NEW_LIMIT = 100, 10_000  # maxOffsetsPerTrigger before and after the restore
 WINDOW_S, DELAY_S = 10, 10
@@ -111,7 +112,7 @@ def offsets_of(checkpoint: str | Path, batch: int) -> tuple[dict[str, Any], dict
 def ledger(spec: StreamSpec) -> dict[int, dict[str, Any]]:
     from rewind.stream.runner import open_sink
 
-    sink, _ = open_sink(spec)
+    sink = open_sink(spec)
     try:
         rows = sink.read_table("rewind_batches")
     finally:
@@ -122,7 +123,7 @@ def ledger(spec: StreamSpec) -> dict[int, dict[str, Any]]:
 
 def ms(t: datetime) -> int:
     """Whole milliseconds since the epoch, exactly (no float rounding)."""
-    return (t - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+    return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 
 
 @dataclass
@@ -151,9 +152,9 @@ def run_restore_scenario(tmp_path: Path, platform: PlatformInfo, spark: Any, top
                                                                          **entry))).get(name)
     assert (old.checkpoint, old.sink, old.status_dir) == (new.checkpoint, new.sink, new.status_dir)
     store = S3Store(S3Config.from_platform(platform))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     # A window boundary two minutes back: event times in the past, never ahead of the broker's clock.
-    base = datetime.fromtimestamp((int(now.timestamp()) // WINDOW_S) * WINDOW_S - 120, timezone.utc)
+    base = datetime.fromtimestamp((int(now.timestamp()) // WINDOW_S) * WINDOW_S - 120, UTC)
 
     # ---- the old run: 100 offsets per batch, savepoint at batch 1, stopped right after batch 3
     assert send(bootstrap, topic, name, range(0, 200), base) == list(range(0, 200))
@@ -184,7 +185,7 @@ def run_restore_scenario(tmp_path: Path, platform: PlatformInfo, spark: Any, top
 
     from rewind.stream.runner import open_sink
 
-    sink, _ = open_sink(new)
+    sink = open_sink(new)
     try:
         windows = sink.read_table("window_results")
     finally:

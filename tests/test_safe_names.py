@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from rewind.checkpoints.manifest import validate_savepoint_id
+from rewind.checkpoints.savepoint_errors import InvalidSavepointId
 from rewind.replay.guard import check_replay_id as guard_replay_id
-from rewind.replay.plan import ReplayRefused
-from rewind.safe_names import (UnknownName, UnsafeName, check_relpath, check_replay_id, check_run_id,
-                               check_savepoint_id, check_stream, run_dir_name)
-from rewind.checkpoints.savepoints import InvalidSavepointId, validate_savepoint_id
+from rewind.replay.problems import ReplayRefused
+from rewind.safe_names import (
+    UnknownName,
+    UnsafeName,
+    check_relpath,
+    check_replay_id,
+    check_run_id,
+    check_savepoint_id,
+    check_stream,
+    run_dir_name,
+)
 
 HOSTILE = ["", "..", "../x", "a/../b", "a/b", "/etc/passwd", "a\\b", "..\\x", "a\x00b", "x\n", "a\tb",
            "%2e%2e", "%2e%2e%2fx", "x" * 5000, " a", "a b"]

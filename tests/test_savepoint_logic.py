@@ -6,25 +6,35 @@ import hashlib
 import json
 import os
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from rewind.checkpoints.manifest import (
+    FileEntry,
+    Incomplete,
+    Listing,
+    Manifest,
+    new_savepoint_id,
+    restore_warnings,
+    safe_relpath,
+    validate_savepoint_id,
+)
 from rewind.checkpoints.pointer import PointerError, active_checkpoint, point_to, read_pointer
+from rewind.checkpoints.retention import plan_prune, select_for_pruning, select_leftovers
+from rewind.checkpoints.savepoint_errors import InvalidSavepointId, SavepointCorrupt, SavepointRefused
+from rewind.checkpoints.savepoints import restore_destination, verify_tree
 from rewind.registry import StreamSpec
 from rewind.s3 import S3Config, format_s3_url, parse_s3_url, resolve_s3_config
-from rewind.checkpoints.savepoints import (FileEntry, Incomplete, InvalidSavepointId, Listing, Manifest, SavepointCorrupt,
-                              SavepointError, new_savepoint_id, plan_prune, restore_destination, restore_warnings,
-                              safe_relpath, select_for_pruning, select_leftovers, validate_savepoint_id, verify_tree)
-from rewind.stream.status import StreamStatus
 from rewind.stream.control import liveness
+from rewind.stream.status import StreamStatus
 
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 def spec_at(tmp_path: Path, **kw: object) -> StreamSpec:
-    return StreamSpec(name="demo", topics=["t"], transform="rewind.demo.transform:build",
+    return StreamSpec(name="demo", topics=["t"], transform="rewind.demo.transform:DemoTransform",
                       sink={"url": f"sqlite:///{tmp_path}/s.db"}, checkpoint=str(tmp_path / "cp" / "demo"),
                       status_dir=str(tmp_path / "status"), **kw)  # type: ignore[arg-type]
 
@@ -181,10 +191,22 @@ def test_restore_destination_is_fresh_and_never_overwrites(tmp_path: Path) -> No
     empty.mkdir()
     assert restore_destination(spec, "sp1", empty) == empty.resolve()
     (empty / "f").write_text("x")
-    with pytest.raises(SavepointError, match="not an empty directory"):
+    with pytest.raises(SavepointRefused, match="not an empty directory"):
         restore_destination(spec, "sp1", empty)
-    with pytest.raises(SavepointError, match="not an empty directory"):
+    with pytest.raises(SavepointRefused, match="not an empty directory"):
         restore_destination(spec, "sp1", empty / "f")
+
+
+def test_savepoint_errors_say_refused_or_failed() -> None:
+    """Refusals (nothing changed, no retry) and failures (retry may help) under one SavepointError."""
+    from rewind.checkpoints.savepoint_errors import FileVanished, NothingToSave, SavepointError, SavepointNotFound
+    from rewind.errors import EXIT_FAILED, EXIT_REFUSED, Failed, Refused
+
+    for cls in (SavepointRefused, InvalidSavepointId, SavepointNotFound, NothingToSave):
+        assert issubclass(cls, SavepointError) and issubclass(cls, Refused) and cls.exit_code == EXIT_REFUSED
+    for cls in (SavepointCorrupt, FileVanished):
+        assert issubclass(cls, SavepointError) and issubclass(cls, Failed) and cls.exit_code == EXIT_FAILED
+    assert issubclass(InvalidSavepointId, ValueError)
 
 
 def test_restore_warnings(tmp_path: Path) -> None:

@@ -18,28 +18,36 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from rewind.checkpoints.inspection import NotACheckpoint, inspect_checkpoint
+from rewind.checkpoints.manifest import FILES_DIR, MANIFEST, Manifest, savepoint_prefix
 from rewind.checkpoints.pointer import active_checkpoint, pointer_path, read_pointer
-from rewind.kafka.client import true_end_offsets
+from rewind.checkpoints.savepoint_errors import SavepointCorrupt, SavepointNotFound
+from rewind.checkpoints.savepoints import (
+    create_savepoint,
+    list_savepoints,
+    load_manifest,
+    restore_savepoint,
+    savepoint_with_stop,
+)
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.registry import StreamSpec, load_registry
-from rewind.testing.registry_templates import demo_stream
-from rewind.s3 import S3Config, S3Store, S3Unreachable
-from rewind.checkpoints.savepoints import (FILES_DIR, MANIFEST, Manifest, SavepointCorrupt, SavepointNotFound,
-                              create_savepoint, list_savepoints, load_manifest, restore_savepoint, savepoint_prefix,
-                              savepoint_with_stop)
-from rewind.platform.services import PlatformInfo
+from rewind.kafka.lookups import true_end_offsets
+from rewind.paths import status_path
 from rewind.platform.processes import free_port, pid_alive, terminate_group
-from rewind.stream.status import read_status, status_path
-from rewind.stream.control import launch_stream, stop_stream, stream_liveness, wait_running
+from rewind.platform.services import PlatformInfo
 from rewind.proof.verify import verify_stream
+from rewind.registry import StreamSpec, load_registry
+from rewind.s3 import S3Config, S3Store, S3Unreachable
+from rewind.stream.control import launch_stream, stop_stream, stream_liveness, wait_running
+from rewind.stream.status import read_status
+from rewind.testing.registry_templates import demo_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +97,7 @@ def wait(cond: Any, timeout: float, what: str) -> None:
 def committed(spec: StreamSpec) -> list[int]:
     from rewind.stream.runner import open_sink
 
-    sink, _ = open_sink(spec)
+    sink = open_sink(spec)
     try:
         return sink.committed_batch_ids()
     finally:
@@ -267,7 +275,7 @@ def test_savepoint_without_manifest_is_invisible(online: dict[str, Any]) -> None
 
 
 def run_cli(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rewind.cli.main", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "rewind.cli", *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=timeout)
 
 
@@ -278,7 +286,7 @@ def cli_env(platform: PlatformInfo, home: Path, **extra: str) -> dict[str, str]:
 
 def test_prune_by_count_and_age_never_the_newest(online: dict[str, Any], platform: PlatformInfo) -> None:
     store, manifest = online["store"], online["manifest"]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for sid, age in (("old-10d", timedelta(days=10)), ("h3", timedelta(hours=3)), ("h2", timedelta(hours=2)),
                      ("h1", timedelta(hours=1))):
         copy_savepoint(store, manifest, "sp_prune", sid, created_at=now - age)
@@ -396,7 +404,7 @@ def test_stop_savepoint_cli_restart_restore_resume(tmp_path: Path, platform: Pla
 
         refused = run_cli("savepoint", "restore", spec.name, summary["savepoint_id"], "--registry", str(registry),
                           env=env, timeout=60)
-        assert refused.returncode == 2 and "is running" in refused.stderr
+        assert refused.returncode == 3 and "is running" in refused.stderr
         assert not pointer_path(spec).exists()
 
         feeder.join(60)

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.platform.services import EmbeddedPlatform, read_platform
 from rewind.platform.processes import pid_alive
+from rewind.platform.services import EmbeddedPlatform, read_platform
 from rewind.proof.verify import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_cli_services_up_status_down(tmp_path: Path) -> None:
     env = {**os.environ, "REWIND_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
 
     def rewind(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "rewind.cli.main", *args], env=env, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "rewind.cli", *args], env=env, capture_output=True,
                               text=True, timeout=120)
 
     up = rewind("services", "up")

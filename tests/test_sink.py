@@ -13,25 +13,25 @@ import multiprocessing as mp
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from rewind.testing.pg import LocalPostgres, create_database, drop_database, postgres_available
-from rewind.sink.sql import (
-    LEDGER_TABLE,
-    BatchResult,
-    Column,
-    ExactlyOnceSqlSink,
-    SinkConnectionError,
-    SinkWriteError,
-    TableSpec,
-)
+from rewind.errors import EXIT_FAILED, EXIT_REFUSED, Failed, Refused, exit_code_of
+from rewind.sink import contract
+from rewind.sink.contract import BatchResult, Sink
+from rewind.sink.errors import SinkConnectionError, SinkError, SinkRefused, SinkWriteError
+from rewind.sink.schema import LEDGER_TABLE, Column, TableSpec
+from rewind.sink.sql import ExactlyOnceSqlSink
+from rewind.testing.pg import LocalPostgres
+from rewind.testing.pg_databases import create_database, drop_database
+from rewind.testing.pg_install import postgres_available
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
 
 EVENTS = TableSpec(
@@ -117,7 +117,8 @@ def events(start: int, n: int, *, batch_id: int = 0, value: bytes = b"v", partit
 
 
 def dead_letters(start: int, n: int) -> list[dict[str, Any]]:
-    return [{"topic": "orders", "partition": 0, "offset": i, "error": "bad json", "raw": b"{"} for i in range(start, start + n)]
+    return [{"topic": "orders", "partition": 0, "offset": i, "error": "bad json", "raw": b"{"}
+            for i in range(start, start + n)]
 
 
 def windows(users: list[str], count: int) -> pd.DataFrame:
@@ -128,20 +129,22 @@ def windows(users: list[str], count: int) -> pd.DataFrame:
 
 
 def counts(sink: ExactlyOnceSqlSink) -> dict[str, int]:
-    return {name: len(sink.read_table(name)) for name in sink.specs} | {LEDGER_TABLE: len(sink.read_table(LEDGER_TABLE))}
+    return {name: len(sink.read_table(name)) for name in [*sink.specs, LEDGER_TABLE]}
 
 
 # --------------------------------------------------------------------------- exactly-once
 def test_same_batch_twice_is_skipped_and_changes_nothing(make_sink: Any) -> None:
     sink = make_sink()
-    batch = {"events": events(0, 100, batch_id=7), "dead_letter": dead_letters(1000, 3), "window_results": windows(["a", "b"], 5)}
+    batch = {"events": events(0, 100, batch_id=7), "dead_letter": dead_letters(1000, 3),
+             "window_results": windows(["a", "b"], 5)}
 
     first = sink.write_batch(7, batch)
     assert first == BatchResult(7, False, {"events": 100, "dead_letter": 3, "window_results": 2}, first.seconds)
     before = {name: sink.read_table(name) for name in sink.specs}
 
     # Spark re-runs the batch after a crash: possibly with other rows (non-deterministic transform).
-    again = sink.write_batch(7, {"events": events(0, 150, batch_id=7, value=b"other"), "window_results": windows(["a"], 99)})
+    again = sink.write_batch(7, {"events": events(0, 150, batch_id=7, value=b"other"),
+                                 "window_results": windows(["a"], 99)})
     assert again.skipped and again.rows == {"events": 0, "window_results": 0}
     for name, df in before.items():
         pd.testing.assert_frame_equal(sink.read_table(name), df)
@@ -199,7 +202,8 @@ def test_fresh_sink_reads_empty(make_sink: Any) -> None:
 def test_database_error_mid_transaction_leaves_nothing(make_sink: Any) -> None:
     sink = make_sink()
     sink.write_batch(0, {"events": events(0, 10)})
-    good = {"events": events(10, 12_000), "dead_letter": dead_letters(0, 5), "window_results": windows(["a", "b", "c"], 1)}
+    good = {"events": events(10, 12_000), "dead_letter": dead_letters(0, 5),
+            "window_results": windows(["a", "b", "c"], 1)}
     bad_windows = windows(["a", "b", "c"], 1)
     # A value the driver cannot bind: raised by the database layer after the events
     # (12,000 rows, several executemany chunks) and the dead letters went in.
@@ -208,6 +212,7 @@ def test_database_error_mid_transaction_leaves_nothing(make_sink: Any) -> None:
     with pytest.raises(SinkWriteError) as err:
         sink.write_batch(1, {**good, "window_results": bad_windows})
     assert "batch 1" in str(err.value) and "window_results" in str(err.value)
+    assert isinstance(err.value, Failed) and err.value.retry  # tried and broke: a retry may help
 
     assert counts(sink) == {"events": 10, "dead_letter": 0, "window_results": 0, LEDGER_TABLE: 1}
     assert sink.committed_batch_ids() == [0]
@@ -276,7 +281,8 @@ def test_write_rows_replay_path_is_idempotent(make_sink: Any) -> None:
     assert not live.skipped
 
     # A replay re-reads a Kafka range overlapping what the live stream wrote.
-    replay = {"events": pd.DataFrame(events(25, 50)), "dead_letter": dead_letters(0, 4), "window_results": windows(["a", "b"], 3)}
+    replay = {"events": pd.DataFrame(events(25, 50)), "dead_letter": dead_letters(0, 4),
+              "window_results": windows(["a", "b"], 3)}
     assert sink.write_rows(replay, replay_id="r-1") == {"events": 50, "dead_letter": 4, "window_results": 2}
     after_once = {name: sink.read_table(name) for name in sink.specs}
     sink.write_rows(replay, replay_id="r-1")
@@ -303,9 +309,11 @@ def test_dataframes_and_dicts_with_numpy_values_nulls_and_time_zones(make_sink: 
     sink = make_sink()
     paris = dt.timezone(dt.timedelta(hours=2))
     rows = [
-        {"topic": "orders", "partition": np.int32(0), "offset": np.int64(1), "timestamp": dt.datetime(2024, 5, 1, 12, 0, tzinfo=paris),
-         "amount": np.float64(2.5), "key": bytearray(b"k"), "value": None},
-        {"topic": np.str_("orders"), "partition": 0, "offset": 2, "timestamp": dt.datetime(2024, 5, 1, 10, 0),  # naive = UTC
+        {"topic": "orders", "partition": np.int32(0), "offset": np.int64(1),
+         "timestamp": dt.datetime(2024, 5, 1, 12, 0, tzinfo=paris), "amount": np.float64(2.5),
+         "key": bytearray(b"k"), "value": None},
+        {"topic": np.str_("orders"), "partition": 0, "offset": 2,
+         "timestamp": dt.datetime(2024, 5, 1, 10, 0),  # naive = UTC
          "amount": float("nan"), "key": memoryview(b"k2")},
         {"topic": "orders", "partition": 0, "offset": 3, "timestamp": "2024-05-01T10:00:00.123456Z", "amount": 3},
         {"topic": "orders", "partition": 0, "offset": 4, "timestamp": None, "amount": None},
@@ -327,28 +335,29 @@ def test_dataframes_and_dicts_with_numpy_values_nulls_and_time_zones(make_sink: 
     assert pd.isna(p0.loc[4, "timestamp"]) and pd.isna(p0.loc[2, "amount"]) and pd.isna(p0.loc[4, "amount"])
     assert p0.loc[1, "key"] == b"k" and p0.loc[2, "key"] == b"k2" and p0.loc[1, "value"] is None
     p1 = ev[ev["partition"] == 1].set_index("offset")
-    assert p1["timestamp"].tolist()[:2] == [pd.Timestamp("2024-05-01 10:00", tz="UTC"), pd.Timestamp("2024-05-01 10:30", tz="UTC")]
+    assert p1["timestamp"].tolist()[:2] == [pd.Timestamp("2024-05-01 10:00", tz="UTC"),
+                                            pd.Timestamp("2024-05-01 10:30", tz="UTC")]
     assert pd.isna(p1.loc[3, "timestamp"]) and pd.isna(p1.loc[2, "batch_id"]) and p1.loc[3, "batch_id"] == 3
 
 
 # --------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("prefix", ["Shadow_", "1shadow_", "shadow-1_", "shadow r1_", "s" * 60])
 def test_bad_table_prefix_is_rejected(prefix: str, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="prefix"):
+    with pytest.raises(SinkRefused, match="prefix"):
         ExactlyOnceSqlSink(f"sqlite:///{tmp_path}/x.db", "orders", TABLES, table_prefix=prefix)
     assert not (tmp_path / "x.db").exists()
 
 
 def test_bad_specs_are_rejected() -> None:
-    with pytest.raises(ValueError, match="'Events'"):
+    with pytest.raises(SinkRefused, match="'Events'"):
         TableSpec("Events", (Column("a", "int"),), ("a",), "ignore")
-    with pytest.raises(ValueError, match="'missing'"):
+    with pytest.raises(SinkRefused, match="'missing'"):
         TableSpec("t", (Column("a", "int"),), ("missing",), "ignore")
-    with pytest.raises(ValueError, match="'decimal'"):
+    with pytest.raises(SinkRefused, match="'decimal'"):
         Column("a", "decimal")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="'drop table'"):
+    with pytest.raises(SinkRefused, match="'drop table'"):
         Column("drop table", "string")
-    with pytest.raises(ValueError, match="reserved"):
+    with pytest.raises(SinkRefused, match="reserved"):
         TableSpec(LEDGER_TABLE, (Column("a", "int"),), ("a",), "ignore")
 
 
@@ -357,24 +366,28 @@ def test_bad_rows_raise_before_anything_is_written(make_sink: Any) -> None:
     sink.write_batch(0, {"events": events(0, 5)})
     good = {"events": events(5, 5), "dead_letter": dead_letters(0, 1)}
     cases = {
-        "unknown column": ({**good, "window_results": windows(["a"], 1).assign(colour="red")}, r"window_results.*'colour'"),
-        "unknown dict key": ({**good, "dead_letter": [{**dead_letters(0, 1)[0], "eror": "typo"}]}, r"dead_letter.*'eror'"),
-        "missing key column": ({**good, "window_results": windows(["a"], 1).drop(columns=["user"])}, r"window_results.*'user'"),
-        "null key value": ({**good, "events": events(5, 5) + [{**events(99, 1)[0], "offset": None}]}, r"events.*row 5.*'offset'"),
+        "unknown column": ({**good, "window_results": windows(["a"], 1).assign(colour="red")},
+                           r"window_results.*'colour'"),
+        "unknown dict key": ({**good, "dead_letter": [{**dead_letters(0, 1)[0], "eror": "typo"}]},
+                             r"dead_letter.*'eror'"),
+        "missing key column": ({**good, "window_results": windows(["a"], 1).drop(columns=["user"])},
+                               r"window_results.*'user'"),
+        "null key value": ({**good, "events": events(5, 5) + [{**events(99, 1)[0], "offset": None}]},
+                           r"events.*row 5.*'offset'"),
         "key missing in one dict": ({**good, "events": [{"topic": "orders", "partition": 0}]}, r"events.*'offset'"),
         "unknown table": ({**good, "evnts": events(0, 1)}, r"evnts"),
         "not an int": ({**good, "events": [{**events(5, 1)[0], "offset": 1.5}]}, r"events.*'offset'.*1.5"),
         "not a timestamp": ({**good, "events": [{**events(5, 1)[0], "timestamp": 12345}]}, r"events.*'timestamp'"),
     }
     for what, (batch, pattern) in cases.items():
-        with pytest.raises(ValueError, match=pattern):
+        with pytest.raises(SinkRefused, match=pattern):
             sink.write_batch(1, batch)
-        with pytest.raises(ValueError, match=pattern):
+        with pytest.raises(SinkRefused, match=pattern):
             sink.write_rows(batch)
         assert counts(sink) == {"events": 5, "dead_letter": 0, "window_results": 0, LEDGER_TABLE: 1}, what
-    with pytest.raises(ValueError, match="batch_id"):
+    with pytest.raises(SinkRefused, match="batch_id"):
         sink.write_batch(-1, good)
-    with pytest.raises(ValueError, match="unknown table 'nope'"):
+    with pytest.raises(SinkRefused, match="unknown table 'nope'"):
         sink.read_table("nope")
 
 
@@ -393,8 +406,37 @@ def test_unreachable_database_names_url_with_password_masked(tmp_path: Path) -> 
     blocker.write_text("")
     with pytest.raises(SinkConnectionError, match="a-file"):
         ExactlyOnceSqlSink(f"sqlite:///{blocker}/sub/x.db", "orders", TABLES)
-    with pytest.raises(ValueError, match="unsupported"):
+    with pytest.raises(SinkRefused, match="unsupported"):
         ExactlyOnceSqlSink("mysql://u:p@localhost/db", "orders", TABLES)
+
+
+# --------------------------------------------------------------------------- the contract and the errors
+def test_errors_tell_refusal_from_failure() -> None:
+    """A refusal is a Refused (exit 3, no retry) and still a ValueError; a failure is a Failed
+    (exit 1, retry) and still a RuntimeError, so callers that caught the old bases still do."""
+    assert issubclass(SinkRefused, Refused) and issubclass(SinkRefused, ValueError)
+    for cls in (SinkError, SinkConnectionError, SinkWriteError):
+        assert issubclass(cls, Failed) and issubclass(cls, RuntimeError) and not issubclass(cls, Refused)
+    assert exit_code_of(SinkRefused("x")) == EXIT_REFUSED and not SinkRefused("x").retry
+    assert exit_code_of(SinkWriteError("x")) == EXIT_FAILED and SinkWriteError("x").retry
+    with pytest.raises(ValueError, match="batch_id"):  # the old base still catches a refusal
+        ExactlyOnceSqlSink("sqlite://", "orders", TABLES).write_batch(-1, {})
+
+
+def test_sql_sink_implements_the_documented_contract() -> None:
+    """Sink is abstract, says every promise in a docstring, and ExactlyOnceSqlSink implements all of it."""
+    promised = {"create_tables", "write_batch", "write_rows", "read_table", "read_rows", "column_max",
+                "last_committed_batch", "committed_batch_ids", "table_name", "dispose"}
+    assert Sink.__abstractmethods__ == promised
+    with pytest.raises(TypeError):
+        Sink()  # type: ignore[abstract]
+    assert issubclass(ExactlyOnceSqlSink, Sink) and not ExactlyOnceSqlSink.__abstractmethods__
+    for name in promised:
+        assert (getattr(Sink, name).__doc__ or "").strip(), f"Sink.{name} has no contract"
+    for word in ("idempotent", "ignore", "replace", "batch identity", "SinkRefused", "SinkWriteError"):
+        assert word.lower() in (contract.__doc__ or "").lower(), word
+    with ExactlyOnceSqlSink("sqlite://", "orders", TABLES) as sink:  # __enter__/__exit__ come from Sink
+        assert isinstance(sink, ExactlyOnceSqlSink)
 
 
 # --------------------------------------------------------------------------- concurrency
@@ -403,7 +445,8 @@ def _write_batches(url: str, stream: str, batch_ids: list[int], start: Any) -> N
     sink = ExactlyOnceSqlSink(url, stream, TABLES)
     start.wait(60)
     for b in batch_ids:
-        result = sink.write_batch(b, {"events": events(b * 1000, 1000, batch_id=b), "window_results": windows([f"u{b}"], b)})
+        result = sink.write_batch(b, {"events": events(b * 1000, 1000, batch_id=b),
+                                      "window_results": windows([f"u{b}"], b)})
         assert not result.skipped, b
     sink.dispose()
 
@@ -457,7 +500,8 @@ def test_write_speed_50k_rows(make_sink: Any, db_url: str, capsys: pytest.Captur
     frame = pd.DataFrame({
         "topic": "orders", "partition": np.arange(n) % 6, "offset": np.arange(n), "key": [b"key"] * n,
         "value": [b'{"user": "u1", "amount": 12.5}'] * n,
-        "timestamp": pd.date_range(T0, periods=n, freq="ms"), "amount": np.random.default_rng(1).random(n), "batch_id": 1,
+        "timestamp": pd.date_range(T0, periods=n, freq="ms"), "amount": np.random.default_rng(1).random(n),
+        "batch_id": 1,
     })
     t = time.perf_counter()
     result = sink.write_batch(1, {"events": frame})
@@ -469,8 +513,9 @@ def test_write_speed_50k_rows(make_sink: Any, db_url: str, capsys: pytest.Captur
     assert result.rows == {"events": n} and len(sink.read_table("events")) == n
     backend = db_url.split(":", 1)[0]
     with capsys.disabled():
-        print(f"\n[sink speed] {backend}: write_batch 50,000 rows (DataFrame) {batch_s:.2f}s = {n / batch_s:,.0f} rows/s; "
-              f"write_rows 50,000 rows (dicts, all conflicting) {replay_s:.2f}s = {n / replay_s:,.0f} rows/s")
+        print(f"\n[sink speed] {backend}: write_batch 50,000 rows (DataFrame) {batch_s:.2f}s = "
+              f"{n / batch_s:,.0f} rows/s; write_rows 50,000 rows (dicts, all conflicting) {replay_s:.2f}s = "
+              f"{n / replay_s:,.0f} rows/s")
 
 
 # --------------------------------------------------------------------------- LocalPostgres

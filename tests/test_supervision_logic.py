@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rewind.supervision.health import Thresholds, diagnose
 from rewind.registry import RestartSpec
-from rewind.supervision.restart_policy import Failure, decide, same_batch_run
 from rewind.stream.status import StreamStatus
+from rewind.supervision.health import Thresholds, diagnose
+from rewind.supervision.restart_policy import Failure, decide, same_batch_run
 
 NOW = 1_000_000.0
 
@@ -95,9 +95,11 @@ def test_relaunch_loop_records_each_failure_and_gives_up_on_a_poison_batch(tmp_p
     restarts (max_attempts 2), then CrashLoop naming the batch and offsets; delays as decided."""
     import os
 
+    from rewind.paths import status_path
     from rewind.registry import StreamSpec
-    from rewind.stream.status import status_path, write_status
-    from rewind.supervision.reconcile import CrashLoop, read_history, record_failure, relaunch_until_progress
+    from rewind.stream.status import write_status
+    from rewind.supervision.failures import CrashLoop, read_failures
+    from rewind.supervision.reconcile import fail, relaunch_until_progress
 
     spec = StreamSpec.model_construct(name="s", status_dir=str(tmp_path),
                                       restart=RestartSpec(strategy="fixed-delay", max_attempts=2, delay="3 seconds"))
@@ -112,11 +114,64 @@ def test_relaunch_loop_records_each_failure_and_gives_up_on_a_poison_batch(tmp_p
         return {"pid": os.getpid(), "launched_at": 0.0, "running_at": 0.0}
 
     write_status(path, status(pid=os.getpid(), state="failed", last_batch_id=4, exception="poison record"))
-    first = record_failure(spec, "query_failed", "poison record")  # what the watch + diagnose did
+    first = fail(spec, "query_failed", "poison record")  # what the watch + diagnose did
     assert first.restart and first.delay_s == 3
     with pytest.raises(CrashLoop) as err:
         relaunch_until_progress(spec, start, after_batch=4, delay_s=first.delay_s, timeout_s=5, sleep=slept.append)
     assert len(launches) == 2 and slept == [3, 3]
     assert "3 failures in a row without committing past batch 4" in str(err.value)
     assert "{'t': {'0': 40}}" in str(err.value) and "poison record" in str(err.value)
-    assert read_history(spec)["gave_up"] is not None
+    assert read_failures(spec)["gave_up"] is not None
+
+
+def test_a_launch_is_refused_while_a_driver_holds_the_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A live driver (even a hung one, with an old heartbeat) blocks a second launch on the checkpoint."""
+    import subprocess
+    import time
+
+    import pytest
+
+    from rewind.paths import status_path
+    from rewind.registry import load_registry
+    from rewind.stream.control import DriverRunning, launch_stream
+    from rewind.stream.status import StreamStatus, write_status
+    from rewind.testing.registry_templates import demo_stream, write_registry
+
+    spec = load_registry(write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path))).get("s")
+    driver = subprocess.Popen(["sleep", "60"])
+    try:
+        write_status(status_path(spec.status_dir, "s"), StreamStatus(stream="s", state="running", pid=driver.pid,
+                                                                      heartbeat=time.time() - 3600))
+        with pytest.raises(DriverRunning, match=f"pid {driver.pid}"):
+            launch_stream(spec, None, "127.0.0.1:1", tmp_path / "log")
+        assert not (tmp_path / "log").exists(), "something was started"
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+def test_lag_alerts_once_per_period_and_never_restarts() -> None:
+    from rewind.stream.status import StreamStatus
+    from rewind.supervision.health import Thresholds, evaluate
+    from rewind.supervision.observe import Observation
+
+    now = 10_000.0
+    st = StreamStatus(stream="s", state="running", pid=1, heartbeat=now - 1, started_at=now - 600,
+                      last_batch_id=9, last_batch_at=now - 2, total_lag=5_000)
+    t = Thresholds(max_lag=1_000, alert_every_s=600)
+    first = evaluate(Observation("s", now, st, True), t)
+    assert (first.action, first.health.cause) == ("alert", "lag_over_threshold")
+    def at(t_: float) -> StreamStatus:  # the same stream, still committing batches, at time t_
+        return StreamStatus(stream="s", state="running", pid=1, heartbeat=t_ - 1, started_at=now - 600,
+                            last_batch_id=9, last_batch_at=t_ - 2, total_lag=5_000)
+
+    again = evaluate(Observation("s", now + 60, at(now + 60), True, last_alert_at={"lag_over_threshold": now}), t)
+    assert again.action == "none"
+    later = evaluate(Observation("s", now + 700, at(now + 700), True, last_alert_at={"lag_over_threshold": now}), t)
+    assert later.action == "alert"
+    hung = StreamStatus(stream="s", state="running", pid=1, heartbeat=now - 500, started_at=now - 900,
+                        last_batch_id=9, last_batch_at=now - 500)
+    v = evaluate(Observation("s", now, hung, True), t)
+    assert (v.action, v.stop_first) == ("restart", True)
+    gave_up = evaluate(Observation("s", now, None, False, gave_up={"at": now, "reason": "crash loop"}), t)
+    assert gave_up.action == "none" and "gave up" in gave_up.reason

@@ -27,12 +27,12 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-
 from rewind_up_process import ROOT, RewindUp
 
 from rewind.stream.status import read_status

@@ -1,13 +1,13 @@
 """The exactly-once checker over hand-made data: it must catch each kind of error."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 
 from rewind.demo.events import make_event, malformed_payload
 from rewind.proof.verify import KafkaRecord, check_exactly_once, recompute_windows
 
-T0 = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 KW = dict(allowed_lateness=timedelta(seconds=20), window=timedelta(seconds=10), watermark_delay=timedelta(seconds=30))
 
 

@@ -2,9 +2,9 @@
 
 Why a proxy and not stopping SeaweedFS: SeaweedFS needs seconds to stop (more than 8 s on
 SIGTERM) and to start, and a stopped S3 would also fail everything else that uses it at that
-moment (the DQ proof's uploads, other savepoints); the proxy cuts exactly what a savepoint sees. `arm` makes the cut happen in
-the middle of an upload (after N bytes from the client), which is the interesting moment:
-some objects of the savepoint are written, its manifest is not.
+moment (the DQ proof's uploads, other savepoints); the proxy cuts exactly what a savepoint sees.
+`arm` makes the cut happen in the middle of an upload (after N bytes from the client), which is
+the interesting moment: some objects of the savepoint are written, its manifest is not.
 
 During an outage every open connection is reset and new ones are reset as they arrive, so
 clients fail at once (as with a dead endpoint) instead of hanging on timeouts.

@@ -1,128 +1,19 @@
-"""What a chaos run proved: the invariants, judged from the facts the run collected (pure).
+"""The chaos report a person reads: summaries of the facts, and the text (pure).
 
-`rewind.chaos.harness` gathers facts (what each fault did, what the supervisor recorded, what the
-producer acknowledged, what Kafka and the sink hold, the DQ proof and the verifier) into one
-JSON-able dict; `judge` turns them into named invariants, each with a verdict and a detail
-that says what was seen; `format_text` is the report a person reads. No I/O here, so every
-rule is tested on hand-written facts.
-
-The known set (`compare_known`): every valid event the producer sent must be accounted for once,
-either as its row in the events table or -- when every Kafka record carrying its id was behind
-the watermark, as a skewed restart's lagging partition is -- as ``behind_watermark`` dead letters
-(Spark's stateful operators would have dropped them; the stream routes them instead). Malformed
-and late records are the expected dead letters; no Kafka record may be both an event and a dead
-letter.
+Why apart from the verdict: `rewind.chaos.judge` decides; this module describes -- where each
+kill landed (`landing`, from the checkpoint and sink right after it), faults counted by kind,
+recovery durations -- and puts them beside the verdict (`build_report`, the ``report.json``);
+`format_text` is the ``report.txt`` that ``rewind chaos`` prints. No I/O here, so the report is
+tested on hand-written facts.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from rewind.chaos.schedule import DAMAGES, BacklogPlan
-
-
-@dataclass(frozen=True)
-class ProducerKnobs:
-    """The known set of events: deterministic ids ``PREFIX-SEQ`` with these faults mixed in."""
-
-    id_prefix: str = "chaos"
-    malformed_every: int = 97
-    late_every: int = 211
-    duplicate_every: int = 53
-    keys: int = 16
-    late_by_s: float = 3600.0
-
-
-@dataclass(frozen=True)
-class Expected:
-    sends: int  # records the producer sends (duplicates included)
-    event_ids: frozenset[str]  # valid events: each must be in the sink exactly once
-    dead_letters: int  # malformed and late records (and re-sends of late ones), by coordinates
-    malformed: int
-    late: int
-    duplicate_sends: int
-
-
-def expected_records(events: int, knobs: ProducerKnobs = ProducerKnobs()) -> Expected:
-    """What the producer's plan (``rewind.demo.producer.plan_record``) sends for sequence numbers 0..events-1."""
-    from rewind.demo.events import event_id_for
-    from rewind.demo.producer import ProduceSpec, plan_record
-
-    spec = ProduceSpec(topic="-", count=events, id_prefix=knobs.id_prefix, keys=knobs.keys,
-                       malformed_every=knobs.malformed_every, late_every=knobs.late_every,
-                       late_by=timedelta(seconds=knobs.late_by_s), duplicate_every=knobs.duplicate_every)
-    now = datetime(2026, 1, 1, tzinfo=timezone.utc)  # the kinds do not depend on the time
-    ids: set[str] = set()
-    sends = dead = malformed = late = dups = 0
-    for seq in range(events):
-        kinds = [k for k, _, _ in plan_record(spec, seq, now)]
-        sends += len(kinds)
-        dups += kinds.count("duplicate")
-        if kinds[0] == "event":
-            ids.add(event_id_for(knobs.id_prefix, seq))
-        elif kinds[0] == "malformed":
-            malformed += 1
-            dead += len(kinds)
-        else:  # late: the record and any re-send of it are dead letters
-            late += 1
-            dead += len(kinds)
-    return Expected(sends, frozenset(ids), dead, malformed, late, dups)
-
-
-def backlog_behind(plan: BacklogPlan, knobs: ProducerKnobs = ProducerKnobs()) -> int:
-    """Records of valid events (re-sends included) that a skewed restart's backlog puts at or behind
-    the watermark the stream stopped at: what the first catch-up batches must route to the
-    dead-letter table as ``behind_watermark`` (a catch-up over more batches routes more)."""
-    from rewind.demo.producer import ProduceSpec, plan_record
-
-    spec = ProduceSpec(topic="-", count=plan.end_seq - plan.start_seq, id_prefix=knobs.id_prefix, keys=knobs.keys,
-                       malformed_every=knobs.malformed_every, late_every=knobs.late_every,
-                       late_by=timedelta(seconds=knobs.late_by_s), duplicate_every=knobs.duplicate_every)
-    now = datetime(2026, 1, 1, tzinfo=timezone.utc)  # the kinds do not depend on the time
-    n = 0
-    for seq in range(plan.start_seq, plan.end_seq):
-        _, ms = plan.place(seq)
-        if ms <= plan.watermark_ms:
-            kinds = [k for k, _, _ in plan_record(spec, seq, now)]
-            n += len(kinds) if kinds[0] == "event" else 0
-    return n
-
-
-Coord = tuple[str, int, int]
-
-
-def compare_known(expected: Expected, ids_by_coord: dict[Coord, str], events: Iterable[tuple[str, Coord]],
-                  dead: Iterable[tuple[Coord, str]], examples: int = 5) -> dict[str, Any]:
-    """The known-set comparison (``facts["known"]``): ``ids_by_coord`` is the event id of every
-    valid record in Kafka (duplicate sends included), ``events`` the events table as (event id,
-    coordinates), ``dead`` the dead-letter table as (coordinates, reason)."""
-    from rewind.stream.late_routing import BEHIND_WATERMARK
-
-    events = list(events)
-    dead = list(dead)
-    sink_ids = {i for i, _ in events}
-    coords_by_id: dict[str, set[Coord]] = {}
-    for c, i in ids_by_coord.items():
-        coords_by_id.setdefault(i, set()).add(c)
-    behind = {c for c, reason in dead if reason == BEHIND_WATERMARK}
-    behind_only = {i for i in expected.event_ids - sink_ids if coords_by_id.get(i) and coords_by_id[i] <= behind}
-    missing = sorted(expected.event_ids - sink_ids - behind_only)
-    unexpected = sorted(sink_ids - expected.event_ids)
-    partly = sorted(i for i in missing if coords_by_id.get(i, set()) & behind)
-    not_known = sorted(c for c in behind if ids_by_coord.get(c) not in expected.event_ids)
-    both = sorted({c for _, c in events} & {c for c, _ in dead})
-    return {"expected_events": len(expected.event_ids), "sink_events": len(events), "missing": len(missing),
-            "missing_examples": missing[:examples], "missing_partly_behind": len(partly),
-            "unexpected": len(unexpected), "unexpected_examples": unexpected[:examples],
-            "duplicate_rows": len(events) - len(sink_ids), "expected_dead_letters": expected.dead_letters,
-            "sink_dead_letters": len(dead), "other_dead_letters": len(dead) - sum(1 for _, r in dead
-                                                                                   if r == BEHIND_WATERMARK),
-            "behind_watermark": len(behind), "behind_events": len(behind_only),
-            "behind_not_known": len(not_known), "behind_not_known_examples": [list(c) for c in not_known[:examples]],
-            "events_also_dead": len(both), "events_also_dead_examples": [list(c) for c in both[:examples]]}
+from rewind.chaos.judge import judge
 
 
 def landing(position: dict[str, Any]) -> str:
@@ -158,159 +49,6 @@ def recovery_durations(faults: list[dict[str, Any]]) -> dict[str, Any]:
     detected -> relaunched -> running -> first progress, in seconds from the SIGKILL."""
     rows = [f["recovery"] for f in faults if f.get("recovery") and f.get("kill")]
     return {k: _stats(r.get(k) for r in rows) for k in ("detect_s", "relaunch_s", "running_s", "progress_s")}
-
-
-def _inv(name: str, ok: bool, detail: str) -> dict[str, Any]:
-    return {"name": name, "ok": bool(ok), "detail": detail}
-
-
-def judge(facts: dict[str, Any]) -> list[dict[str, Any]]:
-    """The invariants of a chaos run, in the order a reader checks them."""
-    out: list[dict[str, Any]] = []
-    faults: list[dict[str, Any]] = facts.get("faults", [])
-    planned = facts.get("schedule", {}).get("faults", [])
-
-    out.append(_inv("harness_completed", not facts.get("harness_error"),
-                    facts.get("harness_error") or "every phase ran (faults, catch-up, proof)"))
-    problems = facts.get("schedule_problems", [])
-    out.append(_inv("schedule_valid", not problems, "; ".join(problems) or "every fault makes sense where it runs"))
-
-    failed = [f for f in faults if f.get("error") or not f.get("injected")]
-    out.append(_inv("every_fault_injected", len(faults) == len(planned) and not failed,
-                    f"{sum(1 for f in faults if f.get('injected'))} of {len(planned)} injected"
-                    + "".join(f"; #{f['index']} {f['kind']}: {f.get('error') or 'not injected'}" for f in failed)))
-
-    sup = facts.get("supervisor", {})
-    out.append(_inv("supervisor_never_gave_up", not sup.get("gave_up") and not sup.get("errors"),
-                    sup.get("gave_up") or "; ".join(sup.get("errors", [])) or
-                    f"{len(sup.get('recoveries', []))} recoveries, none failed"))
-
-    stopping = [f for f in faults if f["kind"] in ("kill", "corruption") and f.get("injected")]
-    unrecovered = [f for f in stopping if not (f.get("recovery") or {}).get("progress_s")]
-    out.append(_inv("every_kill_recovered", not unrecovered,
-                    f"{len(stopping) - len(unrecovered)} of {len(stopping)} killed drivers were replaced and made "
-                    "progress" + "".join(f"; #{f['index']}: no recovery" for f in unrecovered)))
-
-    corr = [f for f in faults if f["kind"] == "corruption" and f.get("injected")]
-    bad = [f for f in corr if (f.get("recovery") or {}).get("checkpoint_action") not in ("repaired", "restored")]
-    out.append(_inv("corruptions_repaired_or_restored", not bad,
-                    ", ".join(f"#{f['index']} {f['corruption']['damage']}: "
-                              f"{(f.get('recovery') or {}).get('checkpoint_action')} (expected "
-                              f"{f['corruption']['expected']})" for f in corr) or "no corruption scheduled"))
-
-    reps = [f for f in faults if f["kind"] == "replay"]
-    bad = [f for f in reps if not (f.get("replay") or {}).get("ok")]
-    out.append(_inv("replays_proven", not bad,
-                    ", ".join(f"#{f['index']}: exit {(f.get('replay') or {}).get('exit_code')}, "
-                              f"{(f.get('replay') or {}).get('records_read')} records read, proof "
-                              f"{'ok' if (f.get('replay') or {}).get('proof_ok') else 'FAILED'}" for f in reps)
-                    or "no replay scheduled"))
-
-    outs = [f for f in faults if f["kind"] == "s3_outage"]
-    bad = [f for f in outs if not (f.get("s3") or {}).get("ok")]
-    out.append(_inv("interrupted_savepoints_invisible", not bad,
-                    ", ".join(f"#{f['index']}: {(f.get('s3') or {}).get('summary', 'not run')}" for f in outs)
-                    or "no S3 outage scheduled"))
-
-    prod = facts.get("producer", {})
-    exp_sends = facts.get("expected", {}).get("sends")
-    out.append(_inv("producer_delivered_all", not prod.get("errors") and prod.get("acknowledged") == exp_sends,
-                    f"{prod.get('acknowledged')} of {exp_sends} records acknowledged"
-                    + (f"; errors: {prod['errors'][:3]}" if prod.get("errors") else "")))
-
-    kafka = facts.get("kafka", {})
-    out.append(_inv("kafka_kept_acknowledged_records", kafka.get("acknowledged_missing") == 0,
-                    f"{kafka.get('records')} records in Kafka; {kafka.get('acknowledged_missing')} acknowledged "
-                    f"ones missing {kafka.get('missing_examples') or ''}".strip()))
-
-    cu = facts.get("caught_up", {})
-    out.append(_inv("stream_caught_up", bool(cu.get("ok")), cu.get("detail", "not reached")))
-
-    k = facts.get("known", {})
-    behind = int(k.get("behind_watermark") or 0)
-    other_dead = k.get("other_dead_letters", k.get("sink_dead_letters"))
-    ok = (k.get("missing") == 0 and k.get("unexpected") == 0 and k.get("duplicate_rows") == 0
-          and other_dead == k.get("expected_dead_letters") and not k.get("behind_not_known"))
-    out.append(_inv("known_events_exactly_once", ok,
-                    f"{k.get('sink_events')} events in the sink and {k.get('behind_events', 0)} known ids whose every "
-                    f"record is a behind_watermark dead letter, for {k.get('expected_events')} known ids: "
-                    f"{k.get('missing')} missing {k.get('missing_examples') or ''}, {k.get('unexpected')} unexpected, "
-                    f"{k.get('duplicate_rows')} duplicate rows; dead letters {other_dead} (expected "
-                    f"{k.get('expected_dead_letters')}) plus {behind} behind the watermark"
-                    + (f", {k['behind_not_known']} of which are not records of known events "
-                       f"{k.get('behind_not_known_examples') or ''}" if k.get("behind_not_known") else "")))
-
-    late = facts.get("late_checks")
-    if not late:
-        out.append(_inv("late_checks_ok", False, "the stream's per-batch late checks were not read"))
-    else:
-        bad = late.get("bad_count", 0)
-        out.append(_inv("late_checks_ok", late.get("lines", 0) > 0 and bad == 0 and not late.get("status_mismatches"),
-                        f"{late.get('lines', 0)} checks over {late.get('batches', 0)} batches in {late.get('path')}: "
-                        f"records routed as behind the watermark == rows Spark's stateful operators dropped by it "
-                        f"in {late.get('lines', 0) - bad} of {late.get('lines', 0)}"
-                        + (f", NOT in {bad}: {late.get('bad')}" if bad else "") + f"; {late.get('routed', 0)} "
-                        f"routed in all" + (f"; status.late_mismatches {late['status_mismatches']}"
-                                             if late.get("status_mismatches") else "")
-                        + ("" if late.get("lines") else " (the stream recorded no check)")
-                        + (f"; {late['unreadable_lines']} unreadable line(s) (a driver killed mid-write)"
-                           if late.get("unreadable_lines") else "")))
-
-    if "events_also_dead" not in k:
-        out.append(_inv("no_record_both_event_and_dead_letter", False, "not checked"))
-    else:
-        out.append(_inv("no_record_both_event_and_dead_letter", k["events_also_dead"] == 0,
-                        f"{k['events_also_dead']} Kafka records are both an event row and a dead letter"
-                        + (f" {k.get('events_also_dead_examples')}" if k["events_also_dead"] else "")))
-
-    out.append(records_behind_watermark(facts))
-
-    proof = facts.get("proof", {})
-    out.append(_inv("dq_proof_passed", bool(proof.get("ok")),
-                    f"{proof.get('expectations')} expectations, {len(proof.get('failures', []))} failed: "
-                    + (", ".join(proof.get("failures", [])) or "none") + f" ({proof.get('result')})"))
-
-    ver = facts.get("verify", {})
-    out.append(_inv("verify_passed", bool(ver.get("ok")),
-                    f"{ver.get('kafka_records')} Kafka records, {ver.get('sink_events')} sink events, "
-                    f"{ver.get('sink_dead_letters')} dead letters, {ver.get('windows_checked')} windows checked; "
-                    f"missing {_count(ver, 'missing_events')}, duplicate rows "
-                    f"{(ver.get('duplicate_event_rows') or 0) + (ver.get('duplicate_coordinate_rows') or 0)}, "
-                    f"window mismatches {_count(ver, 'window_mismatches')}"))
-    return out
-
-
-def records_behind_watermark(facts: dict[str, Any]) -> dict[str, Any]:
-    """Whether the skewed restarts really put records behind the watermark. Never fails the run
-    (the Python source's event-time alignment may legitimately keep every record ahead of it),
-    but a run on Spark's connector where they put none proved nothing about late routing: the
-    invariant then carries ``warn`` and the report says so."""
-    skews = [f for f in facts.get("faults", []) if f["kind"] == "skewed_restart" and f.get("skew")]
-    planned = sum(1 for f in facts.get("schedule", {}).get("faults", []) if f["kind"] == "skewed_restart")
-    total = int(facts.get("known", {}).get("behind_watermark") or 0)
-    fmt = (facts.get("source") or {}).get("format", "kafka")
-    put = sum(int(f["skew"].get("behind_watermark") or 0) for f in skews)
-    per = ", ".join(f"#{f['index']}: {f['skew'].get('behind_watermark')} (at least {f['skew'].get('expected_behind')} "
-                    "expected)" for f in skews)
-    if not planned:
-        return _inv("records_behind_watermark", True, f"no skewed restart scheduled; {total} records behind the "
-                                                       "watermark over the run")
-    detail = (f"{total} records behind the watermark over the run (source format {fmt}); the {len(skews)} skewed "
-              f"restart(s) put {put} there" + (f" ({per})" if per else ""))
-    inv = _inv("records_behind_watermark", True, detail)
-    if put == 0:
-        if fmt == "kafka":
-            inv["detail"] += ("; WARNING: with Spark's connector the skewed backlogs put no record behind the "
-                              "watermark, so this run proved nothing about late routing")
-            inv["warn"] = True
-        else:
-            inv["detail"] += " (expected with the Python source's event-time alignment at admission)"
-    return inv
-
-
-def _count(summary: dict[str, Any], key: str) -> Any:
-    v = summary.get(key)
-    return v.get("count") if isinstance(v, dict) else v
 
 
 def faults_by_kind(faults: list[dict[str, Any]]) -> dict[str, Any]:
@@ -378,6 +116,18 @@ def _fault_line(f: dict[str, Any]) -> str:
     return head + "; ".join(b for b in bits if b)
 
 
+def build_report(stream: str, facts: dict[str, Any], seconds: dict[str, float], savepoints: list[dict[str, Any]],
+                 machine: dict[str, Any], paths: dict[str, str]) -> dict[str, Any]:
+    """The report (``report.json``): the verdict of `rewind.chaos.judge.judge` over the facts (their
+    ``schedule`` included), with the summaries a reader looks for first."""
+    invariants = judge(facts)
+    return {"stream": stream, "ok": all(i["ok"] for i in invariants), "invariants": invariants,
+            "faults_by_kind": faults_by_kind(facts["faults"]),
+            "recovery_durations": recovery_durations(facts["faults"]),
+            "schedule": facts["schedule"], "seconds": {k: round(v, 1) for k, v in seconds.items()},
+            "savepoints": savepoints, "facts": facts, "machine": machine, "paths": paths}
+
+
 def format_text(report: dict[str, Any]) -> str:
     cfg = report["schedule"]["config"]
     verdict = "PASS" if report["ok"] else "FAIL"
@@ -416,13 +166,8 @@ def format_text(report: dict[str, Any]) -> str:
     for key in ("report_json", "proof_dir", "logs"):
         if report.get("paths", {}).get(key):
             lines.append(f"{key.replace('_', ' ')}: {report['paths'][key]}")
-    lines.append(f"reproduce the schedule: rewind chaos {report['stream']} --seed {cfg['seed']} --events {cfg['events']} "
-                 f"--kills {cfg['kills']} --broker-restarts {cfg['broker_restarts']} --corruptions "
-                 f"{cfg['corruptions']} --replays {cfg['replays']} --s3-outages {cfg['s3_outages']} --skewed-restarts "
-                 f"{cfg.get('skewed_restarts', 0)}")
+    lines.append(f"reproduce the schedule: rewind chaos {report['stream']} --seed {cfg['seed']} "
+                 f"--events {cfg['events']} --kills {cfg['kills']} --broker-restarts {cfg['broker_restarts']} "
+                 f"--corruptions {cfg['corruptions']} --replays {cfg['replays']} --s3-outages {cfg['s3_outages']} "
+                 f"--skewed-restarts {cfg.get('skewed_restarts', 0)}")
     return "\n".join(lines)
-
-
-__all__ = ["DAMAGES", "Expected", "ProducerKnobs", "backlog_behind", "compare_known", "expected_records",
-           "faults_by_kind", "format_text", "judge", "landing", "landing_kind", "records_behind_watermark",
-           "recovery_durations"]

@@ -6,14 +6,9 @@ every offsets file while it was down"), and the part whose rules are testable wi
 or services. ``rewind.chaos.harness`` executes it; nothing here does I/O or reads the clock.
 
 A schedule is a list of faults run one after another. Each fault is a fixed list of
-primitive actions (``Fault.actions``), so what runs is exactly what `check_timeline`
-judges: the timeline is simulated over the state of the stream (up/down), the broker, the
-S3 endpoint, the supervisor (held or not) and the savepoints, and every action must make
-sense in the state it meets -- a corruption only while the stream is down and the
-supervisor held (otherwise it could relaunch on a half-written file), a kill only of a
-running stream, a replay only while the stream runs and the broker is up, a restore-forcing
-corruption only after a savepoint exists -- and every fault must leave everything up again
-before the next one starts (faults do not overlap).
+primitive actions (``Fault.actions``), so what runs is exactly what
+`rewind.chaos.timeline.check_timeline` judges: that every action makes sense in the state of
+the stream, broker, S3 and supervisor it meets, and that faults do not overlap.
 
 Progress through the run is measured in produced events, not wall-clock time (recoveries
 take as long as Spark takes to start on the machine at hand): the events are cut into one
@@ -21,7 +16,7 @@ segment more than there are faults; fault i starts once segments before it are p
 releases the next one to the producer as it starts, so every fault meets fresh data arriving
 (a kill "while a batch is in flight" needs a batch). The one exception is the skewed restart:
 its segment *is* the fault -- written while the stream is down as unequal backlogs whose event
-times (and Kafka timestamps) are skewed across the partitions (`skew_backlog`), so its
+times (and Kafka timestamps) are skewed across the partitions (`rewind.chaos.backlog`), so its
 ``produce_backlog`` action releases it, not the fault's start.
 """
 
@@ -30,6 +25,8 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from rewind.errors import Refused
 
 FAULT_KINDS = ("kill", "broker_restart", "s3_outage", "corruption", "replay", "skewed_restart")
 
@@ -47,7 +44,7 @@ DAMAGES: dict[str, str] = {
 }
 
 
-class ScheduleError(ValueError):
+class ScheduleError(Refused, ValueError):
     """The requested chaos run cannot be scheduled; the message says what to change."""
 
 
@@ -87,16 +84,11 @@ class ChaosConfig:
 #: Events between two faults, at least: enough for a few micro-batches to be in flight.
 MIN_SEGMENT_EVENTS = 200
 
-#: The skewed restart's backlog, in units of the stream's watermark delay: the lagging partition's
-#: records span LAG_SPAN_DELAYS of event time, the others' LEAD_SPAN_DELAYS, and the others start
-#: ``skew_delays`` (> 1) after the lagging partition's newest record.
-LAG_SPAN_DELAYS = 0.5
-LEAD_SPAN_DELAYS = 0.25
-
 
 @dataclass(frozen=True)
 class Action:
-    """One primitive step of a fault; ``rewind.chaos.harness`` has one method per name."""
+    """One primitive step of a fault; the harness runs it as ``do_<name>`` (`rewind.chaos.faults`,
+    `rewind.chaos.data_faults`)."""
 
     name: str
     args: dict[str, Any] = field(default_factory=dict)
@@ -245,212 +237,3 @@ def make_schedule(config: ChaosConfig) -> Schedule:
                       "end_fraction": round(min(1.0, start + rng.uniform(0.1, 0.3)), 3)}
         faults.append(Fault(i + 1, kind, bounds[i], bounds[i + 1], params))
     return Schedule(config, bounds[0], tuple(faults))
-
-
-# --------------------------------------------------------------------------- the skewed backlog
-@dataclass(frozen=True)
-class BacklogPlan:
-    """Where and when each sequence number of a skewed restart's segment is written.
-
-    The first ``lagging`` share of the sequence numbers goes to the lagging partition with the
-    segment's oldest event times, evenly over ``[lag_from_ms, lag_to_ms]``; the rest round-robin
-    over the other partitions, evenly over ``[lead_from_ms, lead_to_ms]``, which starts
-    ``skew_delays`` watermark delays after the lagging partition's newest record. The lagging
-    range straddles ``watermark_ms``, the watermark the stream had reached when it stopped, so its
-    oldest records are behind it on arrival (Spark's stateful operators drop them: they must end
-    as ``behind_watermark`` dead letters), and a catch-up that reads the backlog over several
-    batches carries the watermark past more of them. Kafka timestamp = event time.
-    """
-
-    start_seq: int
-    end_seq: int
-    lagging_partition: int
-    leading_partitions: tuple[int, ...]
-    lagging_count: int
-    watermark_ms: int
-    delay_ms: int
-    lag_from_ms: int
-    lag_to_ms: int
-    lead_from_ms: int
-    lead_to_ms: int
-
-    @property
-    def newest_ms(self) -> int:
-        return self.lead_to_ms
-
-    def place(self, seq: int) -> tuple[int, int]:
-        """(partition, event time = Kafka timestamp in ms) of sequence number ``seq``."""
-        if not self.start_seq <= seq < self.end_seq:
-            raise ValueError(f"seq {seq} is not in the backlog [{self.start_seq}, {self.end_seq})")
-        i = seq - self.start_seq
-        if i < self.lagging_count:
-            return self.lagging_partition, _spread_ms(self.lag_from_ms, self.lag_to_ms, i, self.lagging_count)
-        j, m = i - self.lagging_count, self.end_seq - self.start_seq - self.lagging_count
-        return (self.leading_partitions[j % len(self.leading_partitions)],
-                _spread_ms(self.lead_from_ms, self.lead_to_ms, j, m))
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _spread_ms(lo: int, hi: int, i: int, n: int) -> int:
-    return lo if n <= 1 else lo + (hi - lo) * i // (n - 1)
-
-
-def skew_backlog(params: dict[str, Any], start_seq: int, end_seq: int, partitions: int, watermark_ms: int,
-                 delay_ms: int) -> BacklogPlan:
-    """The backlog of a skewed restart (pure): its fault's params, its segment's sequence numbers,
-    the topic's partitions, the watermark the stream stopped at and its watermark delay."""
-    if partitions < 2:
-        raise ScheduleError(f"a skewed restart needs a topic of at least 2 partitions (this one has {partitions})")
-    n = end_seq - start_seq
-    if n < 2:
-        raise ScheduleError(f"a skewed restart needs at least 2 events in its segment, got {n}")
-    if delay_ms <= 0:
-        raise ScheduleError("a skewed restart needs a stream with a watermark delay")
-    lagging = int(params.get("lagging_partition", 0)) % partitions
-    share, skew, behind = float(params["lagging_share"]), float(params["skew_delays"]), float(params["behind_share"])
-    if skew <= 1.0:
-        raise ScheduleError(f"skew_delays {skew} must be more than 1 watermark delay")
-    lag_span, lead_span = round(LAG_SPAN_DELAYS * delay_ms), round(LEAD_SPAN_DELAYS * delay_ms)
-    lag_from = watermark_ms - round(behind * lag_span)
-    lag_to = lag_from + lag_span
-    lead_from = lag_to + round(skew * delay_ms)
-    return BacklogPlan(start_seq, end_seq, lagging, tuple(p for p in range(partitions) if p != lagging),
-                       max(1, min(n - 1, round(n * share))), watermark_ms, delay_ms, lag_from, lag_to, lead_from,
-                       lead_from + lead_span)
-
-
-# --------------------------------------------------------------------------- the timeline rules
-@dataclass
-class _World:
-    stream_up: bool = True
-    broker_up: bool = True
-    s3_up: bool = True
-    held: bool = False
-    savepoint: bool = False  # a complete savepoint exists
-    backlog: bool = False  # a backlog was written that the stream has not caught up with yet
-
-
-def _apply(w: _World, a: Action) -> str | None:
-    """Apply `a` to the world; a problem when it makes no sense there."""
-    n = a.name
-    if n == "sigkill":
-        if not w.stream_up:
-            return "kills a stream that is already down"
-        w.stream_up = False
-    elif n == "stop":
-        if not w.stream_up:
-            return "stops a stream that is already down"
-        if not w.held:
-            return "stops the stream without holding the supervisor (it would relaunch it before the backlog exists)"
-        w.stream_up = False
-    elif n == "produce_backlog":
-        if w.stream_up:
-            return "writes a backlog while the stream runs (it reads the records as they arrive: no backlog)"
-        if not w.held:
-            return "writes a backlog without holding the supervisor (it may relaunch the stream half-way)"
-        if not w.broker_up:
-            return "writes a backlog while the broker is down"
-        if w.backlog:
-            return "writes a backlog before the stream caught up with the previous one"
-        w.backlog = True
-    elif n == "await_caught_up":
-        if not (w.stream_up and w.broker_up) or w.held:
-            return "waits for a catch-up while the stream or the broker is down, or the supervisor held"
-        if not w.backlog:
-            return "waits for a catch-up without a backlog"
-        w.backlog = False
-    elif n == "corrupt":
-        if w.stream_up:
-            return "corrupts the checkpoint of a running stream (Spark is writing it)"
-        if not w.held:
-            return "corrupts the checkpoint without holding the supervisor (it may be relaunching on it)"
-        if DAMAGES.get(a.args.get("damage", "")) == "restored" and not w.savepoint:
-            return "forces a restore before any savepoint exists"
-    elif n == "hold_supervisor":
-        if w.held:
-            return "holds the supervisor twice"
-        w.held = True
-    elif n == "release_supervisor":
-        if not w.held:
-            return "releases a supervisor it does not hold"
-        w.held = False
-    elif n == "await_recovery":
-        if w.stream_up:
-            return "waits for a recovery of a stream that is up"
-        if w.held:
-            return "waits for a recovery while holding the supervisor (deadlock)"
-        if not (w.broker_up and w.s3_up):
-            return "waits for a recovery while the broker or S3 is down"
-        w.stream_up = True
-    elif n in ("await_moment", "await_progress", "await_batches"):
-        if not (w.stream_up and w.broker_up):
-            return f"{n} needs a running stream and broker"
-    elif n == "broker_stop":
-        if not w.broker_up:
-            return "stops a broker that is down"
-        w.broker_up = False
-    elif n == "broker_start":
-        if w.broker_up:
-            return "starts a broker that is up"
-        w.broker_up = True
-    elif n == "savepoint_cut":
-        if not (w.s3_up and w.stream_up):
-            return "a savepoint cut needs S3 up and a running stream (an online savepoint)"
-        w.s3_up = False
-    elif n == "await_s3":
-        w.s3_up = True
-    elif n == "savepoint":
-        if not w.s3_up:
-            return "takes a savepoint while S3 is down"
-        w.savepoint = True
-    elif n == "check_savepoints":
-        if not w.s3_up:
-            return "checks savepoints while S3 is down"
-    elif n == "replay":
-        if not (w.stream_up and w.broker_up):
-            return "replays while the stream or the broker is down (it must run beside the live stream)"
-    elif n == "await_settled":
-        if w.held or not (w.broker_up and w.s3_up):
-            return "waits to settle while the broker/S3 is down or the supervisor held"
-        w.stream_up = True  # whatever the fault did, the supervisor brings the stream back
-    elif n != "pause":
-        return f"unknown action {n!r}"
-    return None
-
-
-def check_actions(actions: list[Action]) -> list[str]:
-    """Problems of one flat sequence of actions, starting with everything up (the rules of
-    `check_timeline`, for a hand-made sequence)."""
-    w = _World()
-    problems = [f"{a.name} {p}" for a in actions if (p := _apply(w, a))]
-    if not (w.stream_up and w.broker_up and w.s3_up) or w.held or w.backlog:
-        problems.append(f"ends with {w}")
-    return problems
-
-
-def check_timeline(schedule: Schedule) -> list[str]:
-    """Every problem of the schedule: actions that make no sense where they happen, faults that
-    leave something down for the next one, and event bounds that do not advance."""
-    problems: list[str] = []
-    w = _World()
-    previous = schedule.first_release
-    for f in schedule.faults:
-        if f.starts_after != previous:
-            problems.append(f"#{f.index} {f.kind}: starts after {f.starts_after} events, but {previous} were released")
-        if not f.starts_after < f.releases:
-            problems.append(f"#{f.index} {f.kind}: releases no new events ({f.starts_after} -> {f.releases})")
-        previous = f.releases
-        for a in f.actions():
-            problem = _apply(w, a)
-            if problem:
-                problems.append(f"#{f.index} {f.kind}: {a.name} {problem}")
-        if not (w.stream_up and w.broker_up and w.s3_up) or w.held or w.backlog:
-            problems.append(f"#{f.index} {f.kind}: leaves {w} for the next fault (faults must not overlap)")
-            w = _World(savepoint=w.savepoint)
-    if schedule.faults and schedule.faults[-1].releases != schedule.config.events:
-        problems.append(f"the last fault releases {schedule.faults[-1].releases} of {schedule.config.events} events")
-    if schedule.counts() != schedule.config.counts:
-        problems.append(f"fault counts {schedule.counts()} differ from the requested {schedule.config.counts}")
-    return problems

@@ -1,10 +1,9 @@
 """Read a Spark streaming checkpoint and decide what is complete.
 
-Layout (Spark 4): ``metadata`` (query id), ``offsets/N`` ("v1", batch metadata JSON, one
-line of offsets per source scan), ``commits/N`` ("v1", commit metadata JSON), and
-``state/<operator>/<partition>/`` where state *version* N+1 holds the state after batch N:
-RocksDB writes ``<v>.zip`` (which names the ``SSTs/*.sst`` files it needs) and optionally
-``<v>.changelog``; the HDFS store writes ``<v>.snapshot`` and ``<v>.delta``.
+A checkpoint (Spark 4) is ``metadata`` (the query id), the logs ``offsets/N`` and ``commits/N``
+(`rewind.checkpoints.logs` parses them and finds their ids) and the state store
+``state/<operator>/<partition>/``, where state version N+1 holds the state after batch N
+(`rewind.checkpoints.state_files` knows its files).
 
 Batch N is *complete* (resumable) when ``offsets/N``, ``offsets/N-1`` (Spark reads it on
 restart to know where N began) and ``commits/N`` parse, and every state partition can load
@@ -18,25 +17,23 @@ age of the stream.
 
 from __future__ import annotations
 
-import io
 import json
-import re
-import zipfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rewind.checkpoints.logs import log_ids, parse_commit_file, parse_offsets_file, problem_kind
+from rewind.checkpoints.state_files import check_state, list_state, list_state_dirs, metadata_files, operator_versions
 from rewind.checkpoints.store import CheckpointStore, open_store
-
-_STATE_FILE = re.compile(r"^(\d+)\.(zip|changelog|delta|snapshot)$")
-_SNAPSHOT_KINDS = ("zip", "snapshot")
+from rewind.errors import Refused
 
 
-class NotACheckpoint(ValueError):
+class NotACheckpoint(Refused, ValueError):
     """The path is not a Spark checkpoint; the message says what is missing."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(Refused, ValueError):
     """A checkpoint cannot be used for what was asked; the message names the file."""
 
 
@@ -61,8 +58,8 @@ class BatchInfo:
 class CheckpointReport:
     path: str
     query_id: str | None
-    planned: list[int]
-    committed: list[int]
+    planned: Sequence[int]  # a list, or a range when the ids were found by galloping
+    committed: Sequence[int]
     last_complete: int | None
     recent: list[BatchInfo]
     operators: dict[str, dict[str, list[int]]]  # op -> partition -> [min version, max version, count]
@@ -84,215 +81,8 @@ class CheckpointReport:
         return out
 
 
-def _span(ids: list[int]) -> dict[str, int | None]:
+def _span(ids: Sequence[int]) -> dict[str, int | None]:
     return {"count": len(ids), "first": ids[0] if ids else None, "last": ids[-1] if ids else None}
-
-
-def _v1_lines(text: str, min_lines: int, missing: str) -> list[str]:
-    """The lines of a Spark log file after checking its 'v1' header; raises ValueError."""
-    lines = text.split("\n")
-    if not text.strip():
-        raise ValueError("empty file")
-    if lines[0].strip() != "v1":
-        raise ValueError(f"unknown version line {lines[0][:20]!r} (expected 'v1')")
-    if len(lines) < min_lines or not lines[1].strip():
-        raise ValueError(f"truncated: no {missing}")
-    return lines
-
-
-def parse_offsets_file(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """'v1', metadata JSON, then one offsets JSON per source ('-' for none); raises ValueError."""
-    lines = _v1_lines(text, 3, "batch metadata or offsets")
-    meta = json.loads(lines[1])
-    sources = [json.loads(line) for line in lines[2:] if line.strip() and line.strip() != "-"]
-    if not sources:
-        raise ValueError("truncated: no source offsets")
-    return meta, sources
-
-
-def parse_commit_file(text: str) -> dict[str, Any]:
-    return json.loads(_v1_lines(text, 2, "commit metadata")[1])
-
-
-def _classify(exc: Exception) -> str:
-    msg = str(exc)
-    if msg.startswith("empty"):
-        return "empty"
-    if msg.startswith("truncated") or isinstance(exc, json.JSONDecodeError) and "Unterminated" in msg:
-        return "truncated"
-    return "unparseable"
-
-
-def _ids(names: list[str]) -> list[int]:
-    return sorted(int(n) for n in names if n.isdigit())
-
-
-def _log_ids(store: CheckpointStore, d: str, full: bool) -> list[int] | range:
-    """The batch ids of ``offsets/`` or ``commits/``.
-
-    Spark's logs hold contiguous ids (new ones at the top, cleanup from the bottom), so on a
-    local store the range is found by galloping and bisecting on file existence from any one
-    id: O(log n) stats instead of listing thousands of names. Exact membership near the top
-    is checked by the caller; ``full`` (repair) lists every name.
-    """
-    probe = getattr(store, "any_batch_id", None)
-    if full or probe is None:
-        return _ids(store.list_dir(d)[1])
-    member = probe(d)
-    if member is None:
-        return []
-    has = lambda i: i >= 0 and store.exists(f"{d}/{i}")  # type: ignore[call-arg]  # noqa: E731
-
-    def edge(start: int, step_sign: int) -> int:
-        known, step = start, 1
-        while has(known + step_sign * step):
-            known, step = known + step_sign * step, step * 2
-        lo, hi = known, known + step_sign * step  # has(lo), not has(hi)
-        while abs(hi - lo) > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if has(mid) else (lo, mid)
-        return lo
-
-    last = edge(member, 1)
-    for gap in range(2, 9):  # a damaged file just below the top must not hide newer batches
-        if has(last + gap):
-            last = edge(last + gap, 1)
-            break
-    first = edge(member, -1)
-    return range(first, last + 1)
-
-
-def list_state(store: CheckpointStore) -> dict[str, dict[str, dict[int, set[str]]]]:
-    """op -> partition -> {version: {file kinds}} from directory names only."""
-    out: dict[str, dict[str, dict[int, set[str]]]] = {}
-    ops, _ = store.list_dir("state")
-    for op in sorted(ops, key=lambda s: (not s.isdigit(), s.zfill(9))):
-        if not op.isdigit():
-            continue
-        parts: dict[str, dict[int, set[str]]] = {}
-        pdirs, _ = store.list_dir(f"state/{op}")
-        for part in sorted((p for p in pdirs if p.isdigit()), key=int):
-            versions: dict[int, set[str]] = {}
-            for name in store.list_dir(f"state/{op}/{part}")[1]:
-                m = _STATE_FILE.match(name)
-                if m:
-                    versions.setdefault(int(m.group(1)), set()).add(m.group(2))
-            parts[part] = versions
-        out[op] = parts
-    return out
-
-
-def state_chain(versions: dict[int, set[str]], version: int) -> list[str] | None:
-    """File names that load `version` of one state partition, or None when it cannot load.
-
-    The newest snapshot (RocksDB zip / HDFS snapshot) at or below the version, then every
-    change file (changelog / delta) after it; with no snapshot, every change file from 1.
-    """
-    snaps = [v for v, kinds in versions.items() if v <= version and kinds & set(_SNAPSHOT_KINDS)]
-    base = max(snaps, default=0)
-    chain: list[str] = []
-    if base:
-        kind = next(k for k in _SNAPSHOT_KINDS if k in versions[base])
-        chain.append(f"{base}.{kind}")
-    for v in range(base + 1, version + 1):
-        kinds = versions.get(v, set())
-        kind = next((k for k in ("changelog", "delta") if k in kinds), None)
-        if kind is None:
-            return None
-        chain.append(f"{v}.{kind}")
-    return chain or None
-
-
-def _rocksdb_ssts(zip_bytes: bytes) -> list[tuple[str, int]]:
-    """(dfs SST file name, size) that a RocksDB checkpoint zip needs; raises ValueError if unreadable."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(zip_bytes)) as zf:
-            bad = zf.testzip()
-            if bad:
-                raise ValueError(f"corrupt member {bad}")
-            meta = zf.read("metadata").decode() if "metadata" in zf.namelist() else ""
-    except zipfile.BadZipFile as exc:
-        raise ValueError(f"not a readable zip: {exc}") from None
-    if not meta:
-        return []
-    info = json.loads(_v1_lines(meta, 2, "RocksDB metadata")[1])
-    return [(f["dfsSstFileName"], int(f.get("sizeBytes", -1))) for f in info.get("sstFiles", [])]
-
-
-def list_state_dirs(store: CheckpointStore) -> dict[str, list[str]]:
-    """op -> its partition directories (a few names; the version files are not listed)."""
-    out: dict[str, list[str]] = {}
-    for op in sorted((o for o in store.list_dir("state")[0] if o.isdigit()), key=int):
-        out[op] = sorted((p for p in store.list_dir(f"state/{op}")[0] if p.isdigit()), key=int)
-    return out
-
-
-def _probe_versions(store: CheckpointStore, base: str, version: int, limit: int = 1000) -> dict[int, set[str]]:
-    """The version files from `version` down to the newest snapshot, found by exact names."""
-    found: dict[int, set[str]] = {}
-    for v in range(version, max(0, version - limit), -1):
-        kinds = {k for k in ("zip", "snapshot", "changelog", "delta") if store.exists(f"{base}/{v}.{k}")}  # type: ignore[call-arg]
-        if not kinds:
-            break
-        found[v] = kinds
-        if kinds & set(_SNAPSHOT_KINDS):
-            break
-    return found
-
-
-def check_state(store: CheckpointStore, state: dict[str, dict[str, dict[int, set[str]]]] | dict[str, list[str]],
-                batch_id: int) -> tuple[list[str], list[str]]:
-    """(files needed to load the state after `batch_id`, problems) — reads only those files.
-
-    `state` is a full listing (list_state) or just the partition directories (list_state_dirs),
-    in which case the version files are found by their exact names.
-    """
-    version = batch_id + 1
-    files: list[str] = []
-    problems: list[str] = []
-    for op, parts in state.items():
-        for part in parts:
-            base = f"state/{op}/{part}"
-            versions = parts[part] if isinstance(parts, dict) else _probe_versions(store, base, version)
-            chain = state_chain(versions, version)
-            if chain is None:
-                problems.append(f"{base}/{version}.*: no file loads state version {version}")
-                continue
-            for name in chain:
-                rel = f"{base}/{name}"
-                size = store.size(rel)
-                if not size:
-                    problems.append(f"{rel}: {'empty' if size == 0 else 'missing'}")
-                    continue
-                files.append(rel)
-                if name.endswith(".zip"):
-                    try:
-                        ssts = _rocksdb_ssts(store.read_bytes(rel))
-                    except (ValueError, OSError) as exc:
-                        problems.append(f"{rel}: unreadable ({exc})")
-                        continue
-                    for sst, expected in ssts:
-                        srel = f"{base}/SSTs/{sst}"
-                        actual = store.size(srel)
-                        if actual is None:
-                            problems.append(f"{srel}: missing (named by {name})")
-                        elif expected >= 0 and actual != expected:
-                            problems.append(f"{srel}: size differs from what {name} records ({expected} bytes)")
-                        else:
-                            files.append(srel)
-    return files, problems
-
-
-def _metadata_files(store: CheckpointStore, state: dict[str, dict[str, Any]]) -> list[str]:
-    """Operator and partition ``_metadata`` files (schemas, operator info) Spark reads on restart."""
-    out: list[str] = []
-    for op, parts in state.items():
-        for sub in [f"state/{op}/_metadata", *(f"state/{op}/{p}/_metadata" for p in parts)]:
-            dirs, files = store.list_dir(sub)
-            out += [f"{sub}/{f}" for f in files if not f.endswith(".crc")]
-            for d in dirs:  # e.g. _metadata/v2/... in newer Spark versions
-                out += [f"{sub}/{d}/{f}" for f in store.list_dir(f"{sub}/{d}")[1] if not f.endswith(".crc")]
-    return out
 
 
 def _open(path: str | Path | CheckpointStore, s3_client: Any = None) -> CheckpointStore:
@@ -320,7 +110,7 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
         query_id = json.loads(store.read_bytes("metadata")).get("id")
     except (OSError, ValueError) as exc:
         problems.append(Problem("metadata", "unparseable", f"query metadata unreadable: {exc}"))
-    planned, committed = _log_ids(store, "offsets", full), _log_ids(store, "commits", full)
+    planned, committed = log_ids(store, "offsets", full), log_ids(store, "commits", full)
     state: Any = list_state(store) if full else list_state_dirs(store)
     window = sorted(set(planned[-recent:]) | set(committed[-recent:]))
     if isinstance(planned, range) or isinstance(committed, range):  # exact membership near the top
@@ -342,7 +132,7 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
             info.offsets, info.watermark_ms = sources, meta.get("batchWatermarkMs")
             good_offsets.add(bid)
         except (OSError, ValueError) as exc:
-            problems.append(Problem(rel, _classify(exc), str(exc)))
+            problems.append(Problem(rel, problem_kind(exc), str(exc)))
 
     for bid in window:
         infos.setdefault(bid, BatchInfo(bid, committed=bid in committed_set))
@@ -357,7 +147,7 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
                 parse_commit_file(store.read_bytes(rel).decode(errors="replace"))
                 good_commits.add(bid)
             except (OSError, ValueError) as exc:
-                problems.append(Problem(rel, _classify(exc), str(exc)))
+                problems.append(Problem(rel, problem_kind(exc), str(exc)))
     if window and window[0] > 0 and window[0] - 1 in planned and store.size(f"offsets/{window[0] - 1}") is not None:
         read_offsets(window[0] - 1)  # the start of the oldest batch in the window
     last_complete = None
@@ -385,28 +175,9 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
         problems.append(Problem(f"offsets/{bid}", "uncommitted", f"batch {bid} is planned but not committed: "
                                 "normal after a stop or crash; it re-runs with the same offsets on restart",
                                 severity="info"))
-    operators = _operators(store, state, planned[-1] + 1 if len(planned) else 0)
+    operators = operator_versions(store, state, planned[-1] + 1 if len(planned) else 0)
     return CheckpointReport(store.location, query_id, planned, committed, last_complete,
                             [infos[b] for b in window[-recent:]], operators, problems, state_files)
-
-
-def _operators(store: CheckpointStore, state: Any, top: int) -> dict[str, dict[str, list[int]]]:
-    """op -> partition -> [first, last version, count] from a full listing, or [last version] when
-    only the partition directories were listed (the newest version at or below `top`, probed)."""
-    out: dict[str, dict[str, list[int]]] = {}
-    for op, parts in state.items():
-        out[op] = {}
-        for part in parts:
-            if isinstance(parts, dict):
-                v = parts[part]
-                out[op][part] = [min(v), max(v), len(v)] if v else []
-            else:
-                base = f"state/{op}/{part}"
-                last = next((x for x in range(top + 1, max(0, top - 20), -1)
-                             if any(store.exists(f"{base}/{x}.{k}") for k in ("zip", "changelog", "delta", "snapshot"))),  # type: ignore[call-arg]
-                            None)
-                out[op][part] = [last] if last is not None else []
-    return out
 
 
 def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None,
@@ -436,7 +207,7 @@ def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None
         if not store.size(rel):
             raise CheckpointError(f"{store.location}{'' if store.location.endswith('/') else '/'}{rel} is missing or "
                                   f"empty; batch {batch_id} cannot be resumed")
-    return needed + _source_files(store) + _metadata_files(store, list_state_dirs(store)) + state_files
+    return needed + _source_files(store) + metadata_files(store, list_state_dirs(store)) + state_files
 
 
 def _source_files(store: CheckpointStore, rel: str = "sources") -> list[str]:

@@ -15,13 +15,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rewind.errors import Refused
 from rewind.registry import StreamSpec
 
 #: Pointer entries kept in the history (older ones are dropped, the directories stay on disk).
 HISTORY_LIMIT = 100
 
 
-class PointerError(ValueError):
+class PointerError(Refused, ValueError):
     """The pointer file exists but cannot be read; the message names it."""
 
 
@@ -34,7 +35,9 @@ class PointerEntry:
 
 
 def pointer_path(spec: StreamSpec) -> Path:
-    return Path(f"{spec.checkpoint.rstrip('/')}.active.json")
+    from rewind import paths
+
+    return paths.pointer_path(spec.checkpoint)
 
 
 def read_pointer(spec: StreamSpec) -> list[PointerEntry]:

@@ -19,11 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewind.checkpoints.inspection import CheckpointReport, inspect_checkpoint, list_state
+from rewind.checkpoints.inspection import CheckpointReport, inspect_checkpoint
+from rewind.checkpoints.state_files import list_state
 from rewind.checkpoints.store import LocalStore
+from rewind.errors import Refused
 
 
-class RepairRefused(RuntimeError):
+class RepairRefused(Refused, RuntimeError):
     """Repair would be unsafe or cannot help; the message says what to do instead."""
 
 

@@ -1,9 +1,8 @@
 """Savepoints: a verified copy of a complete checkpoint in S3, and the way back from one.
 
-Layout: ``s3://BUCKET/savepoints/STREAM/ID/files/<checkpoint-relative path>`` plus
-``.../ID/manifest.json``. The manifest is written last, so a savepoint without one
-does not exist (it is an interrupted copy: invisible to list and restore, removed by
-prune once it is old enough not to be a copy in progress).
+Layout and manifest: ``rewind.checkpoints.manifest`` (the manifest is written last, so a
+savepoint without one does not exist); which savepoints prune removes:
+``rewind.checkpoints.retention``. This module is the I/O: create, list, prune, restore.
 
 Only the files a resume after the batch needs are copied (``checkpoint.resume_files``),
 each read through one open file descriptor that is hashed and then uploaded, so the
@@ -17,163 +16,50 @@ pointer; the previous checkpoint is never touched.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import re
-import secrets
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
-from pathlib import Path, PurePosixPath
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
+from rewind.checkpoints.manifest import (
+    FILES_DIR,
+    MANIFEST,
+    FileEntry,
+    Incomplete,
+    Listing,
+    Manifest,
+    new_savepoint_id,
+    restore_warnings,
+    savepoint_prefix,
+    stream_prefix,
+    validate_savepoint_id,
+    verify_file,
+)
+from rewind.checkpoints.retention import PrunePlan
+from rewind.checkpoints.savepoint_errors import (
+    FileVanished,
+    NothingToSave,
+    SavepointCorrupt,
+    SavepointNotFound,
+    SavepointRefused,
+)
 from rewind.registry import StreamSpec
 from rewind.s3 import ObjectInfo, S3Store
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-FILES_DIR = "files/"
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-#: A manifest-less savepoint younger than this may be a copy in progress: prune leaves it alone.
-INCOMPLETE_AFTER = timedelta(hours=1)
 _HASH_CHUNK = 1 << 20
 
 
-class SavepointError(RuntimeError):
-    """A savepoint operation was refused or failed; the message says why and what was left as it was."""
-
-
-class InvalidSavepointId(SavepointError, ValueError):
-    pass
-
-
-class SavepointNotFound(SavepointError):
-    pass
-
-
-class SavepointCorrupt(SavepointError):
-    """A savepoint's file is missing, truncated or changed; the message names the file."""
-
-
-class NothingToSave(SavepointError):
-    """The stream has not completed a batch yet (no checkpoint, or one without a committed batch):
-    a scheduled savepoint has nothing to do, which is not a failure."""
-
-
-class FileVanished(SavepointError):
-    """A checkpoint file disappeared during an online copy (Spark cleaned it up)."""
-
-
-# --------------------------------------------------------------------------- manifest
-def validate_savepoint_id(value: str) -> str:
-    """The id (it becomes an S3 prefix and a directory name), or InvalidSavepointId saying why (rewind.safe_names)."""
-    from rewind.safe_names import UnsafeName, check_savepoint_id
-
-    try:
-        return check_savepoint_id(value)
-    except UnsafeName as exc:
-        raise InvalidSavepointId(f"invalid savepoint id {str(value)[:80]!r}: use letters, digits, '.', '_' and '-' "
-                                 f"(starting with a letter or digit, no '..', no '/') -- {exc}") from None
-
-
-def safe_relpath(value: str) -> str:
-    """A checkpoint-relative POSIX path that cannot leave the directory it is restored into."""
-    p = PurePosixPath(value)
-    if (not value or p.is_absolute() or "\\" in value or any(part in ("", ".", "..") for part in value.split("/"))):
-        raise SavepointCorrupt(f"manifest lists an unsafe file path {value!r}")
-    return str(p)
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    path: str
-    size: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class Manifest:
-    savepoint_id: str
-    stream: str
-    batch_id: int
-    offsets: dict[str, dict[str, int]]  # topic -> partition -> next offset to read after the batch
-    state_versions: dict[str, dict[str, int]]  # operator -> partition -> state version restored
-    files: tuple[FileEntry, ...]
-    spark_version: str
-    config_hash: str
-    created_at: datetime
-    mode: str = "online"  # online | stop
-    query_id: str | None = None
-    source_checkpoint: str = ""
-    format: int = FORMAT_VERSION
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["created_at"] = self.created_at.astimezone(timezone.utc).isoformat()
-        out["files"] = [asdict(f) for f in self.files]
-        return out
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> "Manifest":
-        """Parse and check a manifest; raises SavepointCorrupt saying what is wrong."""
-        try:
-            raw = json.loads(text)
-            if raw.get("format") != FORMAT_VERSION:
-                raise ValueError(f"unknown manifest format {raw.get('format')!r} (expected {FORMAT_VERSION})")
-            files = tuple(FileEntry(safe_relpath(str(f["path"])), int(f["size"]), str(f["sha256"]))
-                          for f in raw["files"])
-            if any(f.size < 0 or not re.fullmatch(r"[0-9a-f]{64}", f.sha256) for f in files):
-                raise ValueError("a file entry has a negative size or a malformed sha256")
-            created = datetime.fromisoformat(raw["created_at"])
-            return cls(
-                savepoint_id=validate_savepoint_id(raw["savepoint_id"]), stream=str(raw["stream"]),
-                batch_id=int(raw["batch_id"]),
-                offsets={str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in raw["offsets"].items()},
-                state_versions={str(op): {str(p): int(v) for p, v in parts.items()}
-                                for op, parts in raw["state_versions"].items()},
-                files=files, spark_version=str(raw["spark_version"]), config_hash=str(raw["config_hash"]),
-                created_at=created if created.tzinfo else created.replace(tzinfo=timezone.utc),
-                mode=str(raw.get("mode", "online")), query_id=raw.get("query_id"),
-                source_checkpoint=str(raw.get("source_checkpoint", "")))
-        except SavepointCorrupt:
-            raise
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise SavepointCorrupt(f"manifest unreadable: {type(exc).__name__}: {exc}") from None
-
-    def summary(self) -> dict[str, Any]:
-        out = self.to_dict()
-        out.pop("files")
-        out["file_count"], out["total_bytes"] = len(self.files), self.total_bytes
-        return out
-
-
-def new_savepoint_id(batch_id: int, now: datetime) -> str:
-    """Sortable by time, names the batch, unique: ``20261122T015315Z-b42-9f3a``."""
-    return f"{now.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-b{batch_id}-{secrets.token_hex(2)}"
-
-
-def stream_prefix(stream: str) -> str:
-    return f"savepoints/{stream}/"
-
-
-def savepoint_prefix(stream: str, savepoint_id: str) -> str:
-    return f"{stream_prefix(stream)}{validate_savepoint_id(savepoint_id)}/"
-
-
+# --------------------------------------------------------------------------- hashing and verification
 def spark_version() -> str:
+    """The installed PySpark's version: recorded in the manifest, compared at restore."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -182,18 +68,8 @@ def spark_version() -> str:
         return "unknown"
 
 
-# --------------------------------------------------------------------------- verification (pure)
-def verify_file(entry: FileEntry, size: int, sha256: str) -> None:
-    """Raise SavepointCorrupt naming the file unless size and SHA-256 match the manifest."""
-    if size != entry.size:
-        raise SavepointCorrupt(f"{entry.path}: {size} bytes, the manifest records {entry.size} (truncated or "
-                               "changed)")
-    if sha256 != entry.sha256:
-        raise SavepointCorrupt(f"{entry.path}: SHA-256 {sha256[:16]}... differs from the manifest's "
-                               f"{entry.sha256[:16]}... (the file was changed)")
-
-
 def sha256_of(fh: Any) -> tuple[int, str]:
+    """(size, SHA-256) of an open binary file, read to its end in 1 MiB chunks."""
     digest, size = hashlib.sha256(), 0
     while chunk := fh.read(_HASH_CHUNK):
         digest.update(chunk)
@@ -243,7 +119,7 @@ def _copy_batch(spec: StreamSpec, store: S3Store, root: Path, mode: str, progres
     report = inspect_checkpoint(root)
     batch = report.last_complete
     if batch is None:
-        raise SavepointError(f"{root} has no complete batch to save"
+        raise SavepointRefused(f"{root} has no complete batch to save"
                              + "".join(f"; {p.file}: {p.detail}" for p in report.errors[:2]))
     info = report.batch(batch)
     offsets = info.offsets[0] if info and info.offsets else {}
@@ -255,7 +131,7 @@ def _copy_batch(spec: StreamSpec, store: S3Store, root: Path, mode: str, progres
         total = sum((root / rel).stat().st_size for rel in rels)
     except FileNotFoundError as exc:
         raise FileVanished(f"{exc.filename} vanished during the copy (Spark cleaned it up)") from None
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     sid = new_savepoint_id(batch, now)
     prefix = savepoint_prefix(spec.name, sid)
     uploaded: list[str] = []
@@ -302,8 +178,8 @@ def create_savepoint(spec: StreamSpec, store: S3Store, *, checkpoint: str | Path
         try:
             return _copy_batch(spec, store, root, mode, progress)
         except FileVanished as again:
-            raise SavepointError(f"the checkpoint changed under the copy twice ({again}); retry, or use --stop "
-                                 "for a copy of a stopped stream") from again
+            raise FileVanished(f"the checkpoint changed under the copy twice ({again}); retry, or use --stop "
+                               "for a copy of a stopped stream") from again
 
 
 def savepoint_with_stop(spec: StreamSpec, store: S3Store, *, restart: Callable[[], None] | None,
@@ -345,24 +221,9 @@ def savepoint_with_stop(spec: StreamSpec, store: S3Store, *, restart: Callable[[
 
 
 # --------------------------------------------------------------------------- list / show
-@dataclass(frozen=True)
-class Incomplete:
-    """Objects under a savepoint id with no usable manifest: an interrupted (or running) copy."""
-
-    savepoint_id: str
-    objects: int
-    bytes: int
-    newest: datetime
-    reason: str
-
-
-@dataclass
-class Listing:
-    complete: list[Manifest] = field(default_factory=list)  # newest first
-    incomplete: list[Incomplete] = field(default_factory=list)
-
-
 def list_savepoints(store: S3Store, stream: str) -> Listing:
+    """The stream's savepoints: complete ones (a manifest that parses and names this id), newest
+    first, and every other id's objects as ``Incomplete`` with the reason."""
     prefix = stream_prefix(stream)
     groups: dict[str, list[ObjectInfo]] = {}
     for obj in store.list_objects(prefix):
@@ -400,48 +261,6 @@ def load_manifest(store: S3Store, stream: str, savepoint_id: str) -> Manifest:
 
 
 # --------------------------------------------------------------------------- prune
-class _Dated(Protocol):
-    @property
-    def created_at(self) -> datetime: ...
-
-
-T = TypeVar("T", bound=_Dated)
-
-
-def select_for_pruning(savepoints: Sequence[T], keep_last: int, max_age: timedelta, now: datetime) -> list[T]:
-    """Pure retention: keep the newest ``keep_last`` that are at most ``max_age`` old, and always the
-    newest one; return the rest, oldest first."""
-    newest_first = sorted(savepoints, key=lambda s: s.created_at, reverse=True)
-    drop = [s for i, s in enumerate(newest_first) if i > 0 and (i >= keep_last or now - s.created_at > max_age)]
-    return drop[::-1]
-
-
-def select_leftovers(incomplete: Sequence[Incomplete], older_than: timedelta, now: datetime) -> list[Incomplete]:
-    """Pure: manifest-less leftovers old enough not to be a copy still in progress."""
-    return [i for i in incomplete if now - i.newest > older_than]
-
-
-@dataclass
-class PrunePlan:
-    delete: list[Manifest]
-    keep: list[Manifest]
-    leftovers: list[Incomplete]
-    young_leftovers: list[Incomplete]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"delete": [m.savepoint_id for m in self.delete], "keep": [m.savepoint_id for m in self.keep],
-                "leftovers": [i.savepoint_id for i in self.leftovers],
-                "young_leftovers": [i.savepoint_id for i in self.young_leftovers]}
-
-
-def plan_prune(listing: Listing, keep_last: int, max_age: timedelta, now: datetime,
-               incomplete_after: timedelta = INCOMPLETE_AFTER) -> PrunePlan:
-    delete = select_for_pruning(listing.complete, keep_last, max_age, now)
-    leftovers = select_leftovers(listing.incomplete, incomplete_after, now)
-    return PrunePlan(delete, [m for m in listing.complete if m not in delete], leftovers,
-                     [i for i in listing.incomplete if i not in leftovers])
-
-
 def apply_prune(store: S3Store, stream: str, plan: PrunePlan) -> None:
     """Delete the manifest first: a savepoint half-deleted by a crash is then merely incomplete."""
     for manifest in plan.delete:
@@ -455,6 +274,8 @@ def apply_prune(store: S3Store, stream: str, plan: PrunePlan) -> None:
 # --------------------------------------------------------------------------- restore
 @dataclass(frozen=True)
 class RestoreResult:
+    """A finished restore: the savepoint, where its checkpoint now is, and what differs from then."""
+
     manifest: Manifest
     path: Path
     seconds: float
@@ -466,7 +287,7 @@ def restore_destination(spec: StreamSpec, savepoint_id: str, to: str | Path | No
     if to is not None:
         dest = Path(to).resolve()
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-            raise SavepointError(f"--to {dest} exists and is not an empty directory: restore never overwrites")
+            raise SavepointRefused(f"--to {dest} exists and is not an empty directory: restore never overwrites")
         return dest
     base = Path(spec.checkpoint).resolve()
     dest = base.with_name(f"{base.name}.restored-{savepoint_id}")
@@ -475,17 +296,6 @@ def restore_destination(spec: StreamSpec, savepoint_id: str, to: str | Path | No
         dest = base.with_name(f"{base.name}.restored-{savepoint_id}-{n}")
         n += 1
     return dest
-
-
-def restore_warnings(manifest: Manifest, spec: StreamSpec, current_spark: str) -> list[str]:
-    """Pure: differences between the savepoint's job and the one that will resume it."""
-    out = []
-    if manifest.config_hash != spec.config_hash():
-        out.append(f"the stream's registry entry changed since the savepoint (config hash {manifest.config_hash} "
-                   f"-> {spec.config_hash()}): the state must still match the transform")
-    if manifest.spark_version.split(".")[:2] != current_spark.split(".")[:2]:
-        out.append(f"the savepoint was written by Spark {manifest.spark_version}, this is Spark {current_spark}")
-    return out
 
 
 def _download_verified(store: S3Store, manifest: Manifest, staging: Path, progress: bool) -> None:
@@ -514,8 +324,8 @@ def restore_savepoint(spec: StreamSpec, store: S3Store, savepoint_id: str, *, to
     validate_savepoint_id(savepoint_id)
     live = stream_liveness(spec)
     if live.running:
-        raise SavepointError(f"stream {spec.name} is running ({live.why}): stop it first (e.g. `rewind savepoint "
-                             f"create {spec.name} --stop --no-restart`); nothing was changed")
+        raise SavepointRefused(f"stream {spec.name} is running ({live.why}): stop it first (e.g. `rewind savepoint "
+                               f"create {spec.name} --stop --no-restart`); nothing was changed")
     manifest = load_manifest(store, spec.name, savepoint_id)
     dest = restore_destination(spec, savepoint_id, to)
     staging = dest.with_name(f".{dest.name}.partial-{os.getpid()}")

@@ -1,6 +1,6 @@
-"""`rewind dq STREAM`: the Great Expectations proof of exactly-once output (rewind/dq.py).
+"""`rewind dq STREAM`: the Great Expectations proof of exactly-once output (rewind/proof/dq.py).
 
-Exit codes: 0 the proof passed, 2 it failed (the text says which expectations, with
+Exit codes: 0 the proof passed, 4 it failed (the text says which expectations, with
 example rows). Results and Data Docs go to --run-dir (default
 ``$REWIND_HOME/dq/STREAM/RUN_ID``) and, unless --no-s3, to ``s3://BUCKET/dq/STREAM/RUN_ID/``
 (the bucket as savepoints find it: $REWIND_S3_BUCKET, else the embedded platform's).
@@ -14,10 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rewind.cli.common import command
+from rewind.errors import EXIT_OK, EXIT_PROOF_VIOLATION
 
-def add_dq_parser(subparsers: Any) -> None:
-    d = subparsers.add_parser(
-        "dq", help="Great Expectations proof: no duplicates, no gaps, windows reconcile (exit 2 = failed)",
+
+def add_parser(subparsers: Any) -> None:
+    d = command(
+        subparsers, "dq", "Great Expectations proof: no duplicates, no gaps, windows reconcile",
+        codes={EXIT_PROOF_VIOLATION: "proof violation: the proof failed (the text names each expectation, with "
+                                     "counts and example rows)"},
         description="Re-read the stream's Kafka range, validate the sink against it with Great Expectations, "
                     "store the validation result and Data Docs under --run-dir and in S3. The range ends at the "
                     "last committed batch while the stream runs, else at the end of its topics.")
@@ -33,13 +38,15 @@ def add_dq_parser(subparsers: Any) -> None:
 
 
 def cmd_dq(args: argparse.Namespace) -> int:
-    from rewind.settings import resolve_bootstrap, rewind_home
-    from rewind.proof.dq import format_proof, new_run_id, run_proof
+    from rewind.paths import paths_of
+    from rewind.proof.dq import new_run_id, run_proof
+    from rewind.proof.report import format_proof
     from rewind.registry import load_registry
+    from rewind.settings import resolve_bootstrap
 
     spec = load_registry(args.registry).get(args.stream)
     run_id = new_run_id()
-    run_dir = Path(args.run_dir) if args.run_dir else rewind_home() / "dq" / spec.name / run_id
+    run_dir = Path(args.run_dir) if args.run_dir else paths_of(spec).dq_run(run_id)
     store = None
     if not args.no_s3:
         from rewind.s3 import S3Error, S3Store, resolve_s3_config
@@ -58,4 +65,4 @@ def cmd_dq(args: argparse.Namespace) -> int:
     print(json.dumps(result.to_json(), indent=1) if args.json else format_proof(result))
     if result.s3_error:
         print(f"warning: results were not stored in S3: {result.s3_error}", file=sys.stderr)
-    return 0 if result.ok else 2
+    return EXIT_OK if result.ok else EXIT_PROOF_VIOLATION

@@ -1,12 +1,12 @@
-"""`rewind replay plan|run`: which Kafka range a replay reads (rewind/replay_plan.py), and the
-replay itself (rewind/replay.py).
+"""`rewind replay plan|run`: which Kafka range a replay reads (rewind/replay/planner.py), and the
+replay itself (rewind/replay/run.py).
 
 `plan` and `run --dry-run` change nothing. Exit codes: 0 planned / replayed and proven,
 1 a runtime failure (Kafka did not answer, Spark or the sink failed: worth retrying, the writes
-are idempotent), 2 refused (bad input, unknown stream/topic/partition, range beyond retention
-or past the end, nothing to replay, another replay of the stream running) or the DQ proof
-failed, with every reason on stderr. ``run`` takes the same range arguments as ``plan``
-(``add_range_arguments``); ``job_main`` is the spark-submit entry (spark_jobs/replay.py),
+are idempotent), 3 refused (bad input, unknown stream/topic/partition, range beyond retention
+or past the end, nothing to replay, another replay of the stream running), 4 the DQ proof
+over the replayed range failed, with every reason on stderr. ``run`` takes the same range arguments as ``plan``
+(``add_range_arguments``); ``job_main`` is the spark-submit entry (rewind/jobs/replay.py),
 which also accepts a plan made earlier (``--plan-json``).
 """
 
@@ -18,29 +18,35 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rewind.cli.common import command
+from rewind.errors import EXIT_FAILED, EXIT_REFUSED
 from rewind.replay.plan import DEFAULT_COUNT_CAP
 
+REPLAY_CODES = {3: "refused: bad input, unknown stream/topic/partition, a range beyond retention or past the end, "
+                   "nothing to replay, another replay of the stream running (every reason is listed)",
+                4: "proof violation: the DQ proof over the replayed range failed"}
 
-def add_replay_parser(subparsers: Any) -> argparse.ArgumentParser:
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``rewind replay`` and its ``plan`` action; returns the action group's parser so
     other actions (``run``) can be added beside ``plan``."""
-    rp = subparsers.add_parser("replay", help="replay a Kafka range into the sink: plan, run (--dry-run)",
-                               description="Replay an explicit Kafka range [from, to) of a stream. Bounds are "
+    rp = command(subparsers, "replay", "replay a Kafka range into the sink: plan, run (--dry-run)", codes=REPLAY_CODES,
+                 description="Replay an explicit Kafka range [from, to) of a stream. Bounds are "
                                            "offsets (applied to every selected partition), 'earliest'/'latest', "
                                            "ISO 8601 timestamps with a zone (2026-11-22T03:00:00Z, "
                                            "...T04:00:00+01:00), or per-partition JSON like "
                                            '\'{"topic":{"0":12,"1":40}}\'.')
     actions = rp.add_subparsers(dest="replay_action", required=True)
-    plan = actions.add_parser("plan", help="print the exact offsets and record counts per partition; "
-                                           "changes nothing (exit 2 = refused)")
+    plan = command(actions, "plan", "print the exact offsets and record counts per partition; changes nothing",
+                   codes=REPLAY_CODES)
     add_range_arguments(plan)
     plan.add_argument("--count-cap", type=int, default=DEFAULT_COUNT_CAP, metavar="OFFSETS",
                       help="count records exactly only when the whole range spans at most this many offsets "
                            f"(default {DEFAULT_COUNT_CAP:,}); above it, counts are upper bounds")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=cmd_replay_plan)
-    run = actions.add_parser("run", help="replay the range through the stream's transform into its sink, then "
-                                         "prove it (exit 2 = refused or proof failed, 1 = runtime failure)")
+    run = command(actions, "run", "replay the range through the stream's transform into its sink, then prove it",
+                  codes=REPLAY_CODES)
     add_range_arguments(run)
     add_run_arguments(run)
     run.set_defaults(func=cmd_replay_run)
@@ -65,9 +71,10 @@ def add_range_arguments(p: argparse.ArgumentParser, required: bool = True) -> No
 
 def build_plan(args: argparse.Namespace) -> Any:
     """Parse and validate (no Kafka needed to refuse bad input), then plan against Kafka."""
-    from rewind.settings import resolve_bootstrap
     from rewind.registry import load_registry
-    from rewind.replay.plan import ReplayRequest, plan_replay
+    from rewind.replay.planner import plan_replay
+    from rewind.replay.request import ReplayRequest
+    from rewind.settings import resolve_bootstrap
 
     registry = load_registry(args.registry)  # RegistryError (file missing, invalid): exit 2 in cli.main
     request = ReplayRequest.parse(args.stream, args.start, args.end, args.topics, args.partitions,
@@ -79,20 +86,18 @@ def build_plan(args: argparse.Namespace) -> Any:
 def cmd_replay_plan(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from rewind.kafka.client import KafkaTimeoutError
-    from rewind.replay.plan import ReplayRefused, format_plan
+    from rewind.kafka.types import KafkaTimeoutError
+    from rewind.replay.plan import format_plan
+    from rewind.replay.problems import ReplayRefused
 
     try:
         plan = build_plan(args)
     except ReplayRefused as exc:
-        print(f"refused: {exc}", file=sys.stderr)
-        if args.json:
-            print(json.dumps({"refused": True, "problems": [p.to_json() for p in exc.problems]}))
-        return 2
+        return _refused(exc, args.json)
     except (KafkaTimeoutError, KafkaException) as exc:
         print(f"error: Kafka did not answer the look-ups: {exc}; nothing was changed, retry when it does",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     print(json.dumps(plan.to_json()) if args.json else format_plan(plan))
     return 0
 
@@ -103,7 +108,7 @@ def cmd_replay_plan(args: argparse.Namespace) -> int:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    from rewind.replay.run import DEFAULT_CHUNK_OFFSETS
+    from rewind.replay.setup import DEFAULT_CHUNK_OFFSETS
 
     p.add_argument("--mode", default="into-sink", metavar="MODE",
                    help="into-sink (default: restore into the stream's tables, idempotently) or shadow (separate "
@@ -142,7 +147,7 @@ def _refused(exc: Any, as_json: bool) -> int:
     print(f"refused: {exc}", file=sys.stderr)
     if as_json:
         print(json.dumps({"refused": True, "problems": [p.to_json() for p in exc.problems]}))
-    return 2
+    return EXIT_REFUSED
 
 
 def cmd_replay_run(args: argparse.Namespace) -> int:
@@ -152,13 +157,15 @@ def cmd_replay_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, plan_json: str | None) -> int:
     from confluent_kafka import KafkaException
 
-    from rewind.settings import resolve_bootstrap
-    from rewind.kafka.client import KafkaTimeoutError
+    from rewind.kafka.types import KafkaTimeoutError
     from rewind.registry import load_registry
-    from rewind.replay.run import describe_replay, prepare_replay, run_replay
-    from rewind.replay.guard import check_mode, check_replay_id, refuse
-    from rewind.replay.plan import ReplayPlan, ReplayRefused
+    from rewind.replay.guard import check_mode, check_replay_id
+    from rewind.replay.plan import ReplayPlan
+    from rewind.replay.problems import ReplayRefused, refuse
     from rewind.replay.report import ReplayFailed, ReplayProofFailed, format_report
+    from rewind.replay.run import describe_replay, run_replay
+    from rewind.replay.setup import prepare_replay
+    from rewind.settings import resolve_bootstrap
 
     try:
         check_mode(args.mode)  # bad mode or id: refused before Kafka is asked anything
@@ -180,7 +187,7 @@ def _run(args: argparse.Namespace, plan_json: str | None) -> int:
     except (KafkaTimeoutError, KafkaException) as exc:
         print(f"error: Kafka did not answer the look-ups: {exc}; nothing was changed, retry when it does",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     store = _s3_store(args)
     if args.dry_run:
         if args.json:
@@ -201,13 +208,13 @@ def _run(args: argparse.Namespace, plan_json: str | None) -> int:
         print(json.dumps(exc.report.to_json()) if args.json else format_report(exc.report))
         if not isinstance(exc, ReplayProofFailed):
             print(f"error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ReplayProofFailed) else 1
+        return exc.exit_code
     print(json.dumps(report.to_json()) if args.json else format_report(report))
     return 0
 
 
 def job_main(argv: list[str]) -> int:
-    """spark-submit entry (spark_jobs/replay.py): ``STREAM --plan-json FILE | --from X --to Y ...``."""
+    """spark-submit entry (rewind/jobs/replay.py): ``STREAM --plan-json FILE | --from X --to Y ...``."""
     import logging
 
     p = argparse.ArgumentParser(prog="replay.py", description="Run one replay (see `rewind replay run --help`).")
@@ -233,5 +240,5 @@ def job_main(argv: list[str]) -> int:
     try:
         return _run(args, plan_json=text)
     except RegistryError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        print(f"refused: {exc}", file=sys.stderr)
+        return exc.exit_code

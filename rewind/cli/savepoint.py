@@ -1,7 +1,8 @@
 """`rewind savepoint create|list|show|prune|restore`: the command line of rewind/savepoint.py.
 
 Exit codes: 0 done, 1 failed but worth retrying (S3 unreachable, a stream that would
-not stop), 2 refused (bad input, unknown or damaged savepoint, stream running).
+not stop, a damaged savepoint), 3 refused (bad input, unknown savepoint, stream running):
+``rewind.errors`` decides, ``rewind.cli.main`` maps.
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ import json
 import shlex
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
+from rewind.cli.common import command
 
-def add_savepoint_parser(subparsers: Any) -> None:
-    sp = subparsers.add_parser("savepoint", help="consistent checkpoint copies in S3: create, list, show, prune, "
-                                                 "restore")
+
+def add_parser(subparsers: Any) -> None:
+    sp = command(subparsers, "savepoint", "consistent checkpoint copies in S3: create, list, show, prune, restore")
     actions = sp.add_subparsers(dest="savepoint_action", required=True)
 
     def action(name: str, help_text: str, with_id: bool = False) -> argparse.ArgumentParser:
-        a = actions.add_parser(name, help=help_text)
+        a = command(actions, name, help_text)
         a.add_argument("stream")
         if with_id:
             a.add_argument("savepoint_id", metavar="ID")
@@ -81,35 +83,24 @@ def _human_bytes(n: float) -> str:
 
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
-    from rewind.checkpoints.inspection import CheckpointError, NotACheckpoint
-    from rewind.checkpoints.pointer import PointerError
     from rewind.registry import load_registry
-    from rewind.s3 import S3Error, S3Store, S3Unreachable, resolve_s3_config
-    from rewind.checkpoints.savepoints import SavepointError
-    from rewind.stream.control import StreamControlError
+    from rewind.s3 import S3Store, S3Unreachable, resolve_s3_config
 
-    spec = load_registry(args.registry).get(args.stream)  # RegistryError: exit 2 in cli.main
+    spec = load_registry(args.registry).get(args.stream)
     try:
         store = S3Store(resolve_s3_config(args.bucket))
         return int(ACTIONS[args.savepoint_action](args, spec, store))
-    except S3Unreachable as exc:
+    except S3Unreachable as exc:  # what was left as it was, and the command that retries it
         what = {"create": "the savepoint was not completed (no manifest was written)",
                 "prune": "pruning stopped part-way (a savepoint loses its manifest first, so none is half-usable)",
                 }.get(args.savepoint_action, "nothing was changed")
-        _say(f"error: {exc}\n{what}; when S3 answers again, retry: {retry_command(args)}")
-        for note in getattr(exc, "__notes__", []):
-            _say(f"error: {note}")
-        return 1
-    except StreamControlError as exc:
-        _say(f"error: {exc}")
-        return 1
-    except (SavepointError, S3Error, CheckpointError, NotACheckpoint, PointerError, ValueError) as exc:
-        _say(f"error: {exc}")
-        return 2
+        exc.add_note(f"{what}; when S3 answers again, retry: {retry_command(args)}")
+        raise
 
 
 def _create(args: argparse.Namespace, spec: Any, store: Any) -> int:
-    from rewind.checkpoints.savepoints import create_savepoint, savepoint_prefix, savepoint_with_stop
+    from rewind.checkpoints.manifest import savepoint_prefix
+    from rewind.checkpoints.savepoints import create_savepoint, savepoint_with_stop
 
     started = time.monotonic()
     if args.stop:
@@ -145,7 +136,7 @@ def _restarter(args: argparse.Namespace, spec: Any) -> Any:
 
 
 def _age(created: datetime) -> str:
-    s = (datetime.now(timezone.utc) - created).total_seconds()
+    s = (datetime.now(UTC) - created).total_seconds()
     return f"{s / 86400:.1f}d" if s >= 86400 else f"{s / 3600:.1f}h" if s >= 3600 else f"{s / 60:.0f}m"
 
 
@@ -187,14 +178,15 @@ def _show(args: argparse.Namespace, spec: Any, store: Any) -> int:
 
 
 def _prune(args: argparse.Namespace, spec: Any, store: Any) -> int:
+    from rewind.checkpoints.retention import plan_prune
+    from rewind.checkpoints.savepoints import apply_prune, list_savepoints
     from rewind.registry import parse_duration
-    from rewind.checkpoints.savepoints import apply_prune, list_savepoints, plan_prune
 
     keep_last = args.keep_last if args.keep_last is not None else spec.savepoints.keep_last
     if keep_last < 1:
         raise ValueError("--keep-last must be at least 1 (the newest savepoint is never deleted)")
     max_age = parse_duration(args.max_age or spec.savepoints.max_age)
-    plan = plan_prune(list_savepoints(store, spec.name), keep_last, max_age, datetime.now(timezone.utc),
+    plan = plan_prune(list_savepoints(store, spec.name), keep_last, max_age, datetime.now(UTC),
                       parse_duration(args.incomplete_older_than))
     if not args.dry_run:
         apply_prune(store, spec.name, plan)
@@ -202,8 +194,8 @@ def _prune(args: argparse.Namespace, spec: Any, store: Any) -> int:
     if args.json:
         print(json.dumps({**plan.to_json(), "dry_run": args.dry_run}))
         return 0
-    print(f"retention for {spec.name}: keep the newest {keep_last}, none older than {args.max_age or spec.savepoints.max_age}"
-          " (the newest is always kept)")
+    print(f"retention for {spec.name}: keep the newest {keep_last}, "
+          f"none older than {args.max_age or spec.savepoints.max_age} (the newest is always kept)")
     for m in plan.delete:
         print(f"  {verb} {m.savepoint_id} (batch {m.batch_id}, {_age(m.created_at)} old)")
     for i in plan.leftovers:

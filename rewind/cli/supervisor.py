@@ -13,11 +13,14 @@ import json
 import time
 from typing import Any
 
+from rewind.cli.common import command
 
-def add_supervisor_parser(subparsers: Any) -> None:
-    s = subparsers.add_parser("supervisor", help="the supervisor's verdict and failure history; clear a crash loop",
-                              description="status: health verdict, lag, failure history. reset: forget the "
-                                          "failure history and a give-up verdict (after fixing the cause).")
+
+def add_parser(subparsers: Any) -> None:
+    s = command(subparsers, "supervisor", "the supervisor's verdict and failure history; clear a crash loop",
+                "status: the health verdict and what the supervisor does about it (with the registry's "
+                "thresholds), lag, failures and alerts. reset: forget the failures, alerts and a give-up verdict "
+                "(after fixing the cause).", codes={1: "failed, or (status) the stream is not healthy"})
     s.add_argument("action", choices=["status", "reset"])
     s.add_argument("stream")
     s.add_argument("--registry")
@@ -30,23 +33,25 @@ def _when(ts: float | None) -> str:
 
 
 def supervisor_view(spec: Any) -> dict[str, Any]:
-    from rewind.supervision.health import diagnose
-    from rewind.platform.processes import pid_alive
-    from rewind.stream.status import read_status, status_path
-    from rewind.supervision.reconcile import read_history
+    """What the supervisor sees and would do, with the registry's thresholds (the trigger's view)."""
+    from rewind.supervision.health import evaluate, thresholds_of
+    from rewind.supervision.observe import observe
 
-    st = read_status(status_path(spec.status_dir, spec.name))
-    health = diagnose(st, time.time(), bool(st and pid_alive(st.pid)))
-    history = read_history(spec)
+    obs = observe(spec)
+    verdict = evaluate(obs, thresholds_of(spec))
+    health, st = verdict.health, obs.status
     return {"stream": spec.name, "healthy": health.healthy, "cause": health.cause, "detail": health.detail,
+            "action": verdict.action, "reason": verdict.reason,
             "state": st.state if st else None, "pid": st.pid if st else None,
             "last_batch_id": st.last_batch_id if st else None, "last_batch_at": st.last_batch_at if st else None,
             "lag": st.lag if st else {}, "total_lag": st.total_lag if st else 0,
-            "failures": history["failures"][-10:], "gave_up": history.get("gave_up")}
+            "failures": list(obs.failures[-10:]), "gave_up": obs.gave_up,
+            "alerts": {cause: at for cause, at in obs.last_alert_at.items()}}
 
 
 def format_view(v: dict[str, Any]) -> str:
     lines = [f"{v['stream']}: {'healthy' if v['healthy'] else 'UNHEALTHY (' + str(v['cause']) + ')'} - {v['detail']}",
+             f"  supervisor: {v['action']} ({v['reason']})",
              f"  state {v['state']}, pid {v['pid']}, last batch {v['last_batch_id']} at {_when(v['last_batch_at'])}, "
              f"lag {v['total_lag']} {v['lag'] or ''}"]
     if v["gave_up"]:
@@ -61,16 +66,15 @@ def format_view(v: dict[str, Any]) -> str:
 
 def cmd_supervisor(args: argparse.Namespace) -> int:
     from rewind.registry import load_registry
-    from rewind.supervision.reconcile import read_history, reset_history
+    from rewind.supervision.failures import reset
 
     spec = load_registry(args.registry).get(args.stream)
     if args.action == "reset":
-        before = read_history(spec)
-        reset_history(spec)
-        print(f"{spec.name}: cleared {len(before['failures'])} failure(s)"
+        before = reset(spec)
+        print(f"{spec.name}: cleared {len(before['failures'])} failure(s), {len(before['alerts'])} alert(s)"
               + (" and the give-up verdict" if before.get("gave_up") else "")
               + f"; the next supervisor run relaunches it (Airflow: trigger rewind_{spec.name}_supervisor)")
         return 0
     view = supervisor_view(spec)
     print(json.dumps(view, indent=1, default=str) if args.json else format_view(view))
-    return 0 if view["healthy"] else 3
+    return 0 if view["healthy"] else 1

@@ -7,9 +7,10 @@ stream and the proof can never disagree on what counts as malformed or late.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 try:  # a C JSON decoder for the batch classifier's fast path; without it every record takes `classify`
     import msgspec
@@ -34,7 +35,7 @@ class Event:
     def encode(self) -> bytes:
         return json.dumps({
             "event_id": self.event_id, "key": self.key, "amount": self.amount,
-            "event_time": self.event_time.astimezone(timezone.utc).isoformat(timespec="milliseconds"),
+            "event_time": self.event_time.astimezone(UTC).isoformat(timespec="milliseconds"),
         }, separators=(",", ":")).encode()
 
 
@@ -78,7 +79,7 @@ def _parse_time(value: Any) -> datetime | None:
         return None
     if parsed.tzinfo is None:
         return None
-    return parsed.astimezone(timezone.utc)
+    return parsed.astimezone(UTC)
 
 
 def classify(value: bytes | None, kafka_timestamp_ms: int | None,
@@ -106,7 +107,7 @@ def classify(value: bytes | None, kafka_timestamp_ms: int | None,
     if event_time is None:
         return Verdict(None, "wrong type: event_time must be ISO 8601 with a zone")
     if kafka_timestamp_ms is not None:
-        lag = datetime.fromtimestamp(kafka_timestamp_ms / 1000, timezone.utc) - event_time
+        lag = datetime.fromtimestamp(kafka_timestamp_ms / 1000, UTC) - event_time
         if lag > allowed_lateness:
             return Verdict(None, f"late: event time {lag.total_seconds():.0f}s behind Kafka timestamp "
                                  f"(allowed {allowed_lateness.total_seconds():.0f}s)")
@@ -117,7 +118,7 @@ def classify(value: bytes | None, kafka_timestamp_ms: int | None,
 # The batch form of ``classify`` (the stream's hot path)
 # ---------------------------------------------------------------------------------------------
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 #: Kafka timestamps (ms) below this in magnitude convert exactly: ``datetime.fromtimestamp(ms / 1000)``
 #: is off by less than half a microsecond from ``ms * 1000`` µs while |ms / 1000| < 2**33 s.

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 from rewind.demo.events import make_event, malformed_payload
 
@@ -134,7 +134,7 @@ def produce(bootstrap: str, spec: ProduceSpec, progress: Callable[[ProduceReport
             delay = start + i / spec.rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-        for kind, key, value in plan_record(spec, seq, datetime.now(timezone.utc)):
+        for kind, key, value in plan_record(spec, seq, datetime.now(UTC)):
             while True:
                 try:
                     producer.produce(spec.topic, value=value, key=None if spec.keyless else key,

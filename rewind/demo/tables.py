@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rewind.sink.sql import Column, TableSpec
+from rewind.sink.schema import Column, TableSpec
 from rewind.stream.late_routing import LATE_CANDIDATE
 
 EVENTS = TableSpec(

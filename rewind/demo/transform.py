@@ -18,19 +18,26 @@ aggregates of the batch (the replay recomputes windows from the sink's events in
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rewind.demo.events import classify_many
+from rewind.demo.tables import TABLES, split_batch
+from rewind.stream.contract import Transform
 from rewind.stream.late_routing import LATE_CANDIDATE
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import pandas as pd
     from pyspark.sql import DataFrame
 
     from rewind.registry import StreamSpec
+    from rewind.sink.schema import TableSpec
 
 TS = pa.timestamp("us", tz="UTC")
 PARSED_SCHEMA = pa.schema([
@@ -82,6 +89,20 @@ def parse_batches(batches: Iterator[pa.RecordBatch], allowed_lateness_s: float) 
             "raw_value": pa.array(raw, pa.string()),
         }
         yield pa.RecordBatch.from_arrays([columns[n] for n in PARSED_SCHEMA.names], schema=PARSED_SCHEMA)
+
+
+class DemoTransform(Transform):
+    """The demo stream: parse, route bad and late records, deduplicate by event id, tumbling windows."""
+
+    @property
+    def tables(self) -> Sequence[TableSpec]:
+        return TABLES
+
+    def build(self, source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
+        return build(source, spec)
+
+    def split(self, frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
+        return split_batch(frame, batch_id)
 
 
 def _shape(df: "DataFrame", kind: str) -> "DataFrame":

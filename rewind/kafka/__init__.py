@@ -1,27 +1,20 @@
-"""Rewind's Kafka source for PySpark (``format("rewind_kafka")``) and its offset look-ups.
+"""Rewind's Kafka source for PySpark (``format("rewind_kafka")``) and Rewind's own Kafka clients.
 
-- ``rewind.kafka.source.KafkaDataSource``: the Python Data Source (batch and streaming);
-- ``rewind.kafka.client``: ``true_end_offsets``, ``earliest_offsets``, ``KafkaOffsetClient``;
-- ``rewind.kafka.offsets``: the pure decisions (option parsing, rate limits, data loss).
+A map, from the words up to the source (each module imports only those above it in this list):
 
-Submodules are imported lazily so that importing ``rewind.kafka.offsets`` needs neither
-PySpark nor confluent-kafka.
+- ``types``: ``TP``, ``Offsets``, ``OffsetRange``, their JSON form, and every Kafka error;
+- ``alignment``: event-time alignment at admission (pure);
+- ``options``: the source's options parsed and checked into ``SourceOptions`` (pure);
+- ``offsets``: the pure decisions: resolving positions, data loss, rate limits, planning ranges;
+- ``client_logs``: librdkafka's log lines through Python logging, repeats held back;
+- ``client_config``: the settings of every client (``base_consumer_config``, Java names translated);
+- ``client_errors``: what librdkafka's errors mean (transient, rejected credentials);
+- ``lookups``: partitions, earliest/end offsets, times (``KafkaOffsetClient``, ``check_reachable``);
+- ``reader``: reading records (``iter_range``: one range; ``read_to_end``: whole topics;
+  ``record_timestamps``: the record at each position, for alignment);
+- ``columns``: Spark's Kafka columns and records turned into Arrow batches;
+- ``source``: ``KafkaDataSource``, the Python Data Source; its docstring is the option table.
+
+``types``, ``alignment``, ``options`` and ``offsets`` need neither PySpark nor confluent-kafka;
+only ``columns`` and ``source`` need PySpark.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["KafkaDataSource", "true_end_offsets", "earliest_offsets"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "KafkaDataSource":
-        from rewind.kafka.source import KafkaDataSource
-
-        return KafkaDataSource
-    if name in ("true_end_offsets", "earliest_offsets"):
-        from rewind.kafka import client
-
-        return getattr(client, name)
-    raise AttributeError(name)

@@ -11,10 +11,10 @@ catches up first, and the watermark cannot pass its records.
 
 Options (streaming reads of ``format("rewind_kafka")`` only; off when ``maxDriftMs`` is absent):
 
-| option | meaning |
-|---|---|
-| ``eventTimeAlignment.maxDriftMs`` | how far (ms of Kafka timestamp) any partition may run ahead of the slowest; keep it below the stream's watermark delay |
-| ``eventTimeAlignment.idleTimeoutMs`` | a partition with nothing to read whose last record is older than this (default 60000) is idle and holds nobody back |
+- ``eventTimeAlignment.maxDriftMs``: how far (ms of Kafka timestamp) any partition may run ahead
+  of the slowest; keep it below the stream's watermark delay.
+- ``eventTimeAlignment.idleTimeoutMs``: a partition with nothing to read whose last record is
+  older than this (default 60000) is idle and holds nobody back.
 
 Spark's own connector plans its batches in the JVM and offers no such hook: there, late routing
 (``rewind.stream.late_routing``) still catches every record the watermark passes.
@@ -25,10 +25,10 @@ one when it has nothing to read; the first offset past the horizon) and these fu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
-from rewind.kafka.offsets import TP, KafkaSourceOptionError, Offsets
+from rewind.kafka.types import TP, KafkaSourceOptionError, Offsets
 
 MAX_DRIFT = "eventtimealignment.maxdriftms"
 IDLE_TIMEOUT = "eventtimealignment.idletimeoutms"

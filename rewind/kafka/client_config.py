@@ -1,19 +1,27 @@
-"""A stream's ``kafka.*`` options, as the Java client takes them, turned into librdkafka settings.
+"""The settings of every Kafka client Rewind creates: the base consumer settings, and a stream's
+``kafka.*`` options, as the Java client takes them, turned into librdkafka settings.
 
-Why: a stream's source options are written for Spark's own connector, so their ``kafka.*``
-part is Java client configuration (``kafka.security.protocol``, ``kafka.sasl.mechanism``,
-``kafka.sasl.jaas.config``...). Every tool that reads the same topics with confluent-kafka
-(``verify``, the DQ proof, the lag probe, the replay planner, the ``rewind_kafka`` source) must
-reach the same brokers with the same credentials, and librdkafka names some of those settings
-differently or not at all: the JAAS line becomes ``sasl.username`` / ``sasl.password``, JKS
-stores have no librdkafka equivalent. Pure: no I/O; hand-written because no library maps the
-two (they are different clients).
+Why one place: every tool that reads a stream's topics with confluent-kafka (``verify``, the DQ
+proof, the lag probe, the replay planner, the ``rewind_kafka`` source) must reach the same brokers
+with the same credentials, read the same way (assign only: no group membership, no commits,
+end-of-partition events on) and log the same way (``client_logs``: librdkafka's lines through
+Python logging, repeats held back).
+
+Why a translation: a stream's source options are written for Spark's own connector, so their
+``kafka.*`` part is Java client configuration (``kafka.security.protocol``, ``kafka.sasl.mechanism``,
+``kafka.sasl.jaas.config``...), and librdkafka names some of those settings differently or not at
+all: the JAAS line becomes ``sasl.username`` / ``sasl.password``, JKS stores have no librdkafka
+equivalent. Pure: no I/O; hand-written because no library maps the two (they are different clients).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any
+
+from rewind.kafka.client_logs import librdkafka_logger
+from rewind.kafka.types import KafkaClientConfigError
 
 #: Java client settings with another name in librdkafka.
 _RENAMED = {
@@ -33,10 +41,6 @@ _JAVA_ONLY = {
 _JAAS_LOGIN = re.compile(r"^\s*(org\.apache\.kafka\.common\.security\.(plain\.PlainLoginModule|"
                          r"scram\.ScramLoginModule))\s+required\s*(.*?);?\s*$", re.S)
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
-
-class KafkaClientConfigError(ValueError):
-    """A ``kafka.*`` option cannot be carried over to librdkafka; the message says what to set."""
 
 
 def parse_jaas(text: str) -> dict[str, str]:
@@ -84,3 +88,38 @@ def kafka_options(source_options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.*`` part of a source's options, without the prefix and without the bootstrap."""
     return {k[len("kafka."):]: str(v) for k, v in source_options.items()
             if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"}
+
+
+def base_consumer_config(bootstrap_servers: str, extra: Mapping[str, Any] | None = None, *,
+                         group_id: str = "rewind-kafka-source",
+                         auto_offset_reset: str = "error") -> dict[str, Any]:
+    """Consumer settings for assign-only reading: no group membership, no commits, EOF events on.
+
+    ``extra`` (the user's ``kafka.*`` options, Java or librdkafka names, see ``librdkafka_config``)
+    wins over the defaults, except for the settings the readers rely on.
+    """
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group_id,
+        "fetch.wait.max.ms": 100,         # an empty fetch at the end answers quickly (EOF latency)
+        "allow.auto.create.topics": False,
+        "topic.metadata.refresh.interval.ms": 60_000,
+        "log_level": 3,
+    }
+    conf.update(librdkafka_config({str(k): str(v) for k, v in (extra or {}).items()}))
+    conf.update({
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": auto_offset_reset,
+        "logger": librdkafka_logger(),
+    })
+    return conf
+
+
+def stream_consumer_config(source_options: Mapping[str, str], bootstrap_servers: str,
+                           group_id: str) -> dict[str, Any]:
+    """Consumer settings for a tool that reads a stream's topics (verify, proof, lag, replay plan):
+    the stream's own ``kafka.*`` source options (security, isolation level), so the tool reaches
+    the same brokers with the same credentials and counts what the stream itself reads."""
+    return base_consumer_config(bootstrap_servers, kafka_options(source_options), group_id=group_id)

@@ -1,7 +1,10 @@
 """``format("rewind_kafka")``: a Kafka source on PySpark's Python Data Source API.
 
 It mirrors Spark's built-in Kafka source (option names, columns, offsets recorded in the offset
-log) so a job can switch between the two by configuration; see DESIGN.md "The two Kafka sources".
+log) so a job can switch between the two by configuration; see README.md "The two Kafka sources".
+The options and what they mean are the ``KafkaDataSource`` docstring (the contract); their
+parsing is ``options.py``, every decision on offsets ``offsets.py``, the broker look-ups
+``lookups.py``, the reads ``reader.py``, the columns ``columns.py``.
 
 Where things run:
 - ``initialOffset`` / ``latestOffset`` / ``partitions`` / ``commit`` run in one long-lived Python
@@ -13,10 +16,11 @@ Where things run:
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Sequence
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Message
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -29,32 +33,16 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
-from rewind.kafka.client import KafkaOffsetClient, base_consumer_config, iter_range
+from rewind.kafka.alignment import Alignment, cap_ends, horizon_ms, probe_positions
+from rewind.kafka.client_config import base_consumer_config
+from rewind.kafka.columns import arrow_schema, kafka_schema, messages_to_batch
+from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.kafka.offsets import (
-    SOURCE_NAME,
-    TP,
-    OffsetRange,
-    Offsets,
-    OffsetSpec,
-    SourceOptions,
     available_now_end,
     check_covers_partitions,
     check_missing_partitions,
-    includes_headers,
-    offsets_from_json,
-    offsets_to_json,
-    parse_options,
     plan_batch_ranges,
     plan_latest,
     plan_ranges,
@@ -62,74 +50,19 @@ from rewind.kafka.offsets import (
     resolve_timestamp_offsets,
     specific_offsets_needs,
     timestamp_targets,
+)
+from rewind.kafka.options import (
+    SOURCE_NAME,
+    OffsetSpec,
+    SourceOptions,
+    includes_headers,
+    parse_options,
     validate_options,
 )
+from rewind.kafka.reader import iter_range, record_timestamps
+from rewind.kafka.types import TP, OffsetRange, Offsets, offsets_from_json, offsets_to_json
 
 log = logging.getLogger(__name__)
-
-HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
-_TS_MS = pa.timestamp("ms", tz="UTC")
-_TS_US = pa.timestamp("us", tz="UTC")
-
-
-def kafka_schema(include_headers: bool = False) -> StructType:
-    """The columns of Spark's built-in Kafka source; ``headers`` only with ``includeHeaders=true``
-    (Spark's default is without, and a stream must see the same columns from either source)."""
-    fields = [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-    ]
-    if include_headers:
-        fields.append(StructField("headers", ArrayType(StructType([
-            StructField("key", StringType()), StructField("value", BinaryType())]))))
-    return StructType(fields)
-
-
-def arrow_schema(include_headers: bool = False) -> pa.Schema:
-    """The Arrow form of ``kafka_schema`` that Spark checks returned batches against."""
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", _TS_US),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        fields.append(pa.field("headers", HEADERS_TYPE))
-    return pa.schema(fields)
-
-
-def messages_to_batch(msgs: list[Message], topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
-    """One Arrow batch from records of one partition, built column-wise (the hot path).
-
-    Kafka's timestamp type ids (CreateTime 0, LogAppendTime 1, none -1) are librdkafka's minus one.
-    """
-    n = len(msgs)
-    stamps = [m.timestamp() for m in msgs]
-    columns = [
-        pa.array([m.key() for m in msgs], pa.binary()),
-        pa.array([m.value() for m in msgs], pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array([m.offset() for m in msgs], pa.int64()),
-        pa.array([s[1] for s in stamps], _TS_MS).cast(_TS_US),
-        pa.array([s[0] - 1 for s in stamps], pa.int32()),
-    ]
-    if len(schema) == 8:
-        headers = [m.headers() for m in msgs]
-        if any(headers):
-            columns.append(pa.array(headers, HEADERS_TYPE))
-        else:
-            columns.append(pa.nulls(n, HEADERS_TYPE))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 class KafkaInputPartition(InputPartition):
@@ -276,21 +209,17 @@ class KafkaStreamReader(_KafkaReaderBase, DataSourceStreamReader, SupportsTrigge
             ends = client.end_offsets(tps)
             self._known_ends = dict(ends)
         if self.opts.alignment is not None:
-            ends = self._aligned(begin, ends)
+            ends = self._aligned(begin, ends, self.opts.alignment)
         moved = [tp for tp, end in ends.items() if begin.get(tp) != end]
         earliest = client.earliest_offsets(moved) if moved else {}
         end = plan_latest(begin, ends, earliest, _max_rows(limit), self.opts.fail_on_data_loss)
         return offsets_to_json(end)
 
-    def _aligned(self, begin: Offsets, ends: Offsets) -> Offsets:
+    def _aligned(self, begin: Offsets, ends: Offsets, align: Alignment) -> Offsets:
         """``ends`` capped so that no partition runs ahead of the slowest (``rewind.kafka.alignment``)."""
-        import time
-
-        from rewind.kafka.alignment import cap_ends, horizon_ms, probe_positions
-
         client = self.lookup()
-        stamps = client.timestamps_at(probe_positions(begin, ends))
-        horizon = horizon_ms(begin, ends, stamps, int(time.time() * 1000), self.opts.alignment)
+        stamps = record_timestamps(self.consumer_config, probe_positions(begin, ends), self.timeout_s)
+        horizon = horizon_ms(begin, ends, stamps, int(time.time() * 1000), align)
         if horizon is None:
             return ends
         behind = {tp: horizon + 1 for tp, end in ends.items() if begin.get(tp, end) < end}
@@ -331,7 +260,43 @@ def _max_rows(limit: ReadLimit) -> int | None:
 
 
 class KafkaDataSource(DataSource):
-    """Kafka records as rows with Spark's Kafka columns; see the module docstring."""
+    """Kafka records as rows with Spark's Kafka columns: ``spark.read`` / ``spark.readStream``
+    ``.format("rewind_kafka")``.
+
+    Rows: ``key``, ``value`` (binary), ``topic``, ``partition``, ``offset``, ``timestamp``,
+    ``timestampType``, and ``headers`` with ``includeHeaders=true`` (``columns.kafka_schema``).
+    Offsets in Spark's offset log: ``{"topic": {"partition": next_offset}}``, as Spark's connector
+    writes them. One Spark partition per Kafka partition range.
+
+    Options (names are case-insensitive; every one is checked at ``load()``, and an unknown name or
+    a value that cannot be used fails there naming the option):
+
+    | option | default | meaning |
+    |---|---|---|
+    | ``kafka.bootstrap.servers`` | required | ``host:port[,host:port...]`` |
+    | ``subscribe`` | required | comma-separated topic names; every partition of them is read |
+    | ``startingOffsets`` | ``latest`` (stream), ``earliest`` (batch) | ``earliest``, ``latest`` (streams only) or ``{"topic": {"0": 42}}`` naming every partition (-2 earliest; -1 latest, streams only); a stream uses it only without a checkpoint |
+    | ``startingTimestamp`` | none | ms since the epoch: start every partition at its first record at or after it (wins over the two others) |
+    | ``startingOffsetsByTimestamp`` | none | ``{"topic": {"0": ts_ms}}``: the same per partition (wins over ``startingOffsets``) |
+    | ``startingOffsetsByTimestampStrategy`` | ``error`` | no record at or after the timestamp: ``error`` fails, ``latest`` starts at the end |
+    | ``endingOffsets`` | ``latest`` | batch only: ``latest`` or ``{"topic": {"0": 42}}`` (-1 latest), exclusive |
+    | ``endingTimestamp`` | none | batch only: end every partition at its first record at or after it (or its end) |
+    | ``endingOffsetsByTimestamp`` | none | batch only: the same per partition |
+    | ``maxOffsetsPerTrigger`` | all available | streams only: offsets per micro-batch over all partitions, split by backlog |
+    | ``failOnDataLoss`` | ``true`` | records gone (retention, truncation, topic recreated or deleted): fail naming them, or (``false``) warn and go on where Spark's connector goes on |
+    | ``kafkaConsumer.pollTimeoutMs`` | 120000 | how long a look-up or a read may go without an answer from Kafka |
+    | ``includeHeaders`` | ``false`` | add the ``headers`` column |
+    | ``groupIdPrefix`` | ``rewind-kafka-source`` | ``group.id`` of its consumers (they never join the group nor commit) |
+    | ``maxRecordsPerBatch`` | 10000 | records per Arrow batch a task hands Spark |
+    | ``eventTimeAlignment.maxDriftMs`` | off | streams only: no partition is read further ahead, in Kafka timestamps, than the slowest plus this (``alignment.py``) |
+    | ``eventTimeAlignment.idleTimeoutMs`` | 60000 | a partition with nothing to read whose last record is older holds nobody back |
+    | ``kafka.<setting>`` | | a consumer setting, Java client or librdkafka name (``client_config``); ``kafka.isolation.level`` defaults to ``read_uncommitted`` like Spark's connector; ``auto.offset.reset``, ``enable.auto.commit``, ``enable.partition.eof`` and the deserializers are refused (the source owns them) |
+    | ``fetchOffset.numRetries``, ``fetchOffset.retryIntervalMs`` | | accepted for Spark's option set, unused: look-ups retry on their own until ``kafkaConsumer.pollTimeoutMs`` |
+
+    Spark's ``assign``, ``subscribePattern``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``,
+    ``minPartitions`` and ``maxRecordsPerPartition`` are refused, not ignored: they change which
+    records are read or how, and this source does not implement them.
+    """  # noqa: E501 (the options table is the reference the README points to; a row cannot wrap)
 
     @classmethod
     def name(cls) -> str:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rewind.supervision.health import Thresholds, diagnose
 from rewind.stream.status import StreamStatus
+from rewind.supervision.health import Thresholds, diagnose
 
 #: States the page knows.
 STATES = ("running", "recovering", "failed", "stopped")
@@ -34,9 +34,12 @@ ACTIVE_RUN_STATES = ("queued", "running")
 
 
 def dag_ids(stream: str) -> dict[str, str]:
-    """The DAGs dag_factory generates for a stream (and the shared replay DAG)."""
-    return {"supervisor": f"rewind_{stream}_supervisor", "savepoint": f"rewind_{stream}_savepoint",
-            "dq": f"rewind_{stream}_dq", "replay": "rewind_replay"}  # restore: the savepoint DAG, action=restore
+    """The DAGs the factory generates for a stream (and the shared replay DAG), as ``rewind.paths`` names them."""
+    from dataclasses import asdict
+
+    from rewind import paths
+
+    return asdict(paths.dag_ids(stream))
 
 
 # --------------------------------------------------------------------------- inputs / outputs
@@ -282,8 +285,10 @@ def build_stream_view(inp: Inputs, now: float) -> StreamView:
 
 # --------------------------------------------------------------------------- I/O edge
 def rewind_home_of(spec: Any) -> Path:
-    """Where proofs and replay reports of the stream live (as the DAGs write them: beside status_dir)."""
-    return Path(spec.status_dir).parent
+    """Where proofs and replay reports of the stream live (``rewind.paths``)."""
+    from rewind.paths import paths_of
+
+    return paths_of(spec).home
 
 
 def newest_proof(spec: Any) -> tuple[dict[str, Any] | None, float | None, Path | None]:
@@ -341,10 +346,11 @@ def replay_reports(spec: Any, limit: int = 5) -> list[dict[str, Any]]:
 def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Inputs:
     """Read the stream's files (status, history, failures, proof, replay lock and reports) and, given an
     ``rewind.s3.S3Store``, its savepoint manifests. DAG runs are the caller's (Airflow) part."""
-    from rewind.replay.guard import current_holder
+    from rewind.paths import status_path
     from rewind.platform.processes import pid_alive
-    from rewind.stream.status import read_history, read_status, status_path
-    from rewind.supervision.reconcile import read_history as read_failures
+    from rewind.replay.guard import current_holder
+    from rewind.stream.status import read_history, read_status
+    from rewind.supervision.failures import read_failures
 
     now = time.time() if now is None else now
     sfile = status_path(spec.status_dir, spec.name)
@@ -372,4 +378,4 @@ def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Input
 
 
 def utc_iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat()
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()

@@ -13,9 +13,9 @@ import os
 import shutil
 from pathlib import Path
 
+from rewind.errors import Refused
 from rewind.platform.processes import ServiceError
 
-ROOT = Path(__file__).resolve().parents[2]
 #: The jars of Spark's Kafka connector, by artifact name prefix: all must be present.
 CONNECTOR_ARTIFACTS = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients-",
                        "commons-pool2-")
@@ -23,12 +23,24 @@ FETCH_HINT = ("run `make jars` in the repository (it needs Maven: apt-get instal
               "or set REWIND_JARS to a folder holding kafka/ and spark/")
 
 
-class JarsMissing(ServiceError):
+class JarsMissing(Refused, ServiceError):
     """A JVM dependency is not on disk; the message says how to fetch it."""
 
 
 def jars_dir() -> Path:
-    return Path(os.environ.get("REWIND_JARS") or ROOT / ".jars").resolve()
+    from rewind.settings import jars_dir as configured
+
+    return configured()
+
+
+def spark_packages_name_connector() -> bool:
+    """Spark resolves the connector itself: ``spark.jars.packages`` (in ``$SPARK_CONF_DIR/spark-defaults.conf``
+    or ``PYSPARK_SUBMIT_ARGS``) names ``spark-sql-kafka-0-10`` (the compose stack does so)."""
+    texts = [os.environ.get("PYSPARK_SUBMIT_ARGS", "")]
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if conf_dir and (Path(conf_dir) / "spark-defaults.conf").exists():
+        texts.append((Path(conf_dir) / "spark-defaults.conf").read_text())
+    return any("spark.jars.packages" in t and "spark-sql-kafka-0-10" in t for t in texts)
 
 
 def java_binary() -> str:

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import re
 import signal
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from rewind.platform.jars import broker_classpath, java_binary
 from rewind.platform.processes import ManagedProcess, ServiceError, free_port, port_open, wait_until
@@ -140,7 +139,9 @@ def _write_properties(path: Path, props: Mapping[str, str]) -> None:
 
 
 def default_heap(cluster: bool) -> str:
-    return os.environ.get("REWIND_KAFKA_HEAP") or ("512m" if cluster else "1g")
+    from rewind.settings import kafka_heap
+
+    return kafka_heap(cluster)
 
 
 class KafkaBroker:

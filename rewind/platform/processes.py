@@ -17,14 +17,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+
+from rewind.errors import Failed
 
 log = logging.getLogger(__name__)
 
 
-class ServiceError(RuntimeError):
+class ServiceError(Failed, RuntimeError):
     """A service failed to start; the message names it, the cause when known, and its log."""
 
 

@@ -1,4 +1,5 @@
-"""`make up`: the embedded platform, Airflow (which launches and supervises the demo stream) and the demo producer, until Ctrl-C."""
+"""`make up`: the embedded platform, Airflow (which launches and supervises the demo stream) and the
+demo producer, until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -8,13 +9,27 @@ import sys
 import time
 from pathlib import Path
 
+from rewind.paths import status_path
 from rewind.platform.airflow_local import LocalAirflow
-from rewind.registry import load_registry
-from rewind.platform.services import EmbeddedPlatform
 from rewind.platform.processes import ManagedProcess
-from rewind.stream.status import read_status, status_path
+from rewind.platform.services import EmbeddedPlatform
+from rewind.registry import load_registry
+from rewind.stream.status import read_status
 
-ROOT = Path(__file__).resolve().parents[1]
+#: The DAG file Airflow parses: five lines that build the DAGs from the registry (rewind_airflow decides).
+DAG_FILE = ("from rewind_airflow.dags.factory import build_dags\n\nglobals().update(build_dags())\n")
+
+
+def dags_folder(home: Path) -> Path:
+    """The checkout's ``dags/`` when Rewind runs from one, else a folder in ``home`` with the DAG file."""
+    from rewind.settings import SOURCE_ROOT
+
+    if SOURCE_ROOT is not None and (SOURCE_ROOT / "dags").is_dir():
+        return SOURCE_ROOT / "dags"
+    folder = home / "airflow" / "dags"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rewind_streams.py").write_text(DAG_FILE)
+    return folder
 
 
 def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -> int:
@@ -33,25 +48,29 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
     signal.signal(signal.SIGTERM, on_signal)
     print(f"starting the embedded platform in {home} ...", flush=True)
     info = platform.start()
-    env = {**info.env(), "REWIND_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    from rewind.settings import python_path
+
+    env = {**info.env(), "REWIND_HOME": str(home), "PYTHONPATH": python_path()}
     if registry:
         env["REWIND_REGISTRY"] = str(Path(registry).resolve())  # the DAGs are generated from it
     os.environ.update(env)
     try:
         print("starting Airflow (api-server, scheduler, dag-processor, triggerer) ...", flush=True)
-        airflow = LocalAirflow(home / "airflow", ROOT / "dags", ROOT / "plugins", env=env, platform=info)
+        # The Rewind page comes from the installed package (entry point airflow.plugins): no plugins folder.
+        airflow = LocalAirflow(home / "airflow", dags_folder(home), home / "airflow" / "plugins", env=env,
+                               platform=info)
         airflow.launch()  # migrates the DB and starts the components; readiness is awaited below
         py = sys.executable
-        producer = ManagedProcess("producer", [py, "-m", "rewind.cli.main", "produce", "--topic", spec.topics[0],
+        producer = ManagedProcess("producer", [py, "-m", "rewind.cli", "produce", "--topic", spec.topics[0],
                                                "--count", str(10**9), "--rate", str(rate), "--partitions",
                                                str(spec.partitions), "--malformed-every", "97", "--late-every",
                                                "211", "--duplicate-every", "53", "--id-prefix", "demo"],
-                                  home / "logs" / "producer.log", env=env, cwd=ROOT)
+                                  home / "logs" / "producer.log", env=env)
         producer.start()
         time.sleep(2)  # the producer creates the topic
         children.append(producer)
         airflow.wait_ready(timeout=300)
-        from rewind.platform.airflow_local import AirflowClient
+        from rewind.platform.airflow_client import AirflowClient
         from rewind.stream.control import default_log_path
 
         # The stream is Airflow's to run: the supervisor DAG launches it (spark-submit) and heals it.

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Iterable
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 
-from rewind.demo.events import classify
+from rewind.proof.classify import classify
 
 Coord = tuple[str, int, int]
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -186,9 +186,10 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
     """Every record of ``topics`` up to each partition's end as it was when the read began (below
     ``upper`` per partition when given), read with the stream's own ``kafka.*`` options (security,
     isolation level). ``timeout``: the longest wait without progress."""
-    from rewind.kafka.client import check_reachable, read_to_end, stream_consumer_config
-    from rewind.kafka.client_config import kafka_options
-    from rewind.kafka.offsets import TP
+    from rewind.kafka.client_config import kafka_options, stream_consumer_config
+    from rewind.kafka.lookups import check_reachable
+    from rewind.kafka.reader import read_to_end
+    from rewind.kafka.types import TP
 
     check_reachable(bootstrap, topics, kafka_options(source_options or {}))  # one clear line, not 60 s of retries
     config = stream_consumer_config(source_options or {}, bootstrap, "rewind-verify")
@@ -198,7 +199,9 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
     for batch in read_to_end(config, topics, timeout, bound):
         for msg in batch:
             ts_type, ts = msg.timestamp()
-            out.append(KafkaRecord(msg.topic(), msg.partition(), msg.offset(), ts if ts_type else None, msg.value()))
+            # a record always has topic, partition and offset (confluent-kafka types them Optional)
+            out.append(KafkaRecord(msg.topic(), msg.partition(), msg.offset(),  # type: ignore[arg-type]
+                                   ts if ts_type else None, msg.value()))
     return out
 
 
@@ -238,7 +241,7 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
     """
     from rewind.stream.runner import open_sink
 
-    sink, _ = open_sink(spec)
+    sink = open_sink(spec)
     try:
         d = spec.durations()
         records = read_records(bootstrap, spec.topics, source_options=spec.source.options, upper=bounds)

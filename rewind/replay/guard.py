@@ -15,37 +15,32 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import secrets
 import socket
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from rewind.replay.plan import Problem, ReplayRefused
+from rewind.replay.problems import Problem, ReplayRefused, refuse
 
-REPLAY_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 MODES = ("into-sink", "shadow")
 #: The longest spec table name a shadow prefix must leave room for (``rewind_batches``).
 _LONGEST_TABLE = 14
 _SQL_NAME_MAX = 63
 
 
-def refuse(kind: str, message: str) -> ReplayRefused:
-    return ReplayRefused([Problem(kind, message)])
-
-
 def new_replay_id(now: datetime | None = None) -> str:
     """``20261122t030000z-1a2b``: sortable by time, unique enough for one stream."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return now.strftime("%Y%m%dt%H%M%Sz") + "-" + secrets.token_hex(2)
 
 
 def check_replay_id(replay_id: str) -> str:
     """The id, or ReplayRefused saying what is allowed (it becomes a path, S3 keys and table names)."""
-    from rewind.safe_names import UnsafeName, check_replay_id as _check
+    from rewind.safe_names import UnsafeName
+    from rewind.safe_names import check_replay_id as _check
 
     try:
         _check(replay_id)
@@ -76,7 +71,9 @@ def shadow_prefix(table_prefix: str, replay_id: str) -> str:
 
 
 def lock_path(status_dir: str | Path, stream: str) -> Path:
-    return Path(status_dir) / f"{stream}.replay.lock"
+    from rewind.paths import replay_lock_path
+
+    return replay_lock_path(status_dir, stream)
 
 
 @dataclass
@@ -138,7 +135,7 @@ def acquire_lock(status_dir: str | Path, stream: str, replay_id: str, range_doc:
         holder = read_holder(path)
         raise ReplayBusy([Problem("replay_running", busy_message(stream, holder, path))], holder) from None
     holder = {"replay_id": replay_id, "stream": stream, "mode": mode, "pid": os.getpid(),
-              "host": socket.gethostname(), "started_at": datetime.now(timezone.utc).isoformat(),
+              "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat(),
               "started_at_epoch": time.time(), "range": range_doc}
     f.seek(0)
     f.truncate()

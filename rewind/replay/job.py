@@ -1,7 +1,8 @@
 """The Spark edge of a replay: read each chunk, transform, write; then windows, comparison, proof.
 
-``rewind.replay.run.run_replay`` validates, locks and reports; this module does the work, chunk by
-chunk (see the ``rewind.replay.run`` docstring for why chunks and why ``write_rows``).
+``rewind.replay.run.run_replay`` locks and reports; this module does the work of a validated
+``rewind.replay.setup.ReplaySetup``, chunk by chunk (see the ``rewind.replay.run`` docstring for
+why chunks and why ``write_rows``).
 """
 
 from __future__ import annotations
@@ -11,29 +12,30 @@ import sys
 import time
 from typing import Any
 
-from rewind.kafka.offsets import offsets_json_text
-from rewind.replay.run import RECOMPUTED, Ranges, ReplaySetup, batch_options, plan_chunks
-from rewind.replay.plan import consumer_config
+from rewind.kafka.types import offsets_json_text
+from rewind.replay.planner import consumer_config
 from rewind.replay.report import ReplayReport
+from rewind.replay.setup import RECOMPUTED, Ranges, ReplaySetup, batch_options, plan_chunks
 
 log = logging.getLogger("rewind.replay.run")
 
 
 def _sinks(setup: ReplaySetup) -> tuple[Any, Any, Any]:
-    """(target sink, main sink, tables module); target is main in into-sink mode."""
+    """(target sink, main sink, the stream's transform); target is main in into-sink mode."""
+    from rewind.stream.contract import load_transform
     from rewind.stream.runner import open_sink
 
-    main, tables_mod = open_sink(setup.spec)
+    transform = load_transform(setup.spec)
+    main = open_sink(setup.spec, transform)
     if setup.mode == "into-sink":
-        return main, main, tables_mod
-    target, _ = open_sink(setup.target_spec)
-    return target, main, tables_mod
+        return main, main, transform
+    return open_sink(setup.target_spec, transform), main, transform
 
 
 def _other_partitions(setup: ReplaySetup, bootstrap: str) -> Ranges:
     """Empty ranges for the partitions of the replayed topics that the plan leaves out: a batch
     read with per-partition offsets must name every partition of its topics."""
-    from rewind.kafka.client import KafkaOffsetClient
+    from rewind.kafka.lookups import KafkaOffsetClient
 
     topics = sorted({p.topic for p in setup.plan.partitions})
     client = KafkaOffsetClient(consumer_config(setup.spec, bootstrap), 60.0)
@@ -50,12 +52,12 @@ def execute(setup: ReplaySetup, bootstrap: str, spark: Any, report: ReplayReport
     """Replay every chunk, recompute the touched windows, compare (shadow mode); fills ``report``."""
     from rewind.replay.windows import closing_horizon, recompute_pairs
 
-    target, main, tables_mod = _sinks(setup)
+    target, main, transform = _sinks(setup)
     try:
         target.create_tables()
         report.sink["tables"] = {t: target.table_name(t) for t in target.specs}
         t0 = time.perf_counter()
-        pairs = _replay_chunks(setup, bootstrap, spark, target, tables_mod, report, progress=progress,
+        pairs = _replay_chunks(setup, bootstrap, spark, target, transform, report, progress=progress,
                                chunk_offsets=chunk_offsets)
         report.seconds["read_transform_write"] = round(time.perf_counter() - t0, 3)
         t0 = time.perf_counter()
@@ -78,16 +80,14 @@ def execute(setup: ReplaySetup, bootstrap: str, spark: Any, report: ReplayReport
             sink.dispose()
 
 
-def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, tables_mod: Any,
+def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, transform: Any,
                    report: ReplayReport, *, progress: bool, chunk_offsets: int) -> set[Any]:
     """Read, transform and write each chunk; returns the (window_start, key) pairs its events touch."""
     from tqdm import tqdm
 
     from rewind.replay.windows import pairs_of
-    from rewind.stream.runner import load_entry_point
 
     spec, plan = setup.spec, setup.plan
-    transform = load_entry_point(spec.transform)
     written = [t for t in target.specs if t != RECOMPUTED]
     counts: dict[str, Any] = {"records_planned": plan.total_records, "records_planned_exact": plan.exact,
                               "records_read": 0, "events_out": 0, "dead_letters_out": 0,
@@ -110,10 +110,10 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
             src = src.persist()  # read Kafka once: the transform scans its input once per output branch
             try:
                 read = src.count()
-                frame = transform(src, spec).toArrow().to_pandas()
+                frame = transform.build(src, spec).toArrow().to_pandas()
             finally:
                 src.unpersist()
-            tables = tables_mod.split_batch(frame, None)  # batch_id NULL: written by a replay
+            tables = transform.split(frame, None)  # batch_id NULL: written by a replay
             tables = _keep_dead_letters_dead(target, tables, chunk)
             pairs |= pairs_of(tables.get(RECOMPUTED))
             inserted: dict[str, int] = {}
@@ -166,7 +166,8 @@ def _keep_dead_letters_dead(target: Any, tables: dict[str, Any], chunk: Ranges) 
 
 
 def prove_range(setup: ReplaySetup, bootstrap: str, report: ReplayReport, s3: Any) -> None:
-    from rewind.proof.dq import format_proof, run_proof
+    from rewind.proof.dq import run_proof
+    from rewind.proof.report import format_proof
 
     t = time.perf_counter()
     result = run_proof(setup.target_spec, bootstrap, bounds=setup.bounds, run_dir=setup.run_dir / "proof", s3=s3,

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rewind.errors import Failed, ProofViolation
+
 log = logging.getLogger(__name__)
 
 
@@ -51,7 +53,7 @@ class ReplayReport:
         return cls(**d)
 
 
-class ReplayFailed(RuntimeError):
+class ReplayFailed(Failed):
     """The replay did not complete (a Spark, Kafka or sink error); ``report`` says how far it got."""
 
     def __init__(self, message: str, report: ReplayReport) -> None:
@@ -62,8 +64,11 @@ class ReplayFailed(RuntimeError):
         return (type(self), (str(self), self.report))
 
 
-class ReplayProofFailed(ReplayFailed):
-    """The replay wrote its range but the DQ proof over it failed; the message is the report."""
+class ReplayProofFailed(ProofViolation, ReplayFailed):
+    """The replay wrote its range but the DQ proof over it failed; the message is the report.
+
+    A ``ProofViolation`` first (its exit code, no retry: the data disproves the guarantee), and a
+    ``ReplayFailed`` too, so it carries the report like any replay that did not end well."""
 
 
 def s3_key(stream: str, replay_id: str) -> str:

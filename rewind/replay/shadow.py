@@ -13,11 +13,13 @@ main already, so it is not "only in shadow".
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 import sqlalchemy as sa
 
+from rewind.kafka.types import TP
 from rewind.replay.windows import SUM_TOLERANCE, pairs_of, read_window_rows, utc
 
 EXAMPLES = 5
@@ -25,7 +27,7 @@ IN_CHUNK = 500  # values per IN (...) list: well under every database's paramete
 EVENT_FIELDS = ("key", "amount", "event_time")
 
 
-def in_range(ranges: Mapping[tuple[str, int], tuple[int, int]]) -> Any:
+def in_range(ranges: Mapping[TP, tuple[int, int]]) -> Any:
     """A ``where`` for ``sink.read_rows``: Kafka coordinates inside the per-partition ranges."""
     def where(t: sa.Table) -> Any:
         parts = [sa.and_(t.c.topic == topic, t.c.partition == part, t.c.offset >= lo, t.c.offset < hi)
@@ -104,11 +106,12 @@ def compare_windows(main: Any, shadow: Any) -> dict[str, Any]:
                          "differing": _examples(both[differs], cols)}}
 
 
-def compare_shadow(main: Any, shadow: Any, ranges: Mapping[tuple[str, int], tuple[int, int]]) -> dict[str, Any]:
+def compare_shadow(main: Any, shadow: Any, ranges: Mapping[TP, tuple[int, int]]) -> dict[str, Any]:
     """The comparison of the shadow tables with the main tables over the replayed range."""
     where = in_range(ranges)
-    out = {"events": compare_events(main, shadow, where), "dead_letter": compare_dead_letters(main, shadow, where),
-           "windows": compare_windows(main, shadow)}
+    out: dict[str, Any] = {"events": compare_events(main, shadow, where),
+                           "dead_letter": compare_dead_letters(main, shadow, where),
+                           "windows": compare_windows(main, shadow)}
     out["identical"] = all(out[t]["only_in_shadow"] == 0 and out[t]["differing"] == 0
                            and out[t].get("only_in_main", 0) == 0 for t in ("events", "dead_letter", "windows"))
     out["main_tables"] = {t: main.table_name(t) for t in ("events", "dead_letter", "window_results")}

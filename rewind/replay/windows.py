@@ -26,9 +26,10 @@ wrote them, so replaying a range that is already complete changes no row at all.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -73,7 +74,7 @@ def pairs_of(window_rows: pd.DataFrame) -> set[Pair]:
 
 def closing_horizon(spec: Any, events_sink: Any) -> tuple[pd.Timestamp | None, str]:
     """Up to where the live stream has closed windows, and how that was learned."""
-    from rewind.proof.dq import _stream_watermark  # the watermark the proof judges windows by
+    from rewind.proof.dq import stream_watermark as _stream_watermark  # the watermark the proof judges windows by
 
     watermark, batch, note = _stream_watermark(spec, None)
     if watermark is not None:
@@ -99,8 +100,8 @@ def read_window_rows(sink: Any, pairs: set[Pair]) -> pd.DataFrame:
     out = []
     for group, keys in _grouped(pairs, STARTS_PER_QUERY):
         lo, hi = group[0].to_pydatetime(), group[-1].to_pydatetime()
-        out.append(sink.read_rows("window_results", lambda t: (t.c.window_start >= lo) & (t.c.window_start <= hi)
-                                  & t.c.key.in_(keys)))
+        out.append(sink.read_rows("window_results", lambda t: (t.c.window_start >= lo)  # noqa: B023 (called now)
+                                  & (t.c.window_start <= hi) & t.c.key.in_(keys)))  # noqa: B023
     rows = pd.concat(out, ignore_index=True) if out else sink.read_rows("window_results", lambda t: t.c.key.in_([]))
     if not len(rows):
         return rows
@@ -115,8 +116,9 @@ def read_events(sinks: Sequence[Any], pairs: set[Pair], window: timedelta) -> pd
     for group, keys in _grouped(pairs, STARTS_PER_QUERY):
         lo, hi = group[0].to_pydatetime(), (group[-1] + width).to_pydatetime()
         for sink in sinks:
-            frames.append(sink.read_rows("events", lambda t: (t.c.event_time >= lo) & (t.c.event_time < hi)
-                                         & t.c.key.in_(keys), columns=["event_id", "key", "amount", "event_time"]))
+            frames.append(sink.read_rows("events", lambda t: (t.c.event_time >= lo)  # noqa: B023 (called now)
+                                         & (t.c.event_time < hi) & t.c.key.in_(keys),  # noqa: B023
+                                         columns=["event_id", "key", "amount", "event_time"]))
     if not frames:
         return pd.DataFrame(columns=["event_id", "key", "amount", "event_time"])
     return pd.concat(frames, ignore_index=True).drop_duplicates("event_id")

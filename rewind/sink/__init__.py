@@ -1,1 +1,7 @@
-"""sink"""
+"""Sinks: where a stream's output tables are written exactly once.
+
+``contract`` (the abstract ``Sink``: its docstrings are the promises every sink keeps),
+``schema`` (``TableSpec``, ``Column``), ``errors`` (``SinkRefused`` / ``SinkError``),
+``convert`` (rows -> driver values, the hot path), ``dialects`` (SQLite and PostgreSQL),
+``sql`` (``ExactlyOnceSqlSink``).
+"""

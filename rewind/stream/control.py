@@ -13,21 +13,28 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from rewind.registry import StreamSpec
+from rewind.errors import Failed, Refused
+from rewind.paths import status_path
 from rewind.platform.processes import log_tail, pid_alive
-from rewind.stream.status import StreamStatus, read_status, status_path
+from rewind.registry import StreamSpec
+from rewind.stream.status import StreamStatus, read_status
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 #: A heartbeat older than this (with a live pid) is a hung driver or a reused pid, not a running stream.
 STALE_AFTER_S = 600.0
 
 
-class StreamControlError(RuntimeError):
+class StreamControlError(Failed, RuntimeError):
     """A stop or launch did not happen; the message says what is left running or where the log is."""
+
+
+class DriverRunning(Refused):
+    """A launch was refused: a driver of the stream is alive and holds its checkpoint (two drivers on
+    one checkpoint corrupt it). Stop it first, or let the supervisor do it."""
 
 
 class StreamFailed(StreamControlError):
@@ -88,10 +95,41 @@ def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
     return True
 
 
+def stop_driver(spec: StreamSpec, timeout: float = 60.0) -> bool:
+    """Stop the driver named in the status whatever its heartbeat says (a hung driver answers no
+    status): SIGTERM, then SIGKILL of its process group after ``timeout``. False when none runs."""
+    from rewind.platform.processes import terminate_group
+
+    status = read_status(status_path(spec.status_dir, spec.name))
+    if status is None or not pid_alive(status.pid):
+        return False
+    try:
+        os.kill(status.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while pid_alive(status.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if pid_alive(status.pid):
+        terminate_group(status.pid, grace=0.0)
+    return True
+
+
+def ensure_no_driver(spec: StreamSpec) -> None:
+    """Refuse a launch while the stream's driver is alive (whatever its heartbeat says)."""
+    status = read_status(status_path(spec.status_dir, spec.name))
+    if status is not None and status.state in ACTIVE_STATES and pid_alive(status.pid):
+        raise DriverRunning(f"stream {spec.name}: a driver (pid {status.pid}, state {status.state}) is alive and holds "
+                            f"its checkpoint; not launching a second one. Stop it first (`kill {status.pid}` stops it "
+                            "after its current batch), or let the supervisor stop a hung one")
+
+
 def launch_stream(spec: StreamSpec, registry_path: str | Path | None, bootstrap: str, log_path: Path,
                   env: dict[str, str] | None = None) -> int:
-    """Start ``rewind stream run`` detached (own session, survives this process); returns its pid."""
-    argv = [sys.executable, "-m", "rewind.cli.main", "stream", "run", spec.name, "--bootstrap", bootstrap]
+    """Start ``rewind stream run`` detached (own session, survives this process); returns its pid.
+    Refused (``DriverRunning``) while a driver of the stream is alive."""
+    ensure_no_driver(spec)
+    argv = [sys.executable, "-m", "rewind.cli", "stream", "run", spec.name, "--bootstrap", bootstrap]
     if registry_path:
         argv += ["--registry", str(Path(registry_path).resolve())]
     return spawn_detached(argv, log_path, {**os.environ, **(env or {})})
@@ -135,13 +173,15 @@ def wait_running(spec: StreamSpec, pid: int, timeout: float = 120.0, log_path: P
 
 
 def default_log_path(spec: StreamSpec) -> Path:
-    """``<status_dir>/../logs/stream-NAME.log``: where ``rewind up`` logs the demo stream too."""
-    return Path(spec.status_dir).parent / "logs" / f"stream-{spec.name}.log"
+    """The stream driver's log (``<home>/logs/stream-NAME.log``, as ``rewind up`` shows it)."""
+    from rewind.paths import paths_of
+
+    return paths_of(spec).log
 
 
 def wait_caught_up(spec: StreamSpec, bootstrap: str, timeout: float) -> dict[str, int]:
     """Wait until the stream's committed end offsets reach the end of its topics; returns them."""
-    from rewind.kafka.client import true_end_offsets
+    from rewind.kafka.lookups import true_end_offsets
 
     end = {f"{tp.topic}/{tp.partition}": o for tp, o in true_end_offsets(bootstrap, spec.topics).items()}
     deadline = time.monotonic() + timeout

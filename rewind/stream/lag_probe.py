@@ -56,7 +56,7 @@ class LagProbe(threading.Thread):
         append_history(self.path, st)
 
     def run(self) -> None:
-        from rewind.kafka.client import KafkaOffsetClient
+        from rewind.kafka.lookups import KafkaOffsetClient
 
         warned = False
         with KafkaOffsetClient(self.config, self.timeout_s) as client:

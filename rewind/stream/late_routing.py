@@ -26,9 +26,13 @@ what Spark reports as dropped, in every batch.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
+
+from rewind.errors import Failed
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +42,14 @@ LATE_CANDIDATE = "late_candidate"
 BEHIND_WATERMARK = "behind_watermark"
 
 
-class WatermarkUnknown(RuntimeError):
+class WatermarkUnknown(Failed, RuntimeError):
     """The offset log does not say which watermark batch N judges lateness by."""
 
 
 def late_events_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
     """The watermark (ms) Spark's stateful operators use for late rows in ``batch_id``:
     ``batchWatermarkMs`` of ``offsets/<batch_id - 1>``, 0 for the first batch."""
-    from rewind.checkpoints.inspection import parse_offsets_file
+    from rewind.checkpoints.logs import parse_offsets_file
 
     if batch_id <= 0:
         return 0
@@ -144,10 +148,11 @@ def check_progress(late: dict[int, tuple[int, int]], progress: Any) -> LateCheck
     return check_batch(int(progress.batchId), routed[0], progress.stateOperators or [], routed[1])
 
 
-def batch_ranges(checkpoint: str | Path) -> list[tuple[int, dict[tuple[str, int], int], dict[tuple[str, int], int], int]]:
+def batch_ranges(
+        checkpoint: str | Path) -> list[tuple[int, dict[tuple[str, int], int], dict[tuple[str, int], int], int]]:
     """Every batch still in the offset log as (batch id, start offsets, end offsets, the watermark
     its stateful operators judged lateness by); a batch's start is the previous batch's end."""
-    from rewind.checkpoints.inspection import parse_offsets_file
+    from rewind.checkpoints.logs import parse_offsets_file
 
     folder = Path(checkpoint) / "offsets"
     logged: dict[int, tuple[dict[str, Any], dict[tuple[str, int], int]]] = {}
@@ -172,10 +177,10 @@ def explain(missing: Iterable[tuple[tuple[str, int, int], int | None]], checkpoi
             limit: int = 50) -> list[dict[str, Any]]:
     """For missing records ((topic, partition, offset), event time in us): which batch read each one
     and whether its event time was behind the watermark that batch's state operators dropped by."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     def iso(us: int | None) -> str | None:
-        return None if us is None else datetime.fromtimestamp(us / 1e6, timezone.utc).isoformat()
+        return None if us is None else datetime.fromtimestamp(us / 1e6, UTC).isoformat()
 
     ranges = batch_ranges(checkpoint) if checkpoint else []
     out = []

@@ -8,19 +8,20 @@ row in one transaction and skips a batch id it has already committed.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from rewind import settings
+from rewind.paths import late_checks_path, status_path
 from rewind.registry import StreamSpec
-from rewind.stream.status import StreamStatus, make_listener, status_path, write_status
+from rewind.stream.status import StreamStatus, make_listener, write_status
 
 log = logging.getLogger(__name__)
 #: How long a stop request waits for the running batch to commit. Stopping mid-batch is safe
@@ -28,28 +29,16 @@ log = logging.getLogger(__name__)
 GRACEFUL_STOP_S = 20.0
 
 
-def load_entry_point(ref: str) -> Callable[..., Any]:
-    """'package.module:function' -> the function, with an error that names what is missing."""
-    module_name, _, attr = ref.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"transform {ref!r}: cannot import module {module_name!r}: {exc}") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"transform {ref!r}: module {module_name!r} has no {attr!r}") from None
-
-
 def check_source(spec: StreamSpec, bootstrap: str) -> None:
     """Refuse before Spark starts: an unreachable bootstrap, a missing topic, a missing connector."""
-    from rewind.kafka.client import check_reachable
     from rewind.kafka.client_config import kafka_options
+    from rewind.kafka.lookups import check_reachable
 
     if spec.source.format == "kafka":
-        from rewind.platform.jars import connector_jars
+        from rewind.platform.jars import connector_jars, spark_packages_name_connector
 
-        connector_jars(required=True)
+        if not spark_packages_name_connector():  # else Spark resolves the connector (compose)
+            connector_jars(required=True)
     check_reachable(bootstrap, spec.topics, kafka_options(spec.source.options))
 
 
@@ -101,7 +90,7 @@ class BatchWriter:
         rewritten, which the idempotent table writes make safe."""
         if self.checkpoint is None:
             return None
-        from rewind.checkpoints.inspection import parse_offsets_file
+        from rewind.checkpoints.logs import parse_offsets_file
 
         offsets = Path(self.checkpoint) / "offsets"
         try:
@@ -132,29 +121,29 @@ def source_options(spec: StreamSpec, bootstrap: str) -> dict[str, str]:
             "kafka.isolation.level": "read_committed", **spec.source.options}
 
 
-def open_sink(spec: StreamSpec) -> tuple[Any, Any]:
-    """The stream's sink and its tables module (``tables`` beside the transform's module)."""
+def open_sink(spec: StreamSpec, transform: Any = None) -> Any:
+    """The stream's sink, with the tables its transform declares (``rewind.stream.contract``)."""
     from rewind.sink.sql import ExactlyOnceSqlSink
+    from rewind.stream.contract import load_transform
 
-    transform = load_entry_point(spec.transform)
-    tables_mod = importlib.import_module(transform.__module__.rsplit(".", 1)[0] + ".tables")
-    sink = ExactlyOnceSqlSink(spec.sink.url, spec.name, tables_mod.TABLES, table_prefix=spec.sink.table_prefix)
-    return sink, tables_mod
+    transform = transform or load_transform(spec)
+    return ExactlyOnceSqlSink(spec.sink.url, spec.name, transform.tables, table_prefix=spec.sink.table_prefix)
 
 
 def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
                 checkpoint: str | None = None, phases: list[dict[str, Any]] | None = None,
                 late: dict[int, tuple[int, int]] | None = None):
     """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter)."""
-    transform = load_entry_point(spec.transform)
-    sink, tables_mod = open_sink(spec)
+    from rewind.stream.contract import load_transform
+
+    transform = load_transform(spec)
+    sink = open_sink(spec, transform)
     sink.create_tables()
-    fail_env = os.environ.get("REWIND_FAIL_ON_BATCH")
     checkpoint = checkpoint or spec.checkpoint
-    writer = BatchWriter(sink, tables_mod.split_batch, int(fail_env) if fail_env else None, checkpoint, phases,
+    writer = BatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
                          late if late is not None else {})
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
-    out = transform(source, spec)
+    out = transform.build(source, spec)
     ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)
           .option("checkpointLocation", checkpoint))
     ws = ws.trigger(availableNow=True) if available_now else ws.trigger(
@@ -164,8 +153,10 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
 
 def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False, master: str | None = None) -> int:
     """Run until the query ends or SIGTERM/SIGINT asks for a stop after the current batch."""
+    from rewind.stream.contract import load_transform
     from rewind.stream.spark_session import build_session
 
+    load_transform(spec)  # a transform that breaks the contract is refused before Spark starts
     check_source(spec, bootstrap)
     Path(spec.checkpoint).parent.mkdir(parents=True, exist_ok=True)
     spath = status_path(spec.status_dir, spec.name)
@@ -222,11 +213,6 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
         spark.stop()
 
 
-def late_checks_path(status_file: Path) -> Path:
-    """``<status_dir>/<stream>.late.jsonl``: one line per batch, routed vs dropped by the watermark."""
-    return status_file.with_name(status_file.stem + ".late.jsonl")
-
-
 def record_late_check(status: StreamStatus, late: dict[int, tuple[int, int]], progress: Any,
                       log_file: Path | None = None) -> None:
     """When a batch's progress arrives: its behind-the-watermark dead letters against Spark's own
@@ -279,10 +265,10 @@ def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
 
 def start_lag_probe(spec: StreamSpec, bootstrap: str, status: StreamStatus, spath: Path) -> Any:
     """The Kafka lag look-up thread (REWIND_LAG_PROBE_S seconds apart, default 10; 0 turns it off)."""
-    from rewind.kafka.client import stream_consumer_config
+    from rewind.kafka.client_config import stream_consumer_config
     from rewind.stream.lag_probe import LagProbe
 
-    interval = float(os.environ.get("REWIND_LAG_PROBE_S", "10"))
+    interval = settings.lag_probe_interval_s()
     probe = LagProbe(stream_consumer_config(spec.source.options, bootstrap, f"rewind-lag-{spec.name}"),
                      spec.topics, status, spath, interval_s=max(interval, 0.5))
     if interval > 0:

@@ -6,6 +6,8 @@ import os
 import sys
 from typing import Any
 
+from rewind import settings
+
 
 def python_env() -> dict[str, str]:
     """Spark's Python workers must run this interpreter (it has pyarrow); see ENVIRONMENT.md."""
@@ -27,7 +29,7 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
 
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("REWIND_SPARK_MASTER", "local[2]"))
+        .master(master or settings.spark_master())
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
@@ -50,7 +52,7 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     for key, value in (conf or {}).items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("REWIND_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(settings.spark_log_level())
     register_sources(spark)
     return spark
 

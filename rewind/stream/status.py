@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rewind.paths import history_path
+
 
 @dataclass
 class StreamStatus:
@@ -51,10 +53,6 @@ def lag_of(end: dict[str, dict[str, int]], latest: dict[str, dict[str, int]]) ->
     return out
 
 
-def status_path(status_dir: str | Path, stream: str) -> Path:
-    return Path(status_dir) / f"{stream}.json"
-
-
 _WRITE_LOCK = threading.Lock()  # the listener and the lag probe write from different threads
 
 
@@ -69,11 +67,6 @@ def write_status(path: Path, status: StreamStatus) -> None:
 #: How far back the throughput/lag history goes (the UI's chart shows the last hour).
 HISTORY_KEEP_S = 3600.0
 _HISTORY_MAX_BYTES = 256 * 1024  # about 3,000 samples; past it the file is rewritten with the last hour
-
-
-def history_path(status_file: Path) -> Path:
-    """``<status_dir>/<stream>.history.jsonl`` beside ``<stream>.json``: one sample a line."""
-    return Path(status_file).with_suffix(".history.jsonl")
 
 
 def append_history(status_file: Path, status: StreamStatus, now: float | None = None,

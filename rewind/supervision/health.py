@@ -1,16 +1,27 @@
-"""Is a stream healthy, and if not, what failed? Pure decisions over a status snapshot.
+"""Is a stream healthy, and if not, what failed, and what should the supervisor do? Pure.
 
-Why a separate module: the supervisor's deferrable trigger, its diagnose task and the UI
-all need the same verdict from the same facts (the status file the stream writes, whether
-its process is alive, the clock). Nothing here does I/O.
+The evaluator of the supervision loop (observe -> evaluate -> reconcile, as the Flink Kubernetes
+operator splits observer, evaluator and reconciler): ``diagnose`` turns one observation (the
+status file the stream writes, whether its driver is alive, the clock) into a verdict, and
+``evaluate`` turns the verdict into an action. The Airflow trigger, the chaos harness,
+``rewind supervisor status`` and the Rewind page all call these with the registry's thresholds
+(``thresholds_of``), so they cannot disagree. Nothing here does I/O.
+
+Why lag never restarts: a stream behind is still making progress; a restart would pay Spark's
+start-up and fall further behind (and, before this rule, started a second driver on the same
+checkpoint while the first still ran). Lag over ``supervision.max_lag`` raises an alert, at most
+once per ``supervision.alert_every`` while it lasts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rewind.stream.status import StreamStatus
+
+if TYPE_CHECKING:
+    from rewind.supervision.observe import Observation
 
 Cause = Literal["not_started", "process_gone", "query_failed", "stopped", "heartbeat_stale", "stalled",
                 "lag_over_threshold"]
@@ -25,6 +36,7 @@ class Thresholds:
     stall_s: float = 120.0  # Kafka has data but no new batch for this long
     startup_grace_s: float = 180.0  # a starting stream (Spark start-up, first batch) is left alone
     max_lag: int | None = None  # records behind; None = no lag alarm
+    alert_every_s: float = 600.0  # an alert that lasts is raised again after this long
 
 
 @dataclass(frozen=True)
@@ -72,3 +84,41 @@ def diagnose(status: StreamStatus | None, now: float, process_alive: bool, t: Th
     if t.max_lag is not None and status.total_lag > t.max_lag:
         return Health(False, "lag_over_threshold", f"lag {status.total_lag} > {t.max_lag} records ({status.lag})")
     return Health(True, None, f"running: {where}, lag {status.total_lag}")
+
+
+Action = Literal["none", "alert", "restart"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the supervisor does about one observation: nothing, raise an alert, or restart (after
+    stopping a hung driver when ``stop_first``)."""
+
+    health: Health
+    action: Action
+    stop_first: bool = False
+    reason: str = ""
+
+
+def thresholds_of(spec: Any) -> Thresholds:
+    """The registry's thresholds of a stream (``supervision:``)."""
+    return Thresholds(**spec.supervision.thresholds())
+
+
+def evaluate(obs: "Observation", t: Thresholds) -> Verdict:
+    """The action for one observation of the stream (pure)."""
+    status = obs.status
+    health = diagnose(status, obs.at, obs.driver_alive, t)
+    if health.healthy:
+        return Verdict(health, "none", reason=health.detail)
+    if obs.gave_up:
+        return Verdict(health, "none", reason=f"the supervisor gave up ({obs.gave_up.get('reason', '')[:300]}); "
+                                              "nothing is relaunched until `rewind supervisor reset`")
+    if not health.needs_restart:
+        last = obs.last_alert_at.get(str(health.cause))
+        if last is not None and obs.at - last < t.alert_every_s:
+            return Verdict(health, "none", reason=f"{health.cause}: alerted {obs.at - last:.0f}s ago "
+                                                  f"(again after {t.alert_every_s:.0f}s); no restart")
+        return Verdict(health, "alert", reason=f"{health.cause}: {health.detail}; the stream keeps running")
+    stop_first = health.cause in ("heartbeat_stale", "stalled") and obs.driver_alive
+    return Verdict(health, "restart", stop_first, reason=f"{health.cause}: {health.detail}")

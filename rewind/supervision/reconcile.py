@@ -1,81 +1,32 @@
-"""The supervisor's steps as plain functions: record a failure, bring the checkpoint back, wait for progress.
+"""The reconciler of the supervision loop: the one place that acts on a stream.
 
-Airflow tasks call these (plugins/rewind_airflow wires them); they are equally usable from
-a shell. The failure history lives beside the status file (``<stream>.failures.json``) so
-the restart strategy sees every failure, across DAG runs, and a crash loop stays visible
-until a person resets it.
+``observe`` reads, ``health.evaluate`` decides, this module acts: raise an alert, stop a hung
+driver, record the failure and ask the restart strategy, bring the checkpoint back (nothing,
+repair in place, or restore the newest valid savepoint), relaunch, and wait for the first new
+batch. ``act`` runs a whole verdict (the chaos harness); the Airflow supervisor DAG runs the
+same steps as separate tasks so each shows in the UI. A launch is refused while a driver holds
+the checkpoint (``rewind.stream.control.ensure_no_driver``): two drivers on one checkpoint
+corrupt it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
-from dataclasses import asdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from rewind.paths import status_path
 from rewind.registry import StreamSpec
-from rewind.supervision.restart_policy import Decision, Failure, decide
-from rewind.stream.status import read_status, status_path
-from rewind.stream.control import StreamFailed
+from rewind.stream.control import StreamFailed, stop_driver
+from rewind.stream.status import read_status
+from rewind.supervision.failures import CrashLoop, record_alert, record_failure
+from rewind.supervision.health import Verdict
+from rewind.supervision.observe import Observation
+from rewind.supervision.restart_policy import Decision
 
 log = logging.getLogger(__name__)
-
-
-class CrashLoop(RuntimeError):
-    """The restart strategy gave up; the message has the batch, its offsets and the exception."""
-
-
-def history_path(spec: StreamSpec) -> Path:
-    return Path(spec.status_dir) / f"{spec.name}.failures.json"
-
-
-def read_history(spec: StreamSpec) -> dict[str, Any]:
-    try:
-        return json.loads(history_path(spec).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {"failures": [], "gave_up": None}
-
-
-def _write_history(spec: StreamSpec, doc: dict[str, Any]) -> None:
-    path = history_path(spec)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, path)
-
-
-def record_failure(spec: StreamSpec, cause: str, detail: str, now: float | None = None) -> Decision:
-    """Append the failure (with the last committed batch and its offsets) and ask the strategy.
-
-    A decision not to restart is kept in the history (``gave_up``) so that no later run
-    restarts a crash-looping stream behind a person's back; `reset_history` clears it.
-    """
-    now = time.time() if now is None else now
-    status = read_status(status_path(spec.status_dir, spec.name))
-    doc = read_history(spec)
-    doc["failures"].append(asdict(Failure(now, cause, status.last_batch_id if status else None,
-                                          status.end_offsets if status else {}, detail[:4000])))
-    doc["failures"] = doc["failures"][-200:]
-    decision = decide(spec.restart, [Failure(**f) for f in doc["failures"]], now)
-    if not decision.restart:
-        doc["gave_up"] = {"at": now, "reason": decision.reason}
-    _write_history(spec, doc)
-    return decision
-
-
-def check_not_given_up(spec: StreamSpec) -> None:
-    gave_up = read_history(spec).get("gave_up")
-    if gave_up:
-        raise CrashLoop(f"{spec.name}: the supervisor gave up at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(gave_up['at']))}"
-                        f" UTC: {gave_up['reason']} -- after fixing the cause, run `rewind supervisor reset "
-                        f"{spec.name}` (or trigger the supervisor with reset=true)")
-
-
-def reset_history(spec: StreamSpec) -> None:
-    _write_history(spec, {"failures": [], "gave_up": None})
 
 
 def recover_checkpoint(spec: StreamSpec, s3_store: Any = None) -> dict[str, Any]:
@@ -104,7 +55,8 @@ def recover_checkpoint(spec: StreamSpec, s3_store: Any = None) -> dict[str, Any]
 
 
 def restore_newest_savepoint(spec: StreamSpec, store: Any, reason: str) -> dict[str, Any]:
-    from rewind.checkpoints.savepoints import SavepointCorrupt, list_savepoints, restore_savepoint
+    from rewind.checkpoints.savepoint_errors import SavepointCorrupt
+    from rewind.checkpoints.savepoints import list_savepoints, restore_savepoint
 
     tried: list[str] = []
     for manifest in sorted(list_savepoints(store, spec.name).complete, key=lambda m: m.created_at, reverse=True):
@@ -130,7 +82,7 @@ def wait_for_progress(spec: StreamSpec, pid: int, after_batch: int | None, timeo
         if st and st.pid == pid:
             if st.state == "failed":
                 raise StreamFailed("query_failed", f"{spec.name} failed after relaunch (last batch "
-                                                        f"{st.last_batch_id}, offsets {st.end_offsets}): {st.exception}")
+                                                   f"{st.last_batch_id}, offsets {st.end_offsets}): {st.exception}")
             # last_batch_at is set by this driver's own progress events (a seeded status has none)
             ran = st.last_batch_at is not None and st.last_batch_at >= st.started_at
             advanced = ran and st.last_batch_id is not None and (after_batch is None or st.last_batch_id > after_batch)
@@ -164,8 +116,47 @@ def relaunch_until_progress(spec: StreamSpec, start: Callable[[], dict[str, Any]
             first = wait_for_progress(spec, started["pid"], after_batch, timeout_s)
             return {**started, "first_batch": first, "relaunches": attempt}
         except StreamFailed as exc:
-            decision = record_failure(spec, exc.cause, str(exc))
+            decision = fail(spec, exc.cause, str(exc))
             log.warning("%s: relaunch %d failed: %s; %s", spec.name, attempt, exc, decision.reason)
             if not decision.restart:
                 raise CrashLoop(f"{spec.name}: {decision.reason}") from exc
             delay_s = decision.delay_s
+
+
+def fail(spec: StreamSpec, cause: str, detail: str, now: float | None = None) -> Decision:
+    """Record a failure at the batch the stream is stuck behind and ask the restart strategy."""
+    status = read_status(status_path(spec.status_dir, spec.name))
+    return record_failure(spec, cause, detail, status.last_batch_id if status else None,
+                          status.end_offsets if status else {}, now)
+
+
+def begin_restart(spec: StreamSpec, verdict: Verdict, now: float | None = None) -> Decision:
+    """The first half of a restart: stop a hung driver, record the failure, ask the strategy."""
+    if verdict.stop_first:
+        stop_driver(spec, timeout=60)  # a hung driver is stopped before a new one starts
+    return fail(spec, str(verdict.health.cause), verdict.health.detail, now)
+
+
+def alert(spec: StreamSpec, verdict: Verdict, now: float | None = None) -> str:
+    """Record an alert (never a failure, never a restart); returns the text to show."""
+    record_alert(spec, str(verdict.health.cause), verdict.health.detail, now)
+    log.warning("%s: ALERT %s", spec.name, verdict.reason)
+    return f"ALERT {spec.name}: {verdict.reason}"
+
+
+def act(spec: StreamSpec, obs: Observation, verdict: Verdict, start: Callable[[], dict[str, Any]], store: Any = None,
+        timeout_s: float = 300.0) -> dict[str, Any]:
+    """Carry out one verdict: nothing, an alert, or a whole restart (stop if hung -> failure ->
+    strategy -> checkpoint -> relaunch until a new batch). Raises ``CrashLoop`` when the strategy
+    gives up; the checkpoint is never touched past its last complete batch."""
+    if verdict.action == "none":
+        return {"action": "none", "reason": verdict.reason}
+    if verdict.action == "alert":
+        return {"action": "alert", "text": alert(spec, verdict, obs.at)}
+    decision = begin_restart(spec, verdict, obs.at)
+    if not decision.restart:
+        raise CrashLoop(f"{spec.name}: {decision.reason}")
+    checkpoint = recover_checkpoint(spec, store)
+    after = obs.status.last_batch_id if obs.status else None  # progress: a batch newer than this
+    started = relaunch_until_progress(spec, start, after, decision.delay_s, timeout_s)
+    return {"action": "restart", "decision": decision.reason, "checkpoint": checkpoint, **started}

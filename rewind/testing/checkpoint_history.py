@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 _RETAIN = "spark.sql.streaming.minBatchesToRetain"
 _PARTITIONS = "spark.sql.shuffle.partitions"

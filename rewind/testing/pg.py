@@ -2,8 +2,9 @@
 
 Why this exists: the sink must be proven on PostgreSQL, not only on SQLite, and
 no PostgreSQL runs here by default. `LocalPostgres` starts a private server
-from the distribution's binaries (Debian: ``apt-get install postgresql``) in a
-temp dir on a free 127.0.0.1 port, and stops it without leaving a process.
+from the distribution's binaries (`rewind.testing.pg_install` finds them, and
+the OS user to run them as) in a temp dir on a free 127.0.0.1 port, and stops it
+without leaving a process.
 
 How it runs, and why:
 - The server is a *direct child* of this Python process (``postgres -D ...``,
@@ -15,15 +16,10 @@ How it runs, and why:
   the owner forgets or is killed. Caveat: Linux sends that signal when the
   *thread* that started the server exits, so start it from a long-lived thread
   (the main thread, as pytest fixtures and the CLI do).
-- ``initdb`` and ``postgres`` refuse to run as root. When we are root, every
-  PostgreSQL binary is run as the ``postgres`` OS user (created by the Debian
-  package) via ``subprocess``'s ``user=``/``group=`` (a setuid in the child:
-  no PAM, no shell quoting, unlike ``su``/``runuser``), and the temp dir is
-  chowned to it. The temp dir is created under ``/tmp`` by default because the
-  server user must be able to traverse every parent directory.
 - Authentication: ``trust`` on the unix socket (private to the temp dir),
   ``scram-sha-256`` with a random password on TCP, so URLs carry a real
-  password (and code that prints URLs must mask it).
+  password (and code that prints URLs must mask it). Databases on it:
+  `rewind.testing.pg_databases`.
 """
 
 from __future__ import annotations
@@ -31,147 +27,24 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import pwd
-import re
 import secrets
 import shutil
 import signal
-import stat
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 
 from rewind.platform.processes import free_port, parent_death_signal
+from rewind.testing.pg_databases import check_db_name, create_database
+from rewind.testing.pg_install import SERVER_OS_USER, PostgresError, check_traversable, find_pg_bin, server_user
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "LocalPostgres",
-    "PostgresError",
-    "PostgresNotInstalled",
-    "create_database",
-    "drop_database",
-    "find_pg_bin",
-    "postgres_available",
-]
-
-SERVER_OS_USER = "postgres"
-INSTALL_HINT = "install it with: apt-get update && apt-get install -y postgresql"
-_REQUIRED = ("initdb", "pg_ctl", "postgres")
-_DB_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-
-
-class PostgresError(RuntimeError):
-    """The throwaway server could not be set up, started or stopped; the message says why."""
-
-
-class PostgresNotInstalled(PostgresError):
-    """No PostgreSQL server binaries were found."""
-
-
-def _version_key(path: Path) -> tuple[int, ...]:
-    """Sort key for /usr/lib/postgresql/<version>/bin: numeric, so 15 > 9.6."""
-    parts = re.findall(r"\d+", path.parent.name)
-    return tuple(int(p) for p in parts) if parts else (-1,)
-
-
-def find_pg_bin() -> Path:
-    """The directory holding initdb, pg_ctl and postgres.
-
-    Order: ``$REWIND_PG_BIN``, then ``/usr/lib/postgresql/*/bin`` newest first
-    (Debian/Ubuntu keep the server binaries off PATH), then PATH.
-    """
-    candidates: list[Path] = []
-    env = os.environ.get("REWIND_PG_BIN")
-    if env:
-        candidates.append(Path(env))
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=_version_key, reverse=True)
-    which = shutil.which("pg_ctl")
-    if which:
-        candidates.append(Path(which).resolve().parent)
-    for cand in candidates:
-        if all(os.access(cand / exe, os.X_OK) for exe in _REQUIRED):
-            return cand
-    looked = ", ".join(str(c) for c in candidates) or "/usr/lib/postgresql/*/bin and PATH"
-    raise PostgresNotInstalled(
-        f"PostgreSQL server binaries ({', '.join(_REQUIRED)}) not found (looked in {looked}); {INSTALL_HINT}"
-    )
-
-
-def _server_user() -> tuple[int, int] | None:
-    """(uid, gid) to run PostgreSQL as, or None to run as ourselves (non-root)."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        pw = pwd.getpwnam(SERVER_OS_USER)
-    except KeyError:
-        raise PostgresError(
-            f"running as root, and PostgreSQL refuses to run as root, but the '{SERVER_OS_USER}' OS user "
-            f"does not exist; {INSTALL_HINT} (the package creates it) or run as a non-root user"
-        ) from None
-    return pw.pw_uid, pw.pw_gid
-
-
-def postgres_available() -> bool:
-    """True if a throwaway server can be started here (binaries present, a usable OS user)."""
-    try:
-        find_pg_bin()
-        _server_user()
-    except PostgresError:
-        return False
-    return True
-
-
-def _admin_connect(url: str) -> Any:
-    """A psycopg2 connection in autocommit mode (CREATE/DROP DATABASE cannot run in a transaction)."""
-    import psycopg2  # lazy: only the PostgreSQL paths need it
-
-    u = make_url(url)
-    conn = psycopg2.connect(
-        host=u.host, port=u.port, user=u.username, password=u.password,
-        dbname=u.database or "postgres", connect_timeout=10,
-    )
-    conn.autocommit = True
-    return conn
-
-
-def _check_db_name(name: str) -> None:
-    if not _DB_NAME_RE.match(name):
-        raise ValueError(f"invalid database name {name!r}: must match {_DB_NAME_RE.pattern}")
-
-
-def create_database(url: str, name: str) -> str:
-    """Create database `name` on the server of `url` (drop it first if present); return its URL.
-
-    Tests use one fresh database each, so they never see each other's tables.
-    """
-    _check_db_name(name)
-    conn = _admin_connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            cur.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        conn.close()
-    return make_url(url).set(database=name).render_as_string(hide_password=False)
-
-
-def drop_database(url: str, name: str) -> None:
-    """Drop database `name` (terminating its sessions first); a missing database is fine."""
-    _check_db_name(name)
-    conn = _admin_connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
-    finally:
-        conn.close()
+__all__ = ["LocalPostgres"]
 
 
 class LocalPostgres:
@@ -193,7 +66,7 @@ class LocalPostgres:
         start_timeout: float = 60.0,
         keep_dir: bool = False,
     ) -> None:
-        _check_db_name(database)
+        check_db_name(database)
         self.database = database
         self.parent_dir = Path(parent_dir) if parent_dir else Path(tempfile.gettempdir())
         self.bin_dir = Path(bin_dir) if bin_dir else None
@@ -245,8 +118,8 @@ class LocalPostgres:
         if self.running():
             return self.url
         bin_dir = self.bin_dir or find_pg_bin()
-        self._ids = _server_user()
-        self._check_traversable(self.parent_dir)
+        self._ids = server_user()
+        check_traversable(self.parent_dir, self._ids)
         self.root = Path(tempfile.mkdtemp(prefix="rewind-pg-", dir=self.parent_dir))
         if not self._atexit_registered:
             atexit.register(self.stop)
@@ -345,7 +218,8 @@ class LocalPostgres:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.root,
                              env=self._env(), **kwargs)
         if check and res.returncode != 0:
-            raise PostgresError(f"{Path(cmd[0]).name} failed (exit {res.returncode}): {res.stderr.strip() or res.stdout.strip()}")
+            raise PostgresError(f"{Path(cmd[0]).name} failed (exit {res.returncode}): "
+                                f"{res.stderr.strip() or res.stdout.strip()}")
         return res
 
     def _env(self) -> dict[str, str]:
@@ -421,19 +295,6 @@ class LocalPostgres:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
-
-    def _check_traversable(self, parent: Path) -> None:
-        """The server user must reach the temp dir: every ancestor needs o+x (or be theirs)."""
-        if self._ids is None:
-            return
-        p = parent.resolve()
-        for d in [p, *p.parents]:
-            st = d.stat()
-            if st.st_uid != self._ids[0] and not st.st_mode & stat.S_IXOTH:
-                raise PostgresError(
-                    f"the '{SERVER_OS_USER}' user cannot traverse {d} (mode {stat.filemode(st.st_mode)}); "
-                    f"choose a parent_dir under /tmp"
-                )
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:

@@ -7,8 +7,8 @@ registry's schema.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 
 def demo_stream(name: str, topics: str | Iterable[str], home: str | Path, *, max_offsets: int = 1000,
@@ -16,7 +16,7 @@ def demo_stream(name: str, topics: str | Iterable[str], home: str | Path, *, max
     """One ``streams:`` entry; `extra` adds or overrides keys (values are YAML text)."""
     topic_list = [topics] if isinstance(topics, str) else list(topics)
     url = sink_url or f"sqlite:///{home}/sink-{name}.db"
-    keys = {"topics": f"[{', '.join(topic_list)}]", "transform": "rewind.demo.transform:build",
+    keys = {"topics": f"[{', '.join(topic_list)}]", "transform": "rewind.demo.transform:DemoTransform",
             "source": f"{{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: {max_offsets}}}}}",
             "sink": f'{{url: "{url}", table_prefix: {name}_}}',
             "checkpoint": f"{home}/checkpoints/{name}", "status_dir": f"{home}/status", **extra}

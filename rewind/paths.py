@@ -1,0 +1,87 @@
+"""Every per-stream path and DAG id, derived from the registry entry, in one place.
+
+Why: the status file, the late-routing checks, the supervisor's memory, the replay lock, the logs,
+the proof runs and replay reports, the checkpoint pointer and the DAG ids were each derived where
+they were used; the command line put proofs under ``$REWIND_HOME`` while the DAGs put them beside
+``status_dir``, so the Rewind page showed one and not the other. A stream's *home* is the parent
+of its ``status_dir`` (``$REWIND_HOME`` in the default registry): everything else hangs off it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def status_path(status_dir: str | Path, stream: str) -> Path:
+    """``<status_dir>/<stream>.json``: heartbeat, progress and lag, written by the running stream."""
+    return Path(status_dir) / f"{stream}.json"
+
+
+def history_path(status_file: Path) -> Path:
+    """``<stream>.history.jsonl`` beside the status: one throughput/lag sample a line (the page's chart)."""
+    return status_file.with_name(status_file.stem + ".history.jsonl")
+
+
+def late_checks_path(status_file: Path) -> Path:
+    """``<stream>.late.jsonl`` beside the status: per batch, routed vs dropped by the watermark."""
+    return status_file.with_name(status_file.stem + ".late.jsonl")
+
+
+def failures_path(status_dir: str | Path, stream: str) -> Path:
+    """``<stream>.failures.json``: the supervisor's failures, alerts and give-up verdict."""
+    return Path(status_dir) / f"{stream}.failures.json"
+
+
+def replay_lock_path(status_dir: str | Path, stream: str) -> Path:
+    """``<stream>.replay.lock``: one replay per stream at a time (flock, freed if the process dies)."""
+    return Path(status_dir) / f"{stream}.replay.lock"
+
+
+def pointer_path(checkpoint: str) -> Path:
+    """``<checkpoint>.active.json``: where a restore pointed the stream (the checkpoint itself stays)."""
+    return Path(f"{checkpoint.rstrip('/')}.active.json")
+
+
+@dataclass(frozen=True)
+class StreamPaths:
+    name: str
+    home: Path
+    status: Path
+    history: Path
+    late_checks: Path
+    failures: Path
+    replay_lock: Path
+    log: Path
+    dq_runs: Path
+    replays: Path
+    pointer: Path
+
+    def dq_run(self, run_id: str) -> Path:
+        return self.dq_runs / run_id
+
+    def replay_run(self, replay_id: str) -> Path:
+        return self.replays / replay_id
+
+
+def paths_of(spec: Any) -> StreamPaths:
+    status_dir = Path(spec.status_dir)
+    home = status_dir.parent
+    status = status_path(status_dir, spec.name)
+    return StreamPaths(spec.name, home, status, history_path(status), late_checks_path(status),
+                       failures_path(status_dir, spec.name), replay_lock_path(status_dir, spec.name),
+                       home / "logs" / f"stream-{spec.name}.log", home / "dq" / spec.name,
+                       home / "replays" / spec.name, pointer_path(spec.checkpoint))
+
+
+@dataclass(frozen=True)
+class DagIds:
+    supervisor: str
+    savepoint: str
+    dq: str
+    replay: str = "rewind_replay"  # one for every stream; restore is the savepoint DAG with action=restore
+
+
+def dag_ids(stream: str) -> DagIds:
+    return DagIds(f"rewind_{stream}_supervisor", f"rewind_{stream}_savepoint", f"rewind_{stream}_dq")

@@ -1,0 +1,96 @@
+"""What the exactly-once proof checks: one named expectation per guarantee, over four frames.
+
+Why a module of data: the suite is the contract of the proof, so it is written down once, in
+plain words, apart from how frames are built (``rewind.proof.frames``) and how Great
+Expectations runs it (``rewind.proof.gx``). Every expectation carries a name that says what it
+proves; a failure in the task log, in ``proof.json`` and in the Data Docs is that name and that
+sentence. Each frame is validated by its own Expectation Suite, ``STREAM.exactly_once.FRAME``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The suite a stream names in the registry (``dq_suite``); the only one so far.
+SUITE = "exactly_once"
+#: Kafka coordinates: what ties a sink row to the record it came from.
+COORDS = ["topic", "partition", "offset"]
+FRAMES = ("events", "dead_letter", "coverage", "windows")
+#: Sink window sums and recomputed sums may differ in the last bits (summation order).
+SUM_TOLERANCE = 1e-6
+#: landed_in values of a correct sink (``missing`` is judged by its own expectation).
+LANDED_OK = ("events", "dead_letter", "duplicate_send", "behind_watermark")
+
+#: What each frame holds (the suite's notes in the Data Docs).
+FRAME_NOTES = {
+    "events": "The sink's event rows whose Kafka coordinates are in the range; kafka_event_id is the id of the "
+              "valid Kafka record at those coordinates.",
+    "dead_letter": "The sink's dead-letter rows in the range; kafka_verdict is the shared classifier's verdict "
+                   "on the Kafka record at those coordinates.",
+    "coverage": "One row per Kafka data record in the range; landed_in says where it is in the sink.",
+    "windows": "Sink window results joined with the recomputation from the raw Kafka events; window_state is "
+               "match, mismatch, missing (closed by the watermark but absent) or pending (not closed yet).",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation: its name (what it proves), the frame it reads, the GE class and arguments."""
+
+    name: str
+    frame: str
+    expectation: str  # a class of great_expectations.expectations
+    kwargs: dict[str, Any]
+    proves: str
+
+
+def _not_null(prefix: str, frame: str, columns: Sequence[str], what: str) -> list[Check]:
+    return [Check(f"{c if c.startswith(prefix) else f'{prefix}_{c}'}_not_null", frame,
+                  "ExpectColumnValuesToNotBeNull", {"column": c}, f"Every {what} row has a value in {c} (no nulls).")
+            for c in columns]
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("no_duplicate_event_ids", "events", "ExpectColumnValuesToBeUnique", {"column": "event_id"},
+          "No event is in the sink twice: event_id is unique among the sink's events in the range."),
+    *_not_null("event", "events", ["event_id"], "sink event"),
+    Check("no_duplicate_event_coordinates", "events", "ExpectCompoundColumnsToBeUnique", {"column_list": COORDS},
+          "No Kafka record became two events: (topic, partition, offset) is unique among the sink's events."),
+    *_not_null("event", "events", [*COORDS, "key", "event_time"], "sink event"),
+    Check("events_match_kafka", "events", "ExpectColumnPairValuesToBeEqual",
+          {"column_A": "event_id", "column_B": "kafka_event_id", "ignore_row_if": "both_values_are_missing"},
+          "Nothing is in the sink that Kafka does not hold: each sink event's id equals the id of the valid Kafka "
+          "record at its (topic, partition, offset)."),
+    Check("no_duplicate_dead_letter_coordinates", "dead_letter", "ExpectCompoundColumnsToBeUnique",
+          {"column_list": COORDS}, "No Kafka record is dead-lettered twice: (topic, partition, offset) is unique "
+                                   "in the dead-letter table."),
+    *_not_null("dead_letter", "dead_letter", [*COORDS, "reason"], "dead-letter"),
+    Check("dead_letters_match_kafka", "dead_letter", "ExpectColumnValuesToBeInSet",
+          {"column": "dead_letter_check", "value_set": ["dead", "behind_watermark"]},
+          "Every dead letter is a malformed or late Kafka record at its coordinates (the classifier says 'dead'), "
+          "or a valid record whose event time is at or behind the watermark recorded with it (reason "
+          "behind_watermark: Spark's stateful operators would have dropped it)."),
+    Check("no_kafka_record_missing", "coverage", "ExpectColumnValuesToNotBeInSet",
+          {"column": "landed_in", "value_set": ["missing"]},
+          "Completeness: every Kafka data record in the range is in the sink (its event, or its dead letter, "
+          "also when it was behind the watermark)."),
+    Check("each_kafka_record_lands_once", "coverage", "ExpectColumnValuesToBeInSet",
+          {"column": "landed_in", "value_set": [*LANDED_OK, "missing"]},
+          "Each Kafka record is in exactly one place: its event at its own coordinates, its dead letter (also "
+          "behind_watermark), or (a duplicate send) the one event row of its id at another record carrying that id."),
+    Check("no_duplicate_windows", "windows", "ExpectCompoundColumnsToBeUnique",
+          {"column_list": ["window_start", "key"]}, "Each (window, key) has one result."),
+    *_not_null("window", "windows", ["window_start", "key"], "window"),
+    Check("window_counts_reconcile", "windows", "ExpectColumnPairValuesToBeEqual",
+          {"column_A": "sink_count", "column_B": "expected_count", "ignore_row_if": "either_value_is_missing"},
+          "Every window result's event_count equals the count recomputed from the raw Kafka events."),
+    Check("window_sums_reconcile", "windows", "ExpectColumnValuesToBeBetween",
+          {"column": "sum_diff", "min_value": 0, "max_value": SUM_TOLERANCE},
+          f"Every window result's amount_sum equals the sum recomputed from the raw Kafka events "
+          f"(|difference| <= {SUM_TOLERANCE})."),
+    Check("closed_windows_present", "windows", "ExpectColumnValuesToNotBeInSet",
+          {"column": "window_state", "value_set": ["missing"]},
+          "Every window the stream's watermark has closed (and that holds raw events) is in the sink."),
+)

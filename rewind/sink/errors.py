@@ -1,0 +1,31 @@
+"""The sink's errors: refused (bad input, nothing written) or failed (the database broke, rolled back).
+
+Why two families: the batch writer, the replay job and the command line must tell "fix the rows,
+the table specs or the URL" (no retry helps) from "the database went away or rejected the write"
+(the transaction was rolled back and nothing of the call is kept: a retry may help). They are
+``rewind.errors.Refused`` and ``rewind.errors.Failed``; the refusal keeps ``ValueError`` and the
+failure ``RuntimeError`` as a second base, so code that caught those before still does.
+"""
+
+from __future__ import annotations
+
+from rewind.errors import Failed, Refused
+
+__all__ = ["SinkConnectionError", "SinkError", "SinkRefused", "SinkWriteError"]
+
+
+class SinkRefused(Refused, ValueError):
+    """Bad input (a table spec, rows, a batch id, a database URL, a table without its columns):
+    nothing was written; the message says what to change."""
+
+
+class SinkError(Failed, RuntimeError):
+    """Base class of the sink's runtime errors (bad input raises SinkRefused instead)."""
+
+
+class SinkConnectionError(SinkError):
+    """The database cannot be reached; the message names the URL with the password masked."""
+
+
+class SinkWriteError(SinkError):
+    """The database rejected a write; the transaction was rolled back, nothing of the call is kept."""

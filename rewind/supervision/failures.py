@@ -1,0 +1,99 @@
+"""The supervisor's memory: every failure and alert of a stream, and a give-up verdict.
+
+Why a file beside the status (``<status_dir>/<stream>.failures.json``): the restart strategy
+must see every failure across supervisor runs (an Airflow run ends, the next one starts), a
+crash-loop verdict must stay until a person clears it, and a lag alert must not fire again on
+every poll while the lag lasts. Writes are atomic (write, then rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rewind import paths
+from rewind.errors import Refused
+from rewind.registry import StreamSpec
+from rewind.supervision.restart_policy import Decision, Failure, decide
+
+KEEP_FAILURES = 200
+KEEP_ALERTS = 50
+
+
+class CrashLoop(Refused):
+    """The restart strategy gave up: the message has the batch, its offsets and the exception. A
+    person fixes the cause and runs ``rewind supervisor reset STREAM``; nothing is relaunched until then."""
+
+    retry = False
+
+
+def failures_path(spec: StreamSpec) -> Path:
+    return paths.failures_path(spec.status_dir, spec.name)
+
+
+def read_failures(spec: StreamSpec) -> dict[str, Any]:
+    """``{"failures": [...], "alerts": [...], "gave_up": {...} | None}``."""
+    try:
+        doc = json.loads(failures_path(spec).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        doc = {}
+    return {"failures": doc.get("failures", []), "alerts": doc.get("alerts", []), "gave_up": doc.get("gave_up")}
+
+
+def _write(spec: StreamSpec, doc: dict[str, Any]) -> None:
+    path = failures_path(spec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, path)
+
+
+def record_failure(spec: StreamSpec, cause: str, detail: str, batch_id: int | None,
+                   offsets: dict[str, dict[str, int]], now: float | None = None) -> Decision:
+    """Append the failure (at the last committed batch and its offsets) and ask the restart strategy.
+
+    A decision not to restart is kept (``gave_up``), so no later run restarts a crash-looping
+    stream behind a person's back; ``reset`` clears it.
+    """
+    now = time.time() if now is None else now
+    doc = read_failures(spec)
+    doc["failures"].append(asdict(Failure(now, cause, batch_id, offsets, detail[:4000])))
+    doc["failures"] = doc["failures"][-KEEP_FAILURES:]
+    decision = decide(spec.restart, [Failure(**f) for f in doc["failures"]], now)
+    if not decision.restart:
+        doc["gave_up"] = {"at": now, "reason": decision.reason}
+    _write(spec, doc)
+    return decision
+
+
+def record_alert(spec: StreamSpec, cause: str, detail: str, now: float | None = None) -> None:
+    """An alert (e.g. lag over the threshold): recorded and shown, never counted as a failure."""
+    doc = read_failures(spec)
+    doc["alerts"].append({"at": time.time() if now is None else now, "cause": cause, "detail": detail[:2000]})
+    doc["alerts"] = doc["alerts"][-KEEP_ALERTS:]
+    _write(spec, doc)
+
+
+def last_alert_at(doc: dict[str, Any], cause: str) -> float | None:
+    times = [a["at"] for a in doc.get("alerts", []) if a.get("cause") == cause]
+    return max(times) if times else None
+
+
+def check_not_given_up(spec: StreamSpec) -> None:
+    gave_up = read_failures(spec).get("gave_up")
+    if gave_up:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(gave_up["at"]))
+        raise CrashLoop(f"{spec.name}: the supervisor gave up at {when} UTC: {gave_up['reason']} -- after fixing "
+                        f"the cause, run `rewind supervisor reset {spec.name}` (or trigger the supervisor with "
+                        "reset=true)")
+
+
+def reset(spec: StreamSpec) -> dict[str, Any]:
+    """Forget failures, alerts and the give-up verdict; returns what was there."""
+    before = read_failures(spec)
+    _write(spec, {"failures": [], "alerts": [], "gave_up": None})
+    return before

@@ -1,0 +1,42 @@
+"""The observer of the supervision loop: everything the evaluator needs, read once.
+
+One function, ``observe(spec)``, reads the stream's status file, whether its driver process is
+alive, and the supervisor's memory (failures, alerts, a give-up verdict) into a frozen
+``Observation``; ``rewind.supervision.health.evaluate`` decides from it, and
+``rewind.supervision.reconcile`` acts. The Airflow trigger, the chaos harness, ``rewind
+supervisor status`` and the Rewind page all observe through here (the status used to be read
+in thirteen places).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewind.paths import status_path
+from rewind.platform.processes import pid_alive
+from rewind.registry import StreamSpec
+from rewind.stream.status import StreamStatus, read_status
+from rewind.supervision.failures import read_failures
+
+
+@dataclass(frozen=True)
+class Observation:
+    stream: str
+    at: float
+    status: StreamStatus | None
+    driver_alive: bool  # the pid in the status runs (a driver, hung or not)
+    gave_up: dict[str, Any] | None = None
+    last_alert_at: dict[str, float] = field(default_factory=dict)  # cause -> when it was last alerted
+    failures: tuple[dict[str, Any], ...] = ()
+
+
+def observe(spec: StreamSpec, now: float | None = None) -> Observation:
+    status = read_status(status_path(spec.status_dir, spec.name))
+    doc = read_failures(spec)
+    alerts: dict[str, float] = {}
+    for a in doc["alerts"]:
+        alerts[a["cause"]] = max(alerts.get(a["cause"], 0.0), float(a["at"]))
+    return Observation(spec.name, time.time() if now is None else now, status,
+                       bool(status and pid_alive(status.pid)), doc["gave_up"], alerts, tuple(doc["failures"]))

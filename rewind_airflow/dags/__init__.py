@@ -1,0 +1,1 @@
+"""The DAG factory (generated from the stream registry)."""

@@ -1,0 +1,1 @@
+"""Hooks own the connections: Kafka (``rewind_kafka``), savepoint storage (``rewind_s3``), spark-submit."""

@@ -1,0 +1,1 @@
+"""The Rewind page in Airflow's UI."""

@@ -1,0 +1,1 @@
+"""Sensors: the watch over a running stream."""

@@ -1,0 +1,1 @@
+"""Triggers: waits that run in the triggerer, holding no worker slot."""
