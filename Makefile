@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: up test test-fast bench chaos clean java venv jars
+.PHONY: up test test-fast lint bench chaos clean java venv jars
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required for Kafka and Spark and was not found: install it (Debian/Ubuntu: apt-get install -y openjdk-17-jdk-headless)"; exit 1; }
@@ -37,10 +37,16 @@ venv: $(STAMP)
 up: java jars venv
 	$(VENV)/bin/rewind up
 
-test: java jars venv
+# Lint and type check (pyproject.toml: [tool.ruff], [tool.mypy]); `make test` runs them first.
+LINT_PATHS := rewind rewind_airflow tests bench dags
+lint: venv
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m mypy rewind rewind_airflow
+
+test: java jars venv lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: java jars venv
+test-fast: java jars venv lint
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # Each bench prints one JSON object: saved to bench/results/NAME.json (via .tmp, so a failed run
