@@ -275,6 +275,36 @@ def test_ignore_keeps_first_row_and_replace_upserts(make_sink: Any) -> None:
     assert win.loc[win["user"] == "z", "count"].tolist() == [2]
 
 
+STATE = TableSpec("stock", (Column("sku", "string", False), Column("qty", "bigint"),
+                            Column("version", "bigint", False), Column("batch_id", "bigint")),
+                  key=("sku",), on_conflict="latest", version="version")
+
+
+def test_latest_keeps_the_highest_version_whatever_order_writes_come_in(make_sink: Any) -> None:
+    sink = make_sink(stream="stock", tables=(STATE,))
+    rows = [{"sku": f"s{i % 7}", "qty": i, "version": i} for i in range(60)]
+    want = {f"s{k}": max(i for i in range(60) if i % 7 == k) for k in range(7)}
+    # newest first inside one input, then an older replay after a newer batch: neither wins over a higher version
+    sink.write_batch(0, {"stock": list(reversed(rows[30:]))})
+    sink.write_rows({"stock": rows[:30]}, replay_id="old-range")
+    sink.write_batch(1, {"stock": [{"sku": "s0", "qty": -1, "version": 0}]})
+    got = sink.read_table("stock")
+    assert dict(zip(got["sku"], got["version"])) == want
+    assert dict(zip(got["sku"], got["qty"])) == want  # the row of the winning version, not a mix
+    sink.write_rows({"stock": [{"sku": "s1", "qty": 999, "version": 1000}]}, replay_id="newer")
+    assert sink.read_table("stock").set_index("sku").loc["s1", "qty"] == 999
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"on_conflict": "latest"}, "needs version="),
+    ({"on_conflict": "latest", "version": "qty"}, "must be a non-null"),
+    ({"on_conflict": "replace", "version": "version"}, "only for on_conflict 'latest'"),
+])
+def test_latest_needs_a_non_null_version_column(kwargs: dict[str, Any], says: str) -> None:
+    with pytest.raises(SinkRefused, match=says):
+        TableSpec("stock", STATE.columns, key=("sku",), **kwargs)
+
+
 def test_write_rows_replay_path_is_idempotent(make_sink: Any) -> None:
     sink = make_sink()
     live = sink.write_batch(0, {"events": events(0, 50), "window_results": windows(["a"], 1)})

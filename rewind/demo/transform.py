@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from rewind.demo.events import classify_many
 from rewind.demo.tables import TABLES, split_batch
-from rewind.stream.contract import Transform
+from rewind.stream.contract import Identity, Transform
 from rewind.stream.late_routing import LATE_CANDIDATE
 
 if TYPE_CHECKING:
@@ -103,6 +103,22 @@ class DemoTransform(Transform):
 
     def split(self, frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
         return split_batch(frame, batch_id)
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(table="events", columns=("event_id",))
+
+    def expect(self, records: pd.DataFrame, spec: "StreamSpec") -> pd.DataFrame:
+        """The classifier the stream's parse uses (``classify_many``), per record."""
+        import pandas as pd
+
+        stamps = [None if pd.isna(t) else int(t) for t in records["timestamp"]]
+        v = classify_many(list(records["value"]), stamps, spec.durations()["allowed_lateness"])
+        return pd.DataFrame({
+            "event_id": pd.Series(v.event_id, dtype=object), "key": pd.Series(v.key, dtype=object),
+            "amount": pd.Series(v.amount, dtype="float64"),
+            "event_time": pd.to_datetime(pd.Series(v.event_time_us, dtype="Int64"), unit="us", utc=True),
+            "reason": pd.Series(v.reason, dtype=object)})
 
 
 def _shape(df: "DataFrame", kind: str) -> "DataFrame":

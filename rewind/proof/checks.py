@@ -94,3 +94,32 @@ CHECKS: tuple[Check, ...] = (
           {"column": "window_state", "value_set": ["missing"]},
           "Every window the stream's watermark has closed (and that holds raw events) is in the sink."),
 )
+
+
+#: The suite of any stream proven from its contract (``dq_suite: contract``): two frames built by
+#: ``rewind.proof.contract_frames`` from what the transform declares.
+CONTRACT_SUITE = "contract"
+CONTRACT_FRAME_NOTES = {
+    "coverage": "One row per Kafka record in the range; landed_in says where it is: its identity's row, its dead "
+                "letter, or behind the watermark.",
+    "rows": "One row per sink row of every declared table; row_check says whether its key is unique and whether its "
+            "identity, version and values are what the transform's expect() recomputes from Kafka.",
+}
+CONTRACT_CHECKS: tuple[Check, ...] = (
+    Check("no_kafka_record_missing", "coverage", "ExpectColumnValuesToNotBeInSet",
+          {"column": "landed_in", "value_set": ["missing", "dead_letter_missing"]},
+          "Completeness: every Kafka record in the range is reflected in a row that carries its identity (for a "
+          "'latest' table, at its version or a later one), or is in the dead-letter table."),
+    Check("each_kafka_record_lands_once", "coverage", "ExpectColumnValuesToBeInSet",
+          {"column": "landed_in", "value_set": ["row", "dead_letter", "behind_watermark", "missing",
+                                                "dead_letter_missing"]},
+          "Each Kafka record is in one place: never both a row and a dead letter, and a record dead-lettered as "
+          "behind_watermark has an event time at or behind the watermark recorded with it."),
+    Check("declared_keys_unique", "rows", "ExpectColumnValuesToNotBeInSet",
+          {"column": "row_check", "value_set": ["duplicate_key"]},
+          "Uniqueness: no declared key (of any output table, and of the dead-letter table) is held twice."),
+    Check("rows_match_kafka", "rows", "ExpectColumnValuesToBeInSet",
+          {"column": "row_check", "value_set": ["ok", "duplicate_key"]},
+          "Nothing is in the sink that Kafka does not hold, and every row holds what the transform's expect() "
+          "recomputes for the record it stands for (values reconciled column by column; 'disagrees' names them)."),
+)

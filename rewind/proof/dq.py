@@ -30,7 +30,15 @@ from typing import Any
 
 import pandas as pd
 
-from rewind.proof.checks import COORDS, SUITE
+from rewind.proof.checks import (
+    CHECKS,
+    CONTRACT_CHECKS,
+    CONTRACT_FRAME_NOTES,
+    CONTRACT_SUITE,
+    COORDS,
+    FRAME_NOTES,
+    SUITE,
+)
 from rewind.proof.frames import Bounds, build_frames, kafka_frame, normalize_bounds
 from rewind.proof.gx import validate_frames
 from rewind.proof.publish import (
@@ -59,10 +67,10 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     upload failure does not change the verdict; it is in ``s3_error`` and in the log text.
     """
     from rewind.safe_names import check_run_id
-    from rewind.stream.runner import open_sink
 
-    if spec.dq_suite != SUITE:
-        raise ValueError(f"stream {spec.name}: unknown dq_suite {spec.dq_suite!r} (known: {SUITE!r})")
+    if spec.dq_suite not in (SUITE, CONTRACT_SUITE):
+        raise ValueError(f"stream {spec.name}: unknown dq_suite {spec.dq_suite!r} (known: {SUITE!r}, "
+                         f"{CONTRACT_SUITE!r})")
     run_id = check_run_id(run_id or new_run_id())  # it names dq/STREAM/RUN_ID in S3: no '..', no '/'
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -83,6 +91,49 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     watermark, wm_batch, note = stream_watermark(spec, last_batch)
     if note:
         notes.append(note)
+
+    if spec.dq_suite == CONTRACT_SUITE:
+        frames_of: Any = _contract_frames(spec, bootstrap, norm, seconds)
+        suite = (CONTRACT_CHECKS, CONTRACT_SUITE, CONTRACT_FRAME_NOTES)
+    else:
+        frames_of = _exactly_once_frames(spec, bootstrap, norm, seconds, notes, watermark, wm_batch, last_batch, d)
+        suite = (CHECKS, SUITE, FRAME_NOTES)
+
+    t = time.perf_counter()
+    docs_dir = run_dir / "data_docs"
+    ge_results, failures, total = validate_frames(frames_of.frames(), spec.name, run_id, docs_dir, *suite)
+    seconds["validate_and_docs"] = time.perf_counter() - t
+    result = ProofResult(spec.name, run_id, not failures, frames_of.range, frames_of.counts, total, failures,
+                         local_paths(run_dir, docs_dir), notes=notes)
+    write_validation_result(result, ge_results)
+
+    store = s3_store(s3)
+    if store is not None:
+        t = time.perf_counter()
+        upload_results(store, result, docs_dir)
+        seconds["upload"] = time.perf_counter() - t
+    seconds["total"] = time.perf_counter() - t0
+    result.seconds = {k: round(v, 3) for k, v in seconds.items()}
+    write_proof(result)
+    if store is not None:
+        upload_proof(store, result)
+    return result
+
+
+def _contract_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str, float]) -> Any:
+    """A contract stream's two frames (``rewind.proof.contract_proof``)."""
+    from rewind.proof.contract_proof import contract_frames
+
+    t = time.perf_counter()
+    frames = contract_frames(spec, bootstrap, norm)
+    seconds["frames"] = time.perf_counter() - t
+    return frames
+
+
+def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str, float], notes: list[str],
+                         watermark: Any, wm_batch: Any, last_batch: Any, d: Any) -> Any:
+    """The demo-shaped suite's four frames (events, dead letters, coverage, windows)."""
+    from rewind.stream.runner import open_sink
 
     sink = open_sink(spec)
     try:
@@ -110,26 +161,7 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
         notes.append(f"{frames.counts['missing']} record(s) missing; of the first {len(why)}, {behind} were read by a "
                      "batch behind its watermark (Spark's stateful operators dropped them) - see missing_explained")
     seconds["frames"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    docs_dir = run_dir / "data_docs"
-    ge_results, failures, total = validate_frames(frames.frames(), spec.name, run_id, docs_dir)
-    seconds["validate_and_docs"] = time.perf_counter() - t
-    result = ProofResult(spec.name, run_id, not failures, frames.range, frames.counts, total, failures,
-                         local_paths(run_dir, docs_dir), notes=notes)
-    write_validation_result(result, ge_results)
-
-    store = s3_store(s3)
-    if store is not None:
-        t = time.perf_counter()
-        upload_results(store, result, docs_dir)
-        seconds["upload"] = time.perf_counter() - t
-    seconds["total"] = time.perf_counter() - t0
-    result.seconds = {k: round(v, 3) for k, v in seconds.items()}
-    write_proof(result)
-    if store is not None:
-        upload_proof(store, result)
-    return result
+    return frames
 
 
 # --------------------------------------------------------------------------- where the stream stands

@@ -67,7 +67,8 @@ def _expectation(check: Check) -> Any:
 
 
 def validate_frames(frames: Mapping[str, pd.DataFrame], stream: str, run_id: str, docs_dir: Path | None,
-                    checks: Sequence[Check] = CHECKS) -> Validation:
+                    checks: Sequence[Check] = CHECKS, suite_name: str = SUITE,
+                    notes: Mapping[str, str] = FRAME_NOTES) -> Validation:
     """Validate each frame with its suite ``STREAM.exactly_once.FRAME``; build Data Docs into ``docs_dir``.
 
     Returns the GE results as JSON per suite, the failed expectations with example rows, and how many ran.
@@ -87,14 +88,14 @@ def validate_frames(frames: Mapping[str, pd.DataFrame], stream: str, run_id: str
             frame_checks = [c for c in checks if c.frame == frame_name]
             if not frame_checks:
                 continue
-            suite_name = f"{stream}.{SUITE}.{frame_name}"
+            name = f"{stream}.{suite_name}.{frame_name}"
             batch_def = source.add_dataframe_asset(name=frame_name).add_batch_definition_whole_dataframe("whole")
             suite = ctx.suites.add(gx.ExpectationSuite(
-                name=suite_name, expectations=[_expectation(c) for c in frame_checks],
-                meta={"stream": stream, "frame": frame_name, "notes": FRAME_NOTES[frame_name]}))
-            vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=suite_name, data=batch_def, suite=suite))
+                name=name, expectations=[_expectation(c) for c in frame_checks],
+                meta={"stream": stream, "frame": frame_name, "notes": notes[frame_name]}))
+            vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch_def, suite=suite))
             res = vd.run(batch_parameters={"dataframe": df}, result_format=RESULT_FORMAT, run_id=run)
-            results[suite_name] = res.to_json_dict()
+            results[name] = res.to_json_dict()
             total += len(res.results)
             for r in res.results:
                 if r.success:

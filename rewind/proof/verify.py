@@ -33,6 +33,7 @@ class KafkaRecord:
     offset: int
     timestamp_ms: int | None
     value: bytes | None
+    key: bytes | None = None
 
 
 @dataclass
@@ -201,7 +202,7 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
             ts_type, ts = msg.timestamp()
             # a record always has topic, partition and offset (confluent-kafka types them Optional)
             out.append(KafkaRecord(msg.topic(), msg.partition(), msg.offset(),  # type: ignore[arg-type]
-                                   ts if ts_type else None, msg.value()))
+                                   ts if ts_type else None, msg.value(), msg.key()))
     return out
 
 

@@ -221,7 +221,8 @@ def prepare_table(spec: TableSpec, rows: Rows | None, *, sqlite_text: bool) -> P
                     raise SinkRefused(f"table {spec.name!r}: row {i} has no value for {what} {col.name!r}")
     names = list(spec.column_names)
     try:
-        keep = dedupe_index(spec, [columns[k] for k in spec.key], n)
+        keep = dedupe_index(spec, [columns[k] for k in spec.key], n,
+                            columns[spec.version] if spec.version else None)
     except TypeError as e:  # an unhashable key value (a list, a dict) cannot be a key
         raise SinkRefused(f"table {spec.name!r}: bad key value: {e}") from None
     if keep is not None:
@@ -229,11 +230,13 @@ def prepare_table(spec: TableSpec, rows: Rows | None, *, sqlite_text: bool) -> P
     return PreparedTable(spec, {c: columns[c] for c in names}, n)
 
 
-def dedupe_index(spec: TableSpec, key_columns: list[list[Any]], n: int) -> list[int] | None:
+def dedupe_index(spec: TableSpec, key_columns: list[list[Any]], n: int,
+                 version_column: list[Any] | None = None) -> list[int] | None:
     """Row positions to keep when keys repeat inside one input, or None if all keys are unique.
 
     The conflict rule applies inside the input too: "ignore" keeps the first row of
-    a key, "replace" the last. (PostgreSQL would also reject one upsert statement
+    a key, "replace" the last, "latest" the highest version (the first of equal ones).
+    (PostgreSQL would also reject one upsert statement
     that touches a key twice.)
     """
     keys: list[Any] = key_columns[0] if len(key_columns) == 1 else list(zip(*key_columns))
@@ -243,6 +246,13 @@ def dedupe_index(spec: TableSpec, key_columns: list[list[Any]], n: int) -> list[
     if spec.on_conflict == "ignore":
         for i, k in enumerate(keys):
             position.setdefault(k, i)
+    elif spec.on_conflict == "latest":
+        versions = version_column
+        assert versions is not None, "on_conflict 'latest' needs the version column"
+        for i, k in enumerate(keys):
+            j = position.get(k)
+            if j is None or versions[i] > versions[j]:
+                position[k] = i
     else:
         for i, k in enumerate(keys):
             position[k] = i

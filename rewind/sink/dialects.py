@@ -87,11 +87,17 @@ def insert_for(dialect: str) -> Callable[[sa.Table], Any]:
 
 
 def upsert_statement(dialect: str, spec: TableSpec, table: sa.Table) -> Any:
-    """The idempotent insert of ``spec``'s rows: do nothing ("ignore") or update the rest ("replace")."""
+    """The idempotent insert of ``spec``'s rows: do nothing ("ignore"), update the rest ("replace"), or
+    update the rest when the new row's version is higher ("latest")."""
     stmt = insert_for(dialect)(table)
     others = [c for c in spec.column_names if c not in spec.key]
     if spec.on_conflict == "ignore" or not others:
         stmt = stmt.on_conflict_do_nothing(index_elements=list(spec.key))
+    elif spec.on_conflict == "latest":
+        version = spec.version or ""
+        stmt = stmt.on_conflict_do_update(index_elements=list(spec.key),
+                                          set_={c: stmt.excluded[c] for c in others},
+                                          where=stmt.excluded[version] > table.c[version])
     else:
         stmt = stmt.on_conflict_do_update(index_elements=list(spec.key),
                                           set_={c: stmt.excluded[c] for c in others})

@@ -57,13 +57,17 @@ class TableSpec:
 
     on_conflict="ignore": first writer wins (raw events, dead letters: the original record is the truth).
     on_conflict="replace": upsert, last writer wins (window results: a later, more complete aggregate wins).
+    on_conflict="latest": upsert where the row with the highest ``version`` wins, whichever is written
+    last (an entity's latest state: a replay of an older range never overwrites a newer state, and
+    the result does not depend on the order batches or replays commit in).
     Key columns are never null.
     """
 
     name: str
     columns: tuple[Column, ...]
     key: tuple[str, ...]
-    on_conflict: Literal["ignore", "replace"]
+    on_conflict: Literal["ignore", "replace", "latest"]
+    version: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "columns", tuple(self.columns))
@@ -80,9 +84,21 @@ class TableSpec:
         for k in self.key:
             if k not in names:
                 raise SinkRefused(f"table {self.name!r}: key column {k!r} is not among its columns {names}")
-        if self.on_conflict not in ("ignore", "replace"):
-            raise SinkRefused(f"table {self.name!r}: on_conflict must be 'ignore' or 'replace', "
+        if self.on_conflict not in ("ignore", "replace", "latest"):
+            raise SinkRefused(f"table {self.name!r}: on_conflict must be 'ignore', 'replace' or 'latest', "
                               f"not {self.on_conflict!r}")
+        if self.on_conflict == "latest":
+            kinds = {c.name: c for c in self.columns}
+            col = kinds.get(self.version or "")
+            if col is None:
+                raise SinkRefused(f"table {self.name!r}: on_conflict 'latest' needs version= naming the column "
+                                  f"that orders an entity's states (one of {names}), got {self.version!r}")
+            if col.type not in ("int", "bigint", "double", "timestamp") or col.nullable or col.name in self.key:
+                raise SinkRefused(f"table {self.name!r}: version column {col.name!r} must be a non-null int, bigint, "
+                                  f"double or timestamp outside the key (it is {col.type}, "
+                                  f"{'nullable' if col.nullable else 'not null'})")
+        elif self.version is not None:
+            raise SinkRefused(f"table {self.name!r}: version={self.version!r} is only for on_conflict 'latest'")
 
     @property
     def column_names(self) -> tuple[str, ...]:

@@ -1,0 +1,249 @@
+"""The proof derived from a stream's contract: every Kafka record against the sink, for any stream.
+
+Why apart from ``rewind.proof.frames`` (the demo's suite, with its windows): this proof reads
+nothing but what the transform declares (``rewind.stream.contract``): its tables and keys, the
+``Identity`` of a valid record (a table, its identity columns, a version for ``latest`` tables),
+its dead-letter table, and ``expect()``, the transform's own recomputation of what each Kafka
+record becomes. So any registered stream can be proven (``dq_suite: contract``).
+
+Two frames, each judged by the suite ``STREAM.contract.FRAME`` (``rewind.proof.checks``):
+
+- ``coverage``: one row per Kafka record in the range and where it landed (``landed_in``):
+  ``row`` (its identity's row holds it: insert-once, the row exists; ``latest``, the row's version
+  is at least the record's), ``dead_letter`` (a record ``expect`` refuses, at its coordinates),
+  ``behind_watermark`` (a valid record the stream routed as late, event time at or behind the
+  watermark recorded with it), or what is wrong: ``missing``, ``row+dead_letter``,
+  ``dead_letter_missing``, ``not_behind_watermark``.
+- ``rows``: one row per row of every declared table and of the dead-letter table, with
+  ``row_check``: ``ok``, ``duplicate_key`` (a declared key held twice), ``unexpected`` (an identity,
+  or identity and version, that no valid Kafka record carries; a dead letter at coordinates
+  ``expect`` calls valid), ``value_mismatch`` (the row's values differ from the recomputation of
+  the record it stands for: for ``latest`` the record of its version, for insert-once any record
+  of its identity) and ``disagrees`` naming the columns.
+
+A transform whose output depends on processing time fails here: its rows carry identities or
+values ``expect`` does not recompute, so they are ``unexpected`` or ``value_mismatch`` and the
+records they stand for are ``missing``; the frames name both.
+
+Pure (no I/O): ``rewind.proof.contract_proof`` reads Kafka and the sink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rewind.proof.checks import COORDS
+
+#: What ``expect`` must return beside the identity columns.
+EXPECT_COLUMNS = ("reason", "event_time")
+#: Columns a proof never reconciles (who wrote the row, not what it holds).
+NOT_RECONCILED = frozenset(("batch_id", "kafka_timestamp", "watermark", "raw_value"))
+FLOAT_TOLERANCE = 1e-6
+
+
+@dataclass
+class ContractFrames:
+    coverage: pd.DataFrame
+    rows: pd.DataFrame
+    counts: dict[str, Any]
+    range: dict[str, dict[str, list[int]]]
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        return {"coverage": self.coverage, "rows": self.rows}
+
+
+def _text(frame: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
+    """Identity columns as one comparable text key (a sink reads ints as Int64, expect may give str)."""
+    if not len(frame):
+        return pd.Series([], dtype=object, index=frame.index)
+    parts = [frame[c].map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA
+                          else str(v)) for c in columns]
+    out = parts[0].astype(object)
+    for p in parts[1:]:
+        out = out.combine(p, lambda a, b: None if a is None or b is None else f"{a}\x1f{b}")
+    return out
+
+
+def _coords(frame: pd.DataFrame) -> pd.Series:
+    if not len(frame):
+        return pd.Series([], dtype=object, index=frame.index)
+    return pd.Series(list(zip(frame["topic"].astype(str), pd.to_numeric(frame["partition"]).astype("int64"),
+                              pd.to_numeric(frame["offset"]).astype("int64"))), index=frame.index, dtype=object)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """One reconciled value against its recomputation: floats within tolerance, times as UTC instants."""
+    a_null = a is None or a is pd.NA or (isinstance(a, float) and np.isnan(a)) or a is pd.NaT
+    b_null = b is None or b is pd.NA or (isinstance(b, float) and np.isnan(b)) or b is pd.NaT
+    if a_null or b_null:
+        return a_null and b_null
+    if isinstance(a, (pd.Timestamp, np.datetime64)) or isinstance(b, (pd.Timestamp, np.datetime64)):
+        ta, tb = pd.Timestamp(a), pd.Timestamp(b)
+        ta = ta.tz_localize("UTC") if ta.tzinfo is None else ta
+        tb = tb.tz_localize("UTC") if tb.tzinfo is None else tb
+        return bool(ta == tb)
+    if isinstance(a, (float, np.floating)) or isinstance(b, (float, np.floating)):
+        try:
+            return bool(abs(float(a) - float(b)) <= FLOAT_TOLERANCE * max(1.0, abs(float(b))))
+        except (TypeError, ValueError):
+            return False
+    if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
+        return int(a) == int(b)
+    return str(a) == str(b)
+
+
+def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFrame], *, identity: Any,
+                          keys: Mapping[str, Sequence[str]], dead_letter_table: str,
+                          judged: np.ndarray | None = None, late_reason: str = "behind_watermark") -> ContractFrames:
+    """Kafka records with ``expect``'s columns, and the sink's tables -> the two frames (pure).
+
+    ``expected``: one row per Kafka record read (coordinates + ``expect`` output). ``judged``: which
+    of them lie in the range (default: all); the rest are context (a ``latest`` row may hold a
+    version from beyond the range). ``keys``: every sink table's key (name -> columns).
+    """
+    exp = expected.reset_index(drop=True).copy()
+    judged = np.ones(len(exp), dtype=bool) if judged is None else np.asarray(judged, dtype=bool)
+    ids, version = tuple(identity.columns), identity.version
+    exp["_coord"] = _coords(exp)
+    exp["_id"] = _text(exp, ids)
+    valid = exp["reason"].isna().to_numpy()
+    table = sink.get(identity.table, pd.DataFrame(columns=[*ids]))
+    dead = sink.get(dead_letter_table, pd.DataFrame(columns=[*COORDS, "reason"]))
+
+    # dead letters: where each sits and what Kafka says of its coordinates
+    d = dead.reset_index(drop=True).copy()
+    d["_coord"] = _coords(d)
+    by_coord = exp.set_index("_coord")
+    kafka_valid = d["_coord"].map(lambda c: bool(c in by_coord.index and pd.isna(by_coord.at[c, "reason"])))
+    kafka_known = d["_coord"].map(lambda c: c in by_coord.index)
+    reason = d["reason"].astype(object) if "reason" in d else pd.Series([None] * len(d), dtype=object)
+    wm = pd.to_datetime(d["watermark"], utc=True) if "watermark" in d else pd.Series(pd.NaT, index=d.index)
+    et = d["_coord"].map(lambda c: by_coord.at[c, "event_time"] if c in by_coord.index else pd.NaT)
+    et = pd.to_datetime(et, utc=True)
+    is_late = (reason == late_reason).to_numpy(dtype=bool) & kafka_valid.to_numpy(dtype=bool)
+    behind_ok = is_late & (et <= wm).fillna(False).to_numpy(dtype=bool)
+    behind_coords = set(d["_coord"][behind_ok])
+    late_bad_coords = set(d["_coord"][is_late & ~behind_ok])
+    dead_coords = set(d["_coord"])
+
+    # the identity table: which identity (and version) each row holds
+    t = table.reset_index(drop=True).copy()
+    t["_id"] = _text(t, ids)
+    if version:
+        row_version = dict(zip(t["_id"], t[version]))
+        has_row = np.array([i in row_version and pd.notna(row_version[i]) and row_version[i] >= v
+                            for i, v in zip(exp["_id"], exp[version] if version in exp else [None] * len(exp))],
+                           dtype=bool)
+    else:
+        held = set(t["_id"].dropna())
+        has_row = exp["_id"].isin(held).to_numpy()
+    in_dead = exp["_coord"].isin(dead_coords).to_numpy()
+    row_at_coord = exp["_coord"].isin(set(_coords(t))).to_numpy() if set(COORDS) <= set(t.columns) else \
+        np.zeros(len(exp), dtype=bool)
+    landed = np.select(
+        [valid & exp["_coord"].isin(behind_coords).to_numpy(), valid & exp["_coord"].isin(late_bad_coords).to_numpy(),
+         valid & row_at_coord & in_dead, valid & has_row, valid,
+         ~valid & in_dead & row_at_coord, ~valid & in_dead, ~valid],
+        ["behind_watermark", "not_behind_watermark", "row+dead_letter", "row", "missing",
+         "row+dead_letter", "dead_letter", "dead_letter_missing"], default="missing")
+    coverage = exp[[*COORDS, *ids, "reason", "event_time"]].copy()
+    if version:
+        coverage[version] = exp[version]
+    coverage["landed_in"] = landed.astype(object)
+    coverage = coverage[judged].reset_index(drop=True)
+
+    rows = _judge_rows(exp[valid], t, identity, keys.get(identity.table, ids))
+    dead_rows = d[[*COORDS, "reason"]].copy() if len(d) else pd.DataFrame(columns=[*COORDS, "reason"])
+    dead_rows["table"] = dead_letter_table
+    dead_dup = d["_coord"].duplicated(keep=False).to_numpy() if len(d) else np.zeros(0, dtype=bool)
+    dead_bad = (kafka_valid.to_numpy(dtype=bool) & ~is_late) | ~kafka_known.to_numpy(dtype=bool) if len(d) else \
+        np.zeros(0, dtype=bool)
+    dead_rows["row_check"] = np.select([dead_dup, dead_bad], ["duplicate_key", "unexpected"], default="ok").astype(
+        object) if len(d) else pd.Series([], dtype=object)
+    dead_rows["disagrees"] = None
+    others = [_key_rows(name, frame, keys[name]) for name, frame in sink.items()
+              if name not in (identity.table, dead_letter_table) and name in keys]
+    all_rows = pd.concat([rows, dead_rows, *others], ignore_index=True)
+    for c in ("table", "row_check", "identity", "disagrees"):
+        if c not in all_rows:
+            all_rows[c] = None
+        all_rows[c] = all_rows[c].astype(object)
+
+    got = coverage["landed_in"].value_counts().to_dict()
+    checks = all_rows["row_check"].value_counts().to_dict() if len(all_rows) else {}
+    counts = {"records_in_range": int(len(coverage)),
+              "valid_records": int((coverage["reason"].isna()).sum()),
+              "identities": int(exp.loc[valid & judged, "_id"].nunique()),
+              "expected_dead_letters": int(coverage["reason"].notna().sum()),
+              "sink_rows": int(len(t)), "sink_dead_letters": int(len(d)),
+              **{f"landed_{k}": int(v) for k, v in got.items()},
+              **{f"rows_{k}": int(v) for k, v in checks.items()}}
+    return ContractFrames(coverage, all_rows, counts, _range_doc(coverage))
+
+
+def _judge_rows(valid: pd.DataFrame, t: pd.DataFrame, identity: Any, key: Sequence[str]) -> pd.DataFrame:
+    """Each identity-table row: duplicate key, unexpected identity/version, or values against the recomputation."""
+    version = identity.version
+    reconciled = [c for c in valid.columns if c in t.columns and c not in identity.columns
+                  and c not in NOT_RECONCILED and not c.startswith("_") and c not in ("reason",)]
+    out = pd.DataFrame({"table": identity.table, "identity": t["_id"]}, index=t.index)
+    if version:
+        out[version] = t[version]
+    for c in COORDS:
+        if c in t:
+            out[c] = t[c]
+    dup = t.duplicated(list(key), keep=False).to_numpy() if len(t) and set(key) <= set(t.columns) else \
+        np.zeros(len(t), dtype=bool)
+    candidates: dict[Any, list[int]] = {}
+    sel = valid.reset_index(drop=True)
+    for i, k in enumerate(sel["_id"]):
+        candidates.setdefault(k if not version else (k, sel.at[i, version]), []).append(i)
+    checks: list[str] = []
+    disagree: list[str | None] = []
+    for pos in range(len(t)):
+        ident = t.at[pos, "_id"]
+        look = ident if not version else (ident, t.at[pos, version])
+        cands = candidates.get(look)
+        if dup[pos]:
+            checks.append("duplicate_key")
+            disagree.append(None)
+            continue
+        if not cands:
+            checks.append("unexpected")
+            disagree.append(None)
+            continue
+        worst: list[str] | None = None
+        for i in cands:
+            bad = [c for c in reconciled if not _same(t.at[pos, c], sel.at[i, c])]
+            if not bad:
+                worst = []
+                break
+            worst = bad if worst is None or len(bad) < len(worst) else worst
+        checks.append("ok" if not worst else "value_mismatch")
+        disagree.append(None if not worst else ", ".join(
+            f"{c}: sink {t.at[pos, c]!r}, recomputed {sel.at[cands[0], c]!r}" for c in worst))
+    out["row_check"] = pd.Series(checks, index=t.index, dtype=object)
+    out["disagrees"] = pd.Series(disagree, index=t.index, dtype=object)
+    return out.reset_index(drop=True)
+
+
+def _key_rows(name: str, frame: pd.DataFrame, key: Sequence[str]) -> pd.DataFrame:
+    """Rows of a table the proof cannot recompute (an aggregate): only its declared key is judged."""
+    dup = frame.duplicated(list(key), keep=False).to_numpy() if len(frame) else np.zeros(0, dtype=bool)
+    return pd.DataFrame({"table": name, "identity": _text(frame, key).to_numpy(),
+                         "row_check": np.where(dup, "duplicate_key", "ok").astype(object), "disagrees": None})
+
+
+def _range_doc(coverage: pd.DataFrame) -> dict[str, dict[str, list[int]]]:
+    doc: dict[str, dict[str, list[int]]] = {}
+    if not len(coverage):
+        return doc
+    spans = coverage.groupby(["topic", "partition"])["offset"].agg(["min", "max"])
+    for (topic, part), row in spans.iterrows():
+        doc.setdefault(str(topic), {})[str(int(part))] = [int(row["min"]), int(row["max"]) + 1]
+    return doc
