@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from rewind.cli.common import add_bootstrap, add_registry, command
-from rewind.errors import EXIT_OK, EXIT_PROOF_VIOLATION
+from rewind.errors import EXIT_OK, EXIT_PROOF_VIOLATION, Refused
 
 
 def add_parser(sub: Any) -> None:
@@ -22,12 +23,32 @@ def add_parser(sub: Any) -> None:
     add_bootstrap(v)
     v.add_argument("--json", action="store_true", help="one line of JSON")
     v.add_argument("--all", action="store_true", help="every record in the topics, even while the stream runs")
+    span = v.add_mutually_exclusive_group()
+    span.add_argument("--since-last-proof", action="store_true",
+                      help="dq_suite contract: prove only the records after the last passed proof's end (its cursor, "
+                           "<status_dir>/<stream>.proof-cursor.json), in memory bounded by that range; a pass moves "
+                           "the cursor")
+    span.add_argument("--since", metavar="TIME", type=_utc_time,
+                      help="dq_suite contract: prove the records from this time (ISO 8601, UTC if no offset) on")
     v.set_defaults(func=run)
+
+
+class VerifyRefused(Refused, ValueError):
+    """A verify request that cannot be honoured (nothing was read)."""
+
+
+def _utc_time(text: str) -> datetime:
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r} (e.g. 2026-11-24T08:00:00Z)") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def run(args: argparse.Namespace) -> int:
     from rewind.paths import status_path
     from rewind.platform.processes import pid_alive
+    from rewind.proof.cursor import Since
     from rewind.proof.verify import committed_bounds, verify_stream
     from rewind.registry import load_registry
     from rewind.settings import resolve_bootstrap
@@ -40,10 +61,17 @@ def run(args: argparse.Namespace) -> int:
         bounds = committed_bounds(status.end_offsets)
         print(f"{spec.name} is running: proving the records below its last committed batch's offsets "
               f"{status.end_offsets} (use --all once it has stopped)", file=sys.stderr)
+    since: Since | None = "cursor" if args.since_last_proof else "time" if args.since else None
     if spec.dq_suite == "contract":  # any stream: proven from what its transform declares
         from rewind.proof.contract_proof import verify_contract_stream
 
-        report: Any = verify_contract_stream(spec, resolve_bootstrap(args.bootstrap), bounds)
+        report: Any = verify_contract_stream(spec, resolve_bootstrap(args.bootstrap), bounds, since=since,
+                                             since_time=args.since)
+        for note in report.notes:
+            print(f"{spec.name}: {note}", file=sys.stderr)
+    elif since is not None:
+        raise VerifyRefused(f"stream {spec.name}: --since-last-proof and --since are for dq_suite 'contract' streams; "
+                            f"its suite {spec.dq_suite!r} proves every record from the beginning")
     else:
         report = verify_stream(spec, resolve_bootstrap(args.bootstrap), bounds)
     print(json.dumps(report.summary(), indent=None if args.json else 1, default=str))

@@ -113,9 +113,11 @@ def iter_range(config: Mapping[str, Any], rng: OffsetRange, batch_size: int, tim
 
 
 def read_to_end(config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 60.0,
-                upper: Mapping[TP, int] | None = None, batch_size: int = 10_000) -> Iterator[list[Message]]:
-    """Every data record of ``topics`` from the earliest retained offset up to each partition's end
-    as it is when the read begins (or ``upper``, when given and lower), from all partitions at once.
+                upper: Mapping[TP, int] | None = None, batch_size: int = 10_000,
+                lower: Mapping[TP, int] | None = None) -> Iterator[list[Message]]:
+    """Every data record of ``topics`` from the earliest retained offset (or ``lower``, when given and
+    higher) up to each partition's end as it is when the read begins (or ``upper``, when given and
+    lower), from all partitions at once.
 
     A producer that keeps writing does not keep the read going: each partition ends at its
     snapshot end, at the first record or EOF at or past it. ``timeout_s`` is how long the read may
@@ -127,6 +129,8 @@ def read_to_end(config: Mapping[str, Any], topics: Iterable[str], timeout_s: flo
         ends = client.end_offsets(tps)
     if upper is not None:
         ends = {tp: min(end, upper.get(tp, 0)) for tp, end in ends.items()}
+    if lower is not None:
+        earliest = {tp: max(start, lower.get(tp, start)) for tp, start in earliest.items()}
     pending = {tp for tp in tps if ends[tp] > earliest[tp]}
     if not pending:
         return

@@ -52,6 +52,7 @@ class ContractFrames:
     rows: pd.DataFrame
     counts: dict[str, Any]
     range: dict[str, dict[str, list[int]]]
+    span: Mapping[tuple[str, int], tuple[int, int]] | None = None  # what a bounded proof read
 
     def frames(self) -> dict[str, pd.DataFrame]:
         return {"coverage": self.coverage, "rows": self.rows}
@@ -74,6 +75,26 @@ def _coords(frame: pd.DataFrame) -> pd.Series:
         return pd.Series([], dtype=object, index=frame.index)
     return pd.Series(list(zip(frame["topic"].astype(str), pd.to_numeric(frame["partition"]).astype("int64"),
                               pd.to_numeric(frame["offset"]).astype("int64"))), index=frame.index, dtype=object)
+
+
+def _equal(a: pd.Series, b: pd.Series) -> np.ndarray:
+    """Reconciled values against their recomputation, vectorized: floats within tolerance, times as
+    UTC instants, both null equal; anything else falls back to ``_same`` per value."""
+    a_null, b_null = a.isna().to_numpy(), b.isna().to_numpy()
+    both = a_null & b_null
+    try:
+        if pd.api.types.is_datetime64_any_dtype(a) or pd.api.types.is_datetime64_any_dtype(b):
+            eq = (pd.to_datetime(a, utc=True) == pd.to_datetime(b, utc=True)).to_numpy(dtype=bool)
+            return both | eq
+        if pd.api.types.is_numeric_dtype(a) and pd.api.types.is_numeric_dtype(b):
+            x = pd.to_numeric(a).astype("float64").to_numpy()
+            y = pd.to_numeric(b).astype("float64").to_numpy()
+            with np.errstate(invalid="ignore"):
+                eq = np.abs(x - y) <= FLOAT_TOLERANCE * np.maximum(1.0, np.abs(y))
+            return both | (eq & ~a_null & ~b_null)
+    except (TypeError, ValueError):
+        pass
+    return np.fromiter((_same(x, y) for x, y in zip(a, b)), dtype=bool, count=len(a))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -99,12 +120,16 @@ def _same(a: Any, b: Any) -> bool:
 
 def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFrame], *, identity: Any,
                           keys: Mapping[str, Sequence[str]], dead_letter_table: str,
-                          judged: np.ndarray | None = None, late_reason: str = "behind_watermark") -> ContractFrames:
+                          judged: np.ndarray | None = None, late_reason: str = "behind_watermark",
+                          row_scope: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> ContractFrames:
     """Kafka records with ``expect``'s columns, and the sink's tables -> the two frames (pure).
 
     ``expected``: one row per Kafka record read (coordinates + ``expect`` output). ``judged``: which
     of them lie in the range (default: all); the rest are context (a ``latest`` row may hold a
     version from beyond the range). ``keys``: every sink table's key (name -> columns).
+    ``row_scope``: a bounded proof's span: the sink holds only the rows its records touch, and only
+    identity rows at coordinates in the span are judged (they stand for records read); other
+    tables are left to a full proof.
     """
     exp = expected.reset_index(drop=True).copy()
     judged = np.ones(len(exp), dtype=bool) if judged is None else np.asarray(judged, dtype=bool)
@@ -158,6 +183,8 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     coverage = coverage[judged].reset_index(drop=True)
 
     rows = _judge_rows(exp[valid], t, identity, keys.get(identity.table, ids))
+    if row_scope is not None:
+        rows = rows[_in_scope(rows, row_scope)].reset_index(drop=True)
     dead_rows = d[[*COORDS, "reason"]].copy() if len(d) else pd.DataFrame(columns=[*COORDS, "reason"])
     dead_rows["table"] = dead_letter_table
     dead_dup = d["_coord"].duplicated(keep=False).to_numpy() if len(d) else np.zeros(0, dtype=bool)
@@ -166,8 +193,9 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     dead_rows["row_check"] = np.select([dead_dup, dead_bad], ["duplicate_key", "unexpected"], default="ok").astype(
         object) if len(d) else pd.Series([], dtype=object)
     dead_rows["disagrees"] = None
-    others = [_key_rows(name, frame, keys[name]) for name, frame in sink.items()
-              if name not in (identity.table, dead_letter_table) and name in keys]
+    others = [] if row_scope is not None else [
+        _key_rows(name, frame, keys[name]) for name, frame in sink.items()
+        if name not in (identity.table, dead_letter_table) and name in keys]
     all_rows = pd.concat([rows, dead_rows, *others], ignore_index=True)
     for c in ("table", "row_check", "identity", "disagrees"):
         if c not in all_rows:
@@ -190,7 +218,7 @@ def _judge_rows(valid: pd.DataFrame, t: pd.DataFrame, identity: Any, key: Sequen
     """Each identity-table row: duplicate key, unexpected identity/version, or values against the recomputation."""
     version = identity.version
     reconciled = [c for c in valid.columns if c in t.columns and c not in identity.columns
-                  and c not in NOT_RECONCILED and not c.startswith("_") and c not in ("reason",)]
+                  and c not in NOT_RECONCILED and not c.startswith("_") and c not in ("reason", version)]
     out = pd.DataFrame({"table": identity.table, "identity": t["_id"]}, index=t.index)
     if version:
         out[version] = t[version]
@@ -199,37 +227,51 @@ def _judge_rows(valid: pd.DataFrame, t: pd.DataFrame, identity: Any, key: Sequen
             out[c] = t[c]
     dup = t.duplicated(list(key), keep=False).to_numpy() if len(t) and set(key) <= set(t.columns) else \
         np.zeros(len(t), dtype=bool)
-    candidates: dict[Any, list[int]] = {}
-    sel = valid.reset_index(drop=True)
-    for i, k in enumerate(sel["_id"]):
-        candidates.setdefault(k if not version else (k, sel.at[i, version]), []).append(i)
+    # every (row, record of its identity [and version]) pair, compared column by column at once
+    on = ["_id", version] if version else ["_id"]
+    left = t[[*on, *reconciled]].assign(_pos=np.arange(len(t)))
+    right = valid[[*on, *reconciled]]
+    if version:
+        left[version] = pd.to_numeric(left[version], errors="coerce")
+        right = right.assign(**{version: pd.to_numeric(right[version], errors="coerce")})
+    pairs = left.merge(right, on=on, how="inner", suffixes=("", "_exp"))
+    bad = np.zeros((len(pairs), len(reconciled)), dtype=bool)
+    for j, c in enumerate(reconciled):
+        bad[:, j] = ~_equal(pairs[c], pairs[f"{c}_exp"])
+    n_bad = bad.sum(axis=1)
+    pairs = pairs.assign(_n_bad=n_bad, _row=np.arange(len(pairs)))
+    best = pairs.sort_values(["_pos", "_n_bad"]).drop_duplicates("_pos")  # the closest record per row
+    best_of = dict(zip(best["_pos"], best["_row"]))
     checks: list[str] = []
     disagree: list[str | None] = []
     for pos in range(len(t)):
-        ident = t.at[pos, "_id"]
-        look = ident if not version else (ident, t.at[pos, version])
-        cands = candidates.get(look)
+        row = best_of.get(pos)
         if dup[pos]:
             checks.append("duplicate_key")
             disagree.append(None)
-            continue
-        if not cands:
+        elif row is None:
             checks.append("unexpected")
             disagree.append(None)
-            continue
-        worst: list[str] | None = None
-        for i in cands:
-            bad = [c for c in reconciled if not _same(t.at[pos, c], sel.at[i, c])]
-            if not bad:
-                worst = []
-                break
-            worst = bad if worst is None or len(bad) < len(worst) else worst
-        checks.append("ok" if not worst else "value_mismatch")
-        disagree.append(None if not worst else ", ".join(
-            f"{c}: sink {t.at[pos, c]!r}, recomputed {sel.at[cands[0], c]!r}" for c in worst))
+        elif n_bad[row] == 0:
+            checks.append("ok")
+            disagree.append(None)
+        else:
+            checks.append("value_mismatch")
+            disagree.append(", ".join(f"{c}: sink {pairs.at[row, c]!r}, recomputed {pairs.at[row, f'{c}_exp']!r}"
+                                      for j, c in enumerate(reconciled) if bad[row, j]))
     out["row_check"] = pd.Series(checks, index=t.index, dtype=object)
     out["disagrees"] = pd.Series(disagree, index=t.index, dtype=object)
     return out.reset_index(drop=True)
+
+
+def _in_scope(rows: pd.DataFrame, scope: Mapping[tuple[str, int], tuple[int, int]]) -> np.ndarray:
+    """Rows at coordinates inside ``scope`` (none when the table has no coordinates)."""
+    if not len(rows) or not set(COORDS) <= set(rows.columns):
+        return np.zeros(len(rows), dtype=bool)
+    lo = np.array([scope.get((str(t), int(p)), (0, 0))[0] for t, p in zip(rows["topic"], rows["partition"])])
+    hi = np.array([scope.get((str(t), int(p)), (0, 0))[1] for t, p in zip(rows["topic"], rows["partition"])])
+    off = pd.to_numeric(rows["offset"]).to_numpy(dtype="int64")
+    return (off >= lo) & (off < hi)
 
 
 def _key_rows(name: str, frame: pd.DataFrame, key: Sequence[str]) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import pandas as pd
 from rewind.errors import Refused
 from rewind.proof.checks import COORDS
 from rewind.proof.contract_frames import EXPECT_COLUMNS, ContractFrames, build_contract_frames
+from rewind.proof.cursor import Since, Span, resolve_span, write_cursor
 from rewind.proof.verify import KafkaRecord, read_records
 from rewind.stream.contract import RECORD_COLUMNS, Transform, load_transform
 
@@ -44,13 +46,15 @@ class ContractReport:
     range: dict[str, dict[str, list[int]]]
     problems: dict[str, int] = field(default_factory=dict)  # problem -> how many rows
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not any(self.problems.values())
 
     def summary(self, examples: int = EXAMPLES) -> dict[str, Any]:
-        return {"stream": self.stream, "suite": "contract", "ok": self.ok, "range": self.range, **self.counts,
+        return {"stream": self.stream, "suite": "contract", "ok": self.ok, "range": self.range,
+                "notes": self.notes, **self.counts,
                 **{k: {"count": n, "examples": self.examples.get(k, [])[:examples]}
                    for k, n in self.problems.items()}}
 
@@ -92,33 +96,64 @@ def expected_frame(transform: Transform, records: pd.DataFrame, spec: Any) -> pd
     return exp
 
 
-def contract_frames(spec: Any, bootstrap: str, bounds: dict[tuple[str, int], tuple[int, int]] | None = None,
+def contract_frames(spec: Any, bootstrap: str, span: Span | None = None,
                     transform: Transform | None = None) -> ContractFrames:
-    """Read Kafka (all of it) and the sink, judge the records in ``bounds`` (``[start, end)`` per partition)."""
+    """The two frames of ``span`` (``[start, end)`` per partition; None: every record Kafka holds).
+
+    With a span, only its records are read, and only the sink rows they touch: rows of their
+    identities (to find each record's row) and rows and dead letters at coordinates in the span
+    (judged). Memory follows the span, not the topic's history.
+    """
+    from rewind.stream.late_routing import BEHIND_WATERMARK
     from rewind.stream.runner import open_sink
 
     transform = transform or load_transform(spec)
-    records = read_records(bootstrap, spec.topics, source_options=spec.source.options)
+    ident = transform.identity
+    if span is None:
+        records = read_records(bootstrap, spec.topics, source_options=spec.source.options)
+    else:
+        records = read_records(bootstrap, spec.topics, source_options=spec.source.options,
+                               upper={k: e for k, (_, e) in span.items()}, lower={k: s for k, (s, _) in span.items()})
+    exp = expected_frame(transform, records_frame(records), spec)
+    del records
     sink = open_sink(spec)
     try:
-        names = [t.name for t in transform.tables]
-        tables = {name: sink.read_table(name) for name in names}
+        if span is None:
+            tables = {t.name: sink.read_table(t.name) for t in transform.tables}
+        else:
+            tables = touched_rows(sink, transform, exp, span)
     finally:
         sink.dispose()
-    frame = records_frame(records)
-    exp = expected_frame(transform, frame, spec)
-    judged = None
-    if bounds is not None:
-        lo = np.array([bounds.get((t, int(p)), (0, 0))[0] for t, p in zip(frame["topic"], frame["partition"])])
-        hi = np.array([bounds.get((t, int(p)), (0, 0))[1] for t, p in zip(frame["topic"], frame["partition"])])
-        off = frame["offset"].to_numpy()
-        judged = (off >= lo) & (off < hi)
-    from rewind.stream.late_routing import BEHIND_WATERMARK
+    return build_contract_frames(exp, tables, identity=ident, keys={t.name: t.key for t in transform.tables},
+                                 dead_letter_table=transform.dead_letter_table, late_reason=BEHIND_WATERMARK,
+                                 row_scope=span)
 
-    return build_contract_frames(exp, tables, identity=transform.identity,
-                                 keys={t.name: t.key for t in transform.tables},
-                                 dead_letter_table=transform.dead_letter_table, judged=judged,
-                                 late_reason=BEHIND_WATERMARK)
+
+def touched_rows(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span,
+                 chunk: int = 5000) -> dict[str, pd.DataFrame]:
+    """The identity table's rows of the span's identities or at its coordinates, and its dead letters."""
+    import sqlalchemy as sa
+
+    ident = transform.identity
+    specs = {t.name: t for t in transform.tables}
+
+    def at_coords(t: Any) -> Any:
+        return sa.or_(*[sa.and_(t.c.topic == topic, t.c.partition == part, t.c.offset >= lo, t.c.offset < hi)
+                        for (topic, part), (lo, hi) in span.items() if hi > lo] or [sa.false()])
+
+    valid = exp[exp["reason"].isna()]
+    keys = list(dict.fromkeys(zip(*[valid[c].tolist() for c in ident.columns])))
+    parts = []
+    for i in range(0, len(keys), chunk):
+        some = keys[i:i + chunk]
+        parts.append(sink.read_rows(ident.table, where=lambda t, some=some: sa.tuple_(
+            *[t.c[c] for c in ident.columns]).in_(some)))
+    if set(COORDS) <= set(specs[ident.table].column_names):
+        parts.append(sink.read_rows(ident.table, where=at_coords))
+    rows = pd.concat(parts, ignore_index=True) if parts else sink.read_rows(ident.table, where=lambda t: sa.false())
+    rows = rows.drop_duplicates(list(specs[ident.table].key), keep="first") if len(rows) else rows
+    dead = sink.read_rows(transform.dead_letter_table, where=at_coords)
+    return {ident.table: rows.reset_index(drop=True), transform.dead_letter_table: dead}
 
 
 def report_of(stream: str, frames: ContractFrames) -> ContractReport:
@@ -135,11 +170,29 @@ def report_of(stream: str, frames: ContractFrames) -> ContractReport:
     return ContractReport(stream, frames.counts, frames.range, problems, examples)
 
 
-def verify_contract_stream(spec: Any, bootstrap: str,
-                           bounds: dict[tuple[str, int], int] | None = None) -> ContractReport:
-    """``rewind verify`` for a contract stream; ``bounds``: judge offsets below them (a running stream)."""
-    span = None if bounds is None else {k: (0, v) for k, v in bounds.items()}
-    return report_of(spec.name, contract_frames(spec, bootstrap, span))
+def verify_contract_stream(spec: Any, bootstrap: str, bounds: dict[tuple[str, int], int] | None = None, *,
+                           since: Since | None = None, since_time: datetime | None = None,
+                           run_id: str = "verify") -> ContractReport:
+    """``rewind verify`` for a contract stream.
+
+    ``since=None``: every record (below ``bounds``, the committed end of a running stream, when
+    given). ``since="cursor"`` / ``"beginning"`` / ``"time"``: a bounded proof of the span
+    ``rewind.proof.cursor.resolve_span`` picks; a passed bounded proof moves the cursor.
+    """
+    if since is None:
+        span = None if bounds is None else {k: (0, v) for k, v in bounds.items()}
+        report = report_of(spec.name, contract_frames(spec, bootstrap, span))
+        report.notes.append("proved every record Kafka holds" + (" below the last committed batch" if bounds else ""))
+        return report
+    span, notes = resolve_span(spec, bootstrap, since=since, since_time=since_time, committed=bounds)
+    report = report_of(spec.name, contract_frames(spec, bootstrap, span))
+    report.notes.extend(notes)
+    report.notes.append(f"proved {sum(e - s for s, e in span.values())} offsets since "
+                        + {"cursor": "the last passed proof", "beginning": "the beginning",
+                           "time": f"{since_time}"}[since])
+    if report.ok:
+        write_cursor(spec, span, run_id)
+    return report
 
 
 def _records(frame: pd.DataFrame, limit: int = 50) -> list[dict[str, Any]]:

@@ -93,7 +93,7 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
         notes.append(note)
 
     if spec.dq_suite == CONTRACT_SUITE:
-        frames_of: Any = _contract_frames(spec, bootstrap, norm, seconds)
+        frames_of: Any = _contract_frames(spec, bootstrap, bounds, norm, status, seconds, notes)
         suite = (CONTRACT_CHECKS, CONTRACT_SUITE, CONTRACT_FRAME_NOTES)
     else:
         frames_of = _exactly_once_frames(spec, bootstrap, norm, seconds, notes, watermark, wm_batch, last_batch, d)
@@ -106,6 +106,10 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     result = ProofResult(spec.name, run_id, not failures, frames_of.range, frames_of.counts, total, failures,
                          local_paths(run_dir, docs_dir), notes=notes)
     write_validation_result(result, ge_results)
+    if result.ok and spec.dq_suite == CONTRACT_SUITE and bounds is None:
+        from rewind.proof.cursor import write_cursor
+
+        write_cursor(spec, frames_of.span, run_id)
 
     store = s3_store(s3)
     if store is not None:
@@ -120,12 +124,23 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     return result
 
 
-def _contract_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str, float]) -> Any:
-    """A contract stream's two frames (``rewind.proof.contract_proof``)."""
+def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, status: Any, seconds: dict[str, float],
+                     notes: list[str]) -> Any:
+    """A contract stream's two frames (``rewind.proof.contract_proof``): explicit bounds, else since the
+    last passed proof (its cursor) up to the last committed batch: the hourly run proves the last hour."""
     from rewind.proof.contract_proof import contract_frames
+    from rewind.proof.cursor import resolve_span
 
     t = time.perf_counter()
-    frames = contract_frames(spec, bootstrap, norm)
+    if bounds is not None:
+        span = norm
+    else:
+        committed = committed_bounds(status.end_offsets) if status is not None and status.end_offsets else None
+        span, clipped = resolve_span(spec, bootstrap, since="cursor", committed=committed)
+        notes.extend(clipped)
+        notes.append(f"proving {sum(e - s for s, e in span.values())} offsets since the last passed proof")
+    frames = contract_frames(spec, bootstrap, span)
+    frames.span = span
     seconds["frames"] = time.perf_counter() - t
     return frames
 

@@ -183,7 +183,8 @@ def _check_windows(rep: ExactlyOnceReport, events: pd.DataFrame, windows: pd.Dat
 
 def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
                  source_options: dict[str, str] | None = None,
-                 upper: dict[tuple[str, int], int] | None = None) -> list[KafkaRecord]:
+                 upper: dict[tuple[str, int], int] | None = None,
+                 lower: dict[tuple[str, int], int] | None = None) -> list[KafkaRecord]:
     """Every record of ``topics`` up to each partition's end as it was when the read began (below
     ``upper`` per partition when given), read with the stream's own ``kafka.*`` options (security,
     isolation level). ``timeout``: the longest wait without progress."""
@@ -196,8 +197,9 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
     config = stream_consumer_config(source_options or {}, bootstrap, "rewind-verify")
     config["fetch.max.bytes"] = 52428800
     bound = None if upper is None else {TP(t, p): o for (t, p), o in upper.items()}
+    floor = None if lower is None else {TP(t, p): o for (t, p), o in lower.items()}
     out: list[KafkaRecord] = []
-    for batch in read_to_end(config, topics, timeout, bound):
+    for batch in read_to_end(config, topics, timeout, bound, lower=floor):
         for msg in batch:
             ts_type, ts = msg.timestamp()
             # a record always has topic, partition and offset (confluent-kafka types them Optional)
