@@ -10,6 +10,7 @@ Partition counts, keyless records and duplicate sends vary.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,42 @@ def test_each_proof_reads_only_what_came_after_the_last(tmp_path: Path, platform
     assert full.problems["records_missing"] > 0 and full.problems["rows_value_mismatch"] == 1
     assert isinstance(full.examples["rows_value_mismatch"][0]["disagrees"], str)
     pd.testing.assert_index_equal(pd.Index([new_row]), pd.Index([full.examples["rows_value_mismatch"][0]["identity"]]))
+
+
+def test_the_dq_proof_of_a_contract_stream_proves_since_its_cursor(tmp_path: Path, platform: Any,
+                                                                   new_topic: Any) -> None:
+    """The hourly DQ run of a contract stream: Great Expectations over the two frames, the last span only."""
+    import sqlalchemy as sa
+
+    from rewind.demo.producer import ProduceSpec, produce
+    from rewind.proof.dq import run_proof
+    from rewind.proof.report import format_proof
+    from rewind.registry import load_registry
+    from rewind.stream.runner import open_sink
+    from rewind.testing.registry_templates import demo_stream, write_registry
+
+    topic = new_topic(partitions=3, prefix="dqc")
+    spec = load_registry(write_registry(tmp_path / "r.yaml", demo_stream("q", topic, tmp_path, dq_suite="contract"))
+                         ).get("q")
+    sent = produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=900, malformed_every=11, keyless=True)).sent
+    fill_sink_from_expect(spec, platform.kafka_bootstrap)
+    first = run_proof(spec, platform.kafka_bootstrap, run_dir=tmp_path / "one")
+    assert first.ok, format_proof(first)
+    assert first.counts["records_in_range"] == sent and first.expectations == 4
+    assert Path(first.local["data_docs"]).exists() if "data_docs" in first.local else True
+    again = run_proof(spec, platform.kafka_bootstrap, run_dir=tmp_path / "two")
+    assert again.ok and again.counts["records_in_range"] == 0  # nothing new since the last passed proof
+
+    more = produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=400, start_seq=3000,
+                                                         malformed_every=11, keyless=True)).sent
+    fill_sink_from_expect(spec, platform.kafka_bootstrap, lower=read_cursor(spec))
+    sink = open_sink(spec)
+    try:
+        with sink._engine.begin() as conn:
+            conn.execute(sa.text(f"DELETE FROM {sink.table_name('events')} WHERE event_id = 'evt-000003007'"))
+    finally:
+        sink.dispose()
+    bad = run_proof(spec, platform.kafka_bootstrap, run_dir=tmp_path / "three")
+    assert not bad.ok and bad.counts["records_in_range"] == more
+    assert [f.name for f in bad.failures] == ["no_kafka_record_missing"]
+    assert "evt-000003007" in json.dumps(bad.failures[0].examples, default=str)
