@@ -412,14 +412,16 @@ def test_spark_submit_entry_with_a_plan_file(done_stream: dict[str, Any], platfo
                           str(tmp_path / "plan.json"), "--dry-run", "--replay-id", "job-1", *base],
                          capture_output=True, text=True, env=env, timeout=120)
     assert dry.returncode == 0 and "dry run: nothing was written" in dry.stdout and "job-1" in dry.stdout, dry
-    assert not (tmp_path / "home" / "replays").exists()
+    # a stream's replays live under its home, the parent of its status_dir (rewind.paths), where the page looks
+    runs = Path(done_stream["spec"].status_dir).parent / "replays" / "rr"
+    assert not (runs / "job-1").exists()
     run = subprocess.run([sys.executable, str(REPLAY_JOB), "rr", "--plan-json",
                           str(tmp_path / "plan.json"), "--replay-id", "job-1", "--json", "--no-progress", *base],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout)
     assert report["status"] == "ok" and report["proof"]["ok"] and report["counts"]["records_read"] == 240
-    assert Path(report["artifacts"]["report"]) == tmp_path / "home" / "replays" / "rr" / "job-1" / "report.json"
+    assert Path(report["artifacts"]["report"]) == runs / "job-1" / "report.json"
     assert report["artifacts"]["report_s3"].endswith("replays/rr/job-1/report.json")
     assert "chunk 1/1" in run.stderr and snapshot(done_stream["spec"]) == before
 

@@ -120,7 +120,7 @@ def format_report(r: ReplayReport) -> str:
     if c:
         w_tab, skip = c.get("written", {}), c.get("already_present", {})
         lines.append(f"read: {c.get('records_read')} records (planned {c.get('records_planned')}) in "
-                     f"{len(r.chunks)} chunk(s); out: {c.get('events_out')} events, {c.get('dead_letters_out')} "
+                     f"{len(r.chunks)} chunk(s); out: {c.get('events_out')} rows, {c.get('dead_letters_out')} "
                      f"dead letters, {c.get('duplicates_collapsed')} duplicate sends collapsed")
         lines.append("written: " + ", ".join(f"{t} {n}" for t, n in w_tab.items())
                      + "; already present (skipped): " + ", ".join(f"{t} {n}" for t, n in skip.items()))
@@ -134,8 +134,9 @@ def format_report(r: ReplayReport) -> str:
     if r.comparison:
         cmp = r.comparison
         lines.append("shadow vs main: " + ("identical over the range" if cmp.get("identical") else "DIFFERENT"))
-        for t in ("events", "dead_letter", "windows"):
-            d = cmp.get(t, {})
+        for t, d in cmp.items():
+            if not isinstance(d, dict) or "only_in_shadow" not in d:
+                continue
             lines.append(f"  {t}: {d.get('only_in_shadow')} only in shadow, {d.get('only_in_main', '-')} only in "
                          f"main, {d.get('differing')} differing")
     if r.proof:

@@ -40,7 +40,7 @@ from rewind.replay.job import execute, prove_range
 from rewind.replay.plan import ReplayPlan, format_plan
 from rewind.replay.problems import refuse
 from rewind.replay.report import ReplayFailed, ReplayProofFailed, ReplayReport, format_report, s3_key, store_report
-from rewind.replay.setup import DEFAULT_CHUNK_OFFSETS, ReplaySetup, plan_chunks, prepare_replay
+from rewind.replay.setup import DEFAULT_CHUNK_OFFSETS, RECOMPUTED, ReplaySetup, plan_chunks, prepare_replay
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,14 @@ def describe_replay(setup: ReplaySetup, s3_where: str | None = None,
                     chunk_offsets: int = DEFAULT_CHUNK_OFFSETS) -> str:
     """The dry run: the plan, and what a run would write where (nothing is changed)."""
     spec = setup.spec
-    tables = ", ".join(f"{setup.table_prefix}{t}" for t in ("events", "dead_letter", "window_results"))
-    what = ("into the stream's own tables, idempotently (events insert-or-ignore by event_id, dead letters by "
-            "topic/partition/offset; window results recomputed from the raw events)" if setup.mode == "into-sink"
+    from rewind.stream.contract import load_transform
+
+    specs = list(load_transform(spec).tables)
+    tables = ", ".join(f"{setup.table_prefix}{t.name}" for t in specs)
+    rule = {"ignore": "insert-or-ignore", "replace": "upsert", "latest": "highest version wins"}
+    how = "; ".join(f"{t.name}: {'recomputed from the raw events' if t.name == RECOMPUTED else rule[t.on_conflict]}"
+                    f" by {'/'.join(t.key)}" for t in specs)
+    what = (f"into the stream's own tables, idempotently ({how})" if setup.mode == "into-sink"
             else "into shadow tables for comparison with the main tables (which stay untouched)")
     n_chunks = len(plan_chunks(setup.ranges, chunk_offsets))
     text = format_plan(setup.plan).rsplit("\n", 1)[0]
