@@ -1,26 +1,52 @@
-"""`rewind stream run STREAM`: run a registered stream in the foreground (what spark-submit runs)."""
+"""`rewind stream run STREAM`: run a registered stream in the foreground (what spark-submit runs).
+`rewind stream new NAME`: write a new stream's package and add it to the registry."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from rewind.cli.common import add_bootstrap, add_registry, command
 
 
 def add_parser(sub: Any) -> None:
-    st = command(sub, "stream", "run a registered stream in the foreground",
-                 "run: Kafka -> the stream's transform -> its exactly-once sink, until SIGTERM/Ctrl-C (which stops "
-                 "after the batch in flight) or, with --available-now, until what is in Kafka now is processed.",
-                 codes={1: "failed: the query stopped with an exception (the status file and the log say which)",
-                        3: "refused: an unknown stream, a missing topic, an unreachable Kafka, a driver already "
-                           "holding the checkpoint, a missing connector jar"})
-    st.add_argument("action", choices=["run"])
-    st.add_argument("stream")
-    add_registry(st)
-    add_bootstrap(st)
-    st.add_argument("--available-now", action="store_true", help="process what is there, then stop")
-    st.set_defaults(func=run)
+    st = command(sub, "stream", "run a registered stream, or start a new one",
+                 "run: Kafka -> the stream's transform -> its exactly-once sink. new: a new stream's package (a "
+                 "transform implementing the contract, a producer, a test) and its registry entry. "
+                 "`rewind stream ACTION --help` for each.")
+    actions = st.add_subparsers(dest="stream_action", required=True, metavar="ACTION", title="actions")
+    run_p = command(actions, "run", "run a registered stream in the foreground",
+                    "Kafka -> the stream's transform -> its exactly-once sink, until SIGTERM/Ctrl-C (which stops "
+                    "after the batch in flight) or, with --available-now, until what is in Kafka now is processed.",
+                    codes={1: "failed: the query stopped with an exception (the status file and the log say which)",
+                           3: "refused: an unknown stream, a missing topic, an unreachable Kafka, a driver already "
+                              "holding the checkpoint, a missing connector jar"})
+    run_p.add_argument("stream")
+    add_registry(run_p)
+    add_bootstrap(run_p)
+    run_p.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    run_p.set_defaults(func=run)
+
+    new_p = command(actions, "new", "write a new stream's package and add it to the registry",
+                    "Writes DIR/NAME/: transform.py (a class implementing rewind.stream.contract.Transform for JSON "
+                    "records {id, value, ts}: from_json in Spark, malformed records as dead letters, an insert-once "
+                    "table NAME_rows, expect() recomputing it in pandas), producer.py (test records), test_NAME.py; "
+                    "appends the stream to the registry (its comments kept; dq_suite: contract) and prints the next "
+                    "commands. See docs/add-your-stream.md.",
+                    codes={3: "refused: a NAME that is not a lowercase identifier, DIR/NAME exists, the stream name "
+                              "is taken in the registry, or the registry cannot be appended to; nothing was written"})
+    new_p.add_argument("name", metavar="NAME", help="the stream's name, also its package's (a lowercase identifier)")
+    new_p.add_argument("--dir", default=".", help="where the package NAME/ goes (default: the current directory)")
+    new_p.add_argument("--registry", help="the registry to add the stream to (default: $REWIND_REGISTRY, else "
+                                          "streams.yaml); created if missing")
+    new_p.add_argument("--topic", help="the Kafka topic it reads (default: NAME)")
+    new_p.add_argument("--partitions", type=int, default=3, metavar="N",
+                       help="the topic's partitions, when the producer creates it (default: 3)")
+    new_p.set_defaults(func=new)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,3 +56,60 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_registry(args.registry).get(args.stream)
     return run_stream(spec, resolve_bootstrap(args.bootstrap), available_now=args.available_now)
+
+
+def new(args: argparse.Namespace) -> int:
+    """Check everything first (a refusal writes nothing), then the package, then the registry."""
+    from rewind.registry import load_registry
+    from rewind.settings import default_registry
+    from rewind.stream.scaffold import ScaffoldRefused, add_to_registry, next_commands, package_files
+
+    files = package_files(args.name, args.topic, args.partitions)
+    directory = Path(args.dir).resolve()
+    package = directory / args.name
+    if package.exists():
+        raise ScaffoldRefused(f"{package} already exists: choose another NAME or --dir (nothing was written)")
+    registry = Path(args.registry) if args.registry else default_registry()
+    try:
+        before = registry.read_text() if registry.exists() else ""
+    except OSError as exc:
+        raise ScaffoldRefused(f"cannot read the registry {registry}: {exc} (nothing was written)")
+    probe = registry if registry.exists() else next(p for p in registry.resolve().parents if p.exists())
+    if not os.access(probe, os.W_OK):
+        raise ScaffoldRefused(f"cannot write the registry {registry} (nothing was written)")
+    text = add_to_registry(before, args.name, args.topic, args.partitions, str(directory), where=str(registry))
+    with tempfile.TemporaryDirectory() as tmp:  # the new entry alone must load (durations, schedule, names)
+        alone = Path(tmp) / "streams.yaml"
+        alone.write_text(add_to_registry("", args.name, args.topic, args.partitions, str(directory)))
+        load_registry(alone)
+
+    package.mkdir(parents=True)
+    for rel, body in files.items():
+        (directory / rel).write_text(body)
+        print(f"wrote {directory / rel}")
+    target = registry.resolve()  # a symlinked registry stays a symlink
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    partial.write_text(text)
+    if target.exists():
+        shutil.copymode(target, partial)
+    partial.replace(target)  # whole or not at all: a reader never sees half an entry
+    print(f"added stream {args.name} to {registry} (dq_suite: contract)")
+    print("next: send test records, run the stream over them, prove the sink holds exactly what Kafka does:")
+    for line in next_commands(args.name, directory, _registry_flag(args.registry, registry)):
+        print(f"  {line}")
+    print(f"then change the places marked CHANGE in {package / 'transform.py'} (and test: pytest {package})")
+    return 0
+
+
+def _registry_flag(given: str | None, registry: Path) -> Path | None:
+    """The registry the next commands must name (--registry), or None when it is the default one."""
+    from rewind.errors import Refused
+    from rewind.settings import default_registry
+
+    if not given:
+        return None
+    try:
+        return None if default_registry().resolve() == registry.resolve() else registry.resolve()
+    except Refused:
+        return registry.resolve()

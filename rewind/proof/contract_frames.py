@@ -90,7 +90,7 @@ def _equal(a: pd.Series, b: pd.Series) -> np.ndarray:
             x = pd.to_numeric(a).astype("float64").to_numpy()
             y = pd.to_numeric(b).astype("float64").to_numpy()
             with np.errstate(invalid="ignore"):
-                eq = np.abs(x - y) <= FLOAT_TOLERANCE * np.maximum(1.0, np.abs(y))
+                eq = (x == y) | (np.abs(x - y) <= FLOAT_TOLERANCE * np.maximum(1.0, np.abs(y)))  # x == y: inf
             return both | (eq & ~a_null & ~b_null)
     except (TypeError, ValueError):
         pass
