@@ -473,7 +473,7 @@ def test_compose_registry_selects_spark_kafka_postgres_and_s3a(services: dict[st
     registry = load_registry(COMPOSE_REGISTRY, env=env)
     default = load_registry(ROOT / "streams.yaml", env={"REWIND_HOME": "/tmp/rewind"})
     assert set(registry.streams) == set(default.streams)
-    topics = services["kafka-init"]["command"]
+    topics = " ".join(services["kafka-init"]["command"]).split()  # one kafka-topics.sh line per topic
     for name, spec in registry.streams.items():
         assert spec.source.format == "kafka", name
         assert spec.checkpoint.startswith(f"s3a://{example['REWIND_S3_BUCKET']}/checkpoints/"), spec.checkpoint
@@ -483,7 +483,7 @@ def test_compose_registry_selects_spark_kafka_postgres_and_s3a(services: dict[st
         assert spec.savepoints.schedule is None, "savepoints need a local checkpoint (docs/compose.md)"
         for topic in spec.topics:  # the one-shot kafka-init creates each topic with the registry's partitions
             i = topics.index(topic)
-            assert topics[i - 1] == "--topic" and topics[topics.index("--partitions") + 1] == str(spec.partitions)
+            assert topics[i - 1] == "--topic" and topics[topics.index("--partitions", i) + 1] == str(spec.partitions)
     # the shared-volume alternative, chosen by one variable
     local = load_registry(COMPOSE_REGISTRY, env={**env, "REWIND_CHECKPOINT_ROOT": "/opt/rewind-home/checkpoints"})
     assert local.get("demo").checkpoint == "/opt/rewind-home/checkpoints/demo"

@@ -54,7 +54,8 @@ def test_dags_import_without_network(airflow_env: dict[str, str], monkeypatch: p
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
     dags = _load()
-    assert set(dags) == {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq", "rewind_replay"}
+    assert set(dags) == {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq", "rewind_replay",
+                         "rewind_inventory_supervisor", "rewind_inventory_savepoint", "rewind_inventory_dq"}
 
 
 def test_dagbag_has_no_import_errors(airflow_env: dict[str, str]) -> None:
@@ -73,7 +74,7 @@ def test_supervisor_task_graph(airflow_env: dict[str, str]) -> None:
         "diagnose": ["recover_checkpoint", "relaunch"], "recover_checkpoint": ["relaunch"], "relaunch": ["prove"],
         "prove": ["chain_enabled"], "chain_enabled": ["next_run"], "next_run": [],
     }
-    assert dag.get_task("watch").__class__.__name__ == "WatchStreamOperator"
+    assert dag.get_task("watch").__class__.__name__ == "StreamHealthSensor"  # the watch is a sensor (deferrable)
     assert dag.max_active_runs == 1 and dag.schedule is None or dag.timetable.summary in ("None", "")
     sp = _load()["rewind_demo_savepoint"]
     assert [sorted(t.downstream_task_ids) for t in sp.tasks if t.task_id == "take_savepoint"] == [["apply_retention"]]

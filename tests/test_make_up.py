@@ -1,7 +1,8 @@
 """The newcomer's first command: `rewind up` (what `make up` runs) on a fresh REWIND_HOME.
 
-It must start the embedded platform and Airflow, have Airflow launch the demo stream, print the
-UI address and a generated login, show batches flowing, and on Ctrl-C stop everything it started.
+It must start the embedded platform and Airflow, have Airflow launch the demo stream and the
+inventory stream beside it, print the UI address and a generated login, show batches flowing, and
+on Ctrl-C stop everything it started.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def test_rewind_up_runs_the_demo_under_airflow_and_stops_cleanly(tmp_path: Path)
     home = tmp_path / "home"
     up = RewindUp(home)
     status_file = home / "status" / "demo.json"
+    inventory_file = home / "status" / "inventory.json"
     try:
         deadline = time.monotonic() + 420
         while time.monotonic() < deadline and up.running():
@@ -52,13 +54,28 @@ def test_rewind_up_runs_the_demo_under_airflow_and_stops_cleanly(tmp_path: Path)
         assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
         report = json.loads(verify.stdout)
         assert report["ok"] and report["kafka_records"] > 0 and report["sink_events"] > 0, report
+        # The second stream, under its own supervisor DAG, proven from its contract while it runs.
+        while time.monotonic() < deadline and up.running():
+            inv = read_status(inventory_file)
+            if inv and inv.state == "running" and (inv.last_batch_id or 0) >= 1:
+                break
+            time.sleep(1)
+        inv = read_status(inventory_file)
+        assert inv and inv.state == "running" and (inv.last_batch_id or 0) >= 1, up.output[-4000:]
+        inventory_pid = inv.pid
+        verify = subprocess.run([str(Path(sys.executable).parent / "rewind"), "verify", "inventory"], cwd=ROOT,
+                                env={**env, "REWIND_HOME": str(home)}, capture_output=True, text=True, timeout=300)
+        assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+        inv_report = json.loads(verify.stdout)
+        assert inv_report["ok"] and inv_report["sink_rows"] > 0 and inv_report["sink_dead_letters"] > 0, inv_report
         # The registry's savepoint and DQ schedules are live on the embedded default, not paused.
         from rewind.platform.airflow_client import AirflowClient
 
         client = AirflowClient(ui.group(1), ui.group(2), ui.group(3))
-        for dag_id in ("rewind_demo_savepoint", "rewind_demo_dq", "rewind_demo_supervisor"):
+        for dag_id in ("rewind_demo_savepoint", "rewind_demo_dq", "rewind_demo_supervisor",
+                       "rewind_inventory_savepoint", "rewind_inventory_dq", "rewind_inventory_supervisor"):
             dag = client.get_dag(dag_id)
             assert dag["is_paused"] is False, (dag_id, dag)
     finally:
         up.interrupt()
-    up.assert_stopped_cleanly([stream_pid])
+    up.assert_stopped_cleanly([stream_pid, inventory_pid])

@@ -1,5 +1,10 @@
-"""`make up`: the embedded platform, Airflow (which launches and supervises the demo stream) and the
-demo producer, until Ctrl-C."""
+"""`make up`: the embedded platform, Airflow (which launches and supervises the streams) and their
+producers, until Ctrl-C.
+
+The demo stream gets a fast producer with faults; the inventory stream (``rewind.inventory``), when
+the registry has it, a slow steady one beside it, so two streams of different shapes run under the
+supervisor DAGs at once.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,12 @@ from rewind.platform.processes import ManagedProcess
 from rewind.platform.services import EmbeddedPlatform
 from rewind.registry import load_registry
 from rewind.stream.status import read_status
+
+#: The second stream ``rewind up`` runs beside the demo, when the registry declares it.
+INVENTORY = "inventory"
+#: The inventory producer: slow and steady (records/s), with one fault of each kind now and then.
+INVENTORY_RATE = 20.0
+INVENTORY_FAULTS = ("--malformed-every", "101", "--unknown-every", "89", "--negative-every", "67")
 
 #: The DAG file Airflow parses: five lines that build the DAGs from the registry (rewind_airflow decides).
 DAG_FILE = ("from rewind_airflow.dags.factory import build_dags\n\nglobals().update(build_dags())\n")
@@ -34,7 +45,9 @@ def dags_folder(home: Path) -> Path:
 
 def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -> int:
     os.environ["REWIND_HOME"] = str(home)
-    spec = load_registry(registry).get(stream)  # refuse a bad registry before anything starts
+    reg = load_registry(registry)  # refuse a bad registry before anything starts
+    spec = reg.get(stream)
+    inventory = reg.streams.get(INVENTORY) if stream != INVENTORY else None
     platform = EmbeddedPlatform(home / "services")
     children: list[ManagedProcess] = []
     airflow: LocalAirflow | None = None
@@ -67,8 +80,16 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
                                                "211", "--duplicate-every", "53", "--id-prefix", "demo"],
                                   home / "logs" / "producer.log", env=env)
         producer.start()
-        time.sleep(2)  # the producer creates the topic
         children.append(producer)
+        if inventory is not None:
+            inv_producer = ManagedProcess(
+                "inventory-producer", [py, "-m", "rewind.inventory.producer", "--topic", inventory.topics[0],
+                                       "--count", str(10**9), "--rate", str(INVENTORY_RATE), "--partitions",
+                                       str(inventory.partitions), *INVENTORY_FAULTS],
+                home / "logs" / "inventory-producer.log", env=env)
+            inv_producer.start()
+            children.append(inv_producer)
+        time.sleep(2)  # the producers create the topics
         airflow.wait_ready(timeout=300)
         from rewind.platform.airflow_client import AirflowClient
         from rewind.stream.control import default_log_path
@@ -78,6 +99,15 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
         supervisor = f"rewind_{stream}_supervisor"
         client.unpause(supervisor)
         run_id = client.trigger_dag(supervisor, {"chain": True})
+        second = ""
+        if inventory is not None:
+            inv_supervisor = f"rewind_{INVENTORY}_supervisor"
+            client.unpause(inv_supervisor)
+            inv_run = client.trigger_dag(inv_supervisor, {"chain": True})
+            second = (f"\n  inventory producer  {INVENTORY_RATE:.0f} updates/s to {inventory.topics[0]}, "
+                      f"malformed 1/101, unknown SKU 1/89, negative 1/67; log {inv_producer.log_path}"
+                      f"\n  inventory stream    launched by the DAG {inv_supervisor} (run {inv_run}); sink "
+                      f"{inventory.sink.url}; prove it: .venv/bin/rewind verify {INVENTORY}")
         stream_log = default_log_path(spec)
         # The generated password is shown once, on the start that made it; later starts say where it is.
         login = (f"user {airflow.username}, password {airflow.password}\n{'':22}(generated now, shown once; "
@@ -91,7 +121,7 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
   demo stream         launched by the DAG {supervisor} (run {run_id}); checkpoint {spec.checkpoint}; log {stream_log}
   sink                {spec.sink.url}
   status              {status_path(spec.status_dir, stream)}
-  prove exactly-once  .venv/bin/rewind verify {stream}
+  prove exactly-once  .venv/bin/rewind verify {stream}{second}
   Airflow UI          {airflow.url}   {login}; logs {airflow.log_dir}
   Rewind page         {airflow.url}/rewind/  (also "Rewind" in Airflow's navigation)
 """, flush=True)
@@ -104,10 +134,11 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
                 break
             if time.time() - last >= 10:
                 last = time.time()
-                st = read_status(status_path(spec.status_dir, stream))
-                if st:
-                    print(f"  [{time.strftime('%H:%M:%S')}] {stream}: {st.state}, batch {st.last_batch_id}, "
-                          f"rows {st.input_rows}, lag {st.total_lag}", flush=True)
+                for shown in (spec, inventory):
+                    st = read_status(status_path(shown.status_dir, shown.name)) if shown is not None else None
+                    if shown is not None and st:
+                        print(f"  [{time.strftime('%H:%M:%S')}] {shown.name}: {st.state}, batch {st.last_batch_id}, "
+                              f"rows {st.input_rows}, lag {st.total_lag}", flush=True)
         return 0
     finally:
         _say("stopping ...")
@@ -115,10 +146,13 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
             airflow.stop()  # first, so that no DAG relaunches the stream being stopped
         from rewind.stream.control import stop_stream
 
-        try:
-            stop_stream(spec, timeout=60)  # launched by the supervisor DAG (or relaunched by a savepoint --stop)
-        except Exception as exc:  # noqa: BLE001 - the teardown goes on
-            _say(f"stream stop: {exc}")
+        for started in (spec, inventory):
+            if started is None:
+                continue
+            try:
+                stop_stream(started, timeout=60)  # launched by the supervisor DAG (or relaunched by a savepoint --stop)
+            except Exception as exc:  # noqa: BLE001 - the teardown goes on
+                _say(f"stream {started.name} stop: {exc}")
         for child in reversed(children):
             child.stop(grace=30.0)
         platform.stop()
