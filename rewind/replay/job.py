@@ -16,6 +16,7 @@ from rewind.kafka.types import offsets_json_text
 from rewind.replay.planner import consumer_config
 from rewind.replay.report import ReplayReport
 from rewind.replay.setup import RECOMPUTED, Ranges, ReplaySetup, batch_options, plan_chunks
+from rewind.stream.runner import arrow_to_pandas
 
 log = logging.getLogger("rewind.replay.run")
 
@@ -113,7 +114,7 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
             src = src.persist()  # read Kafka once: the transform scans its input once per output branch
             try:
                 read = src.count()
-                frame = transform.build(src, spec).toArrow().to_pandas()
+                frame = arrow_to_pandas(transform.build(src, spec).toArrow())
             finally:
                 src.unpersist()
             tables = transform.split(frame, None)  # batch_id NULL: written by a replay

@@ -269,9 +269,11 @@ def typed_frame(records: list[Any], names: Sequence[str], types: Mapping[str, st
     """Database rows -> a frame with the same dtypes on every database: Int64 for ints, float64
     for doubles, datetime64[ns, UTC] for timestamps (``types``: column -> portable type)."""
     df = pd.DataFrame.from_records(records, columns=list(names))
+    position = {n: i for i, n in enumerate(names)}
     for col, kind in types.items():
         if kind in ("int", "bigint"):
-            df[col] = df[col].astype("Int64")
+            # from the rows themselves: a column with a NULL was float64 above, rounding past 2**53
+            df[col] = pd.array([r[position[col]] for r in records], dtype="Int64")
         elif kind == "double":
             df[col] = df[col].astype("float64")
         elif kind == "timestamp":

@@ -42,6 +42,17 @@ def check_source(spec: StreamSpec, bootstrap: str) -> None:
     check_reachable(bootstrap, spec.topics, kafka_options(spec.source.options))
 
 
+def arrow_to_pandas(table: Any) -> Any:
+    """A collected batch as pandas, integers kept exact: Arrow's default turns an integer column holding
+    a null into float64, and a bigint past 2**53 (a version, an id) would come back rounded."""
+    import pandas as pd
+    import pyarrow as pa
+
+    ints = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+            pa.int64(): pd.Int64Dtype()}
+    return table.to_pandas(types_mapper=ints.get)
+
+
 @dataclass
 class BatchWriter:
     """The foreachBatch function: one collect, one sink transaction per batch."""
@@ -67,7 +78,7 @@ class BatchWriter:
             df = keep_behind(df, watermark if watermark is not None else -1)
         table = df.toArrow()  # runs the micro-batch's Spark job (read, parse, state) and collects it
         t1 = time.perf_counter()
-        frame = table.to_pandas()
+        frame = arrow_to_pandas(table)
         routed = mark_behind(frame, watermark)
         self.late[batch_id] = (routed, watermark or 0)
         tables = self.split(frame, batch_id)
