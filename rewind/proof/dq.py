@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.checkpoints.watermark import stream_watermark
 from rewind.proof.checks import (
     CHECKS,
     CONTRACT_CHECKS,
@@ -189,38 +190,6 @@ def stream_position(spec: Any) -> tuple[bool, Any]:
     status = read_status(status_path(spec.status_dir, spec.name))
     running = bool(status and status.state in ("starting", "running", "stopping") and pid_alive(status.pid))
     return running, status
-
-
-def stream_watermark(spec: Any, batch: int | None) -> tuple[datetime | None, int | None, str | None]:
-    """The watermark batch N ran with (``offsets/N``), N = ``batch`` or the checkpoint's last commit.
-
-    Returns (watermark, batch, note); (None, None, note) when the checkpoint cannot say.
-    """
-    from rewind.checkpoints.logs import parse_offsets_file
-    from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.checkpoints.store import open_store
-
-    try:
-        location = active_checkpoint(spec)
-        client = None
-        if str(location).startswith("s3://"):
-            from rewind.s3 import s3_client
-
-            client = s3_client()
-        store = open_store(location, client)
-        if batch is None:
-            _, files = store.list_dir("commits")
-            ids = [int(f) for f in files if f.isdigit()]
-            if not ids:
-                return None, None, f"no committed batch in {location}: windows judged by the raw horizon only"
-            batch = max(ids)
-        meta, _ = parse_offsets_file(store.read_bytes(f"offsets/{batch}").decode())
-        wm = meta.get("batchWatermarkMs")
-        if wm is None:
-            return None, batch, None
-        return datetime.fromtimestamp(int(wm) / 1000, UTC), batch, None
-    except Exception as exc:  # noqa: BLE001 - the proof still stands on the raw horizon
-        return None, batch, f"stream watermark unknown ({type(exc).__name__}: {exc}); windows judged by the raw horizon"
 
 
 

@@ -86,7 +86,7 @@ def _ts(value: object) -> pd.Timestamp:
 
 def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dead: pd.DataFrame,
                        windows: pd.DataFrame, *, allowed_lateness: timedelta, window: timedelta,
-                       watermark_delay: timedelta) -> ExactlyOnceReport:
+                       watermark_delay: timedelta, closed_until: datetime | None = None) -> ExactlyOnceReport:
     """Compare what Kafka holds with what the sink holds (pure: no I/O).
 
     A valid record may be in the dead-letter table instead of behind an event row only with reason
@@ -146,7 +146,7 @@ def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dea
         if eid in coords_by_id and coord not in coords_by_id[eid]:
             rep.wrong_coordinates.append(f"{eid} at {coord}")
 
-    _check_windows(rep, events, windows, window, watermark_delay)
+    _check_windows(rep, events, windows, window, watermark_delay, closed_until)
     return rep
 
 
@@ -161,7 +161,10 @@ def recompute_windows(events: pd.DataFrame, window: timedelta) -> pd.DataFrame:
 
 
 def _check_windows(rep: ExactlyOnceReport, events: pd.DataFrame, windows: pd.DataFrame, window: timedelta,
-                   watermark_delay: timedelta) -> None:
+                   watermark_delay: timedelta, closed_until: datetime | None = None) -> None:
+    """Windows against their recomputation; a window counts as closed up to the raw horizon (max event
+    time minus the delay) and, given ``closed_until`` (a running stream's last committed watermark),
+    not past it: the stream emits a window in the batch after its watermark passes it."""
     expected = recompute_windows(events, window)
     exp = {(row.window_start, row.key): (int(row.event_count), float(row.amount_sum))
            for row in expected.itertuples()}
@@ -176,6 +179,8 @@ def _check_windows(rep: ExactlyOnceReport, events: pd.DataFrame, windows: pd.Dat
                 int(row.event_count), float(row.amount_sum or 0)), "recomputed": want})
     if len(events):
         watermark = max(_ts(t) for t in events["event_time"]) - pd.Timedelta(watermark_delay)
+        if closed_until is not None:
+            watermark = min(watermark, _ts(closed_until))
         for (start, key), want in exp.items():
             if start + pd.Timedelta(window) <= watermark and (start, key) not in seen:
                 rep.missing_windows.append({"window_start": str(start), "key": key, "recomputed": want})
@@ -251,9 +256,14 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
         events, dead = sink.read_table("events"), sink.read_table("dead_letter")
         if bounds is not None:
             events, dead = below(bounds, events), below(bounds, dead)
+        closed_until = None
+        if bounds is not None:  # running: windows close with the watermark of its last committed batch
+            from rewind.checkpoints.watermark import stream_watermark
+
+            closed_until = stream_watermark(spec, None)[0]
         report = check_exactly_once(records, events, dead, sink.read_table("window_results"),
                                     allowed_lateness=d["allowed_lateness"], window=d["window"],
-                                    watermark_delay=d["watermark_delay"])
+                                    watermark_delay=d["watermark_delay"], closed_until=closed_until)
         if report.missing_events:
             report.missing_explained = explain_missing(spec, records, set(report.missing_events),
                                                        d["allowed_lateness"])

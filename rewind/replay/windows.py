@@ -74,7 +74,9 @@ def pairs_of(window_rows: pd.DataFrame) -> set[Pair]:
 
 def closing_horizon(spec: Any, events_sink: Any) -> tuple[pd.Timestamp | None, str]:
     """Up to where the live stream has closed windows, and how that was learned."""
-    from rewind.proof.dq import stream_watermark as _stream_watermark  # the watermark the proof judges windows by
+    from rewind.checkpoints.watermark import (
+        stream_watermark as _stream_watermark,  # the watermark the proof judges windows by
+    )
 
     watermark, batch, note = _stream_watermark(spec, None)
     if watermark is not None:
