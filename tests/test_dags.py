@@ -87,7 +87,7 @@ def test_replay_dag_form_and_graph(airflow_env: dict[str, str]) -> None:
     params = dag.params.dump()
     assert set(params) == {"stream", "from", "to", "topics", "partitions", "mode", "dry_run",
                            "allow_beyond_retention", "replay_id"}
-    assert dag.params.get_param("stream").schema["enum"] == ["demo"]
+    assert dag.params.get_param("stream").schema["enum"] == ["demo", "inventory"]
     assert dag.params.get_param("mode").schema["enum"] == ["into-sink", "shadow"]
     assert params["dry_run"] is True  # the form plans unless told otherwise
 
