@@ -1,25 +1,47 @@
-"""In Airflow, a refusal fails the task without retries; a failure is left to Airflow's retries."""
+"""In Airflow, a refusal fails the task without retries; a failure is left to Airflow's retries.
+
+Run in a child interpreter with its own AIRFLOW_HOME: importing Airflow here would load its
+configuration for the whole pytest process (the default ~/airflow), and later modules that set
+up their own Airflow home before the first import (tests/test_dags.py) would run against it.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CHECK = """
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from rewind.errors import Failed, Refused
+from rewind.supervision.failures import CrashLoop
+from rewind_airflow.errors import fail_without_retry_on_refusal
 
-
-def test_refusal_fails_without_retry_and_failure_is_retried() -> None:
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from rewind.supervision.failures import CrashLoop
-    from rewind_airflow.errors import fail_without_retry_on_refusal
-
-    for refused in (Refused("bad range: from after to"), CrashLoop("crash loop: 6 failures at batch 4")):
-        with pytest.raises(AirflowFailException, match=str(refused)[:20]):
-            with fail_without_retry_on_refusal():
-                raise refused
-    with pytest.raises(Failed):  # Airflow retries it as configured
+for refused in (Refused("bad range: from after to"), CrashLoop("crash loop: 6 failures at batch 4")):
+    with pytest.raises(AirflowFailException, match=str(refused)[:20]):
         with fail_without_retry_on_refusal():
-            raise Failed("Kafka did not answer")
-    with pytest.raises(KeyError):  # not Rewind's: untouched
-        with fail_without_retry_on_refusal():
-            raise KeyError("x")
+            raise refused
+with pytest.raises(Failed):  # Airflow retries it as configured
+    with fail_without_retry_on_refusal():
+        raise Failed("Kafka did not answer")
+with pytest.raises(KeyError):  # not Rewind's: untouched
+    with fail_without_retry_on_refusal():
+        raise KeyError("x")
+print("checked")
+"""
+
+
+def test_refusal_fails_without_retry_and_failure_is_retried(tmp_path: Path) -> None:
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0 and "checked" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+
+
+def test_no_test_module_imports_airflow_into_the_pytest_process() -> None:
+    """Guard for the above: Airflow must not be imported by collection (test_dags sets its home first)."""
+    assert "airflow" not in sys.modules or os.environ.get("AIRFLOW_HOME"), \
+        "a test module imported Airflow at collection without an AIRFLOW_HOME"
