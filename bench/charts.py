@@ -7,6 +7,9 @@ Writes, for each result that is there (a missing one is skipped and named on std
 - ``throughput.png``: the demo stream and replay in records/s with each Kafka source (``kafka``,
   Spark's connector; ``rewind_kafka``, Rewind's Python Data Source) next to the raw consumer of the
   same run (and, for the stream, the rate-source reference), with the 0.5x-of-raw-consumer target;
+- ``latency.png``: end-to-end latency (Kafka append -> sink commit) p50/p95/p99 per rate, the demo
+  stream next to Spark's micro-batch floor at the same trigger and Spark's real-time mode, with the
+  1 s p99 target at 1,000 events/s;
 - ``targets.png``: every issue target as measured / limit (below 1 is met), the throughput targets
   once per source.
 
@@ -134,6 +137,73 @@ def throughput_chart(stream: dict[str, Any] | None, replay: dict[str, Any] | Non
     return _save(fig, out / "throughput.png")
 
 
+#: Latency runs: colour by query; the three percentiles are shades of it (p50 darkest).
+LATENCY_COLORS = {"demo": REWIND, "floor": REFERENCE, "realtime": "#e08a1e"}
+LATENCY_NAMES = {"demo": "Rewind demo stream", "floor": "Spark floor\n(foreachBatch only)",
+                 "realtime": "Spark real-time mode"}
+
+
+def _latency_label(run: dict[str, Any]) -> str:
+    """The run's x label: what ran, its trigger, and why its figures are not steady-state ones."""
+    trig = run["trigger"]
+    if run["query"] == "realtime":
+        label = f"Spark real-time mode\n{trig.replace('realTime=', 'batch ')}\n{run.get('sink', '')} sink"
+    else:
+        label = f"{LATENCY_NAMES[run['query']]}\ntrigger {trig}"
+    prog = run.get("progress") or {}
+    if not run.get("kept_up", True):
+        label += "\n** fell behind **"
+    if prog.get("batches") and prog.get("batches_at_max_offsets") == prog["batches"]:
+        label += "\n(every batch full:\nmaxOffsetsPerTrigger)"
+    return label
+
+
+def latency_chart(data: dict[str, Any] | None, out: Path) -> Path | None:
+    if not data or not data.get("by_rate"):
+        return None
+    rates = [r for r in data["by_rate"] if data["by_rate"][r]]
+    fig, axes = plt.subplots(1, len(rates), figsize=(7.5 * len(rates), 6.2), squeeze=False)
+    shades = {"p50": 1.0, "p95": 0.7, "p99": 0.45}
+    width = 0.26
+    for ax, rate in zip(axes[0], rates):
+        runs = data["by_rate"][rate]
+        values = []
+        for x, run in enumerate(runs):
+            lat = run.get("latency_s") or {}
+            color = LATENCY_COLORS.get(run["query"], REWIND)
+            if run.get("status") == "failed" or lat.get("p50") is None:
+                ax.text(x, 0.02, "refused:\n" + str(run.get("error", "no data"))[:60], ha="center", fontsize=6,
+                        rotation=90, va="bottom")
+                continue
+            for i, (q, alpha) in enumerate(shades.items()):
+                bar = ax.bar(x + (i - 1) * width, lat[q], width, color=color, alpha=alpha)
+                ax.bar_label(bar, fmt="%.3g", fontsize=6, padding=1, rotation=90)
+                values.append(lat[q])
+            ax.plot([x + width], [lat["max"]], marker="_", color="black", markersize=10)
+        ax.set_xticks(range(len(runs)), [_latency_label(r) for r in runs], fontsize=7)
+        ax.set_yscale("log")
+        if values:
+            ax.set_ylim(min(min(values) / 2, 0.1 / 2), max(values) * 10)
+        if int(rate) == data.get("target", {}).get("rate", 1000):
+            limit = data.get("target", {}).get("p99_limit_s", 1.0)
+            ax.axhline(limit, color=TARGET, linestyle="--", linewidth=1)
+            ax.text(-0.45, limit * 1.08, f"target p99 <= {limit:g} s", color=TARGET, fontsize=8, ha="left",
+                    va="bottom")
+        ax.set_ylabel("seconds, Kafka append -> commit (log scale)")
+        ax.set_title(f"{int(rate):,} events/s", fontsize=10)
+        ax.grid(axis="y", alpha=0.3, which="both")
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color="#555555", alpha=alpha, label=q) for q, alpha in shades.items()]
+        handles.append(plt.Line2D([], [], marker="_", color="black", linestyle="", markersize=10, label="max"))
+        ax.legend(handles=handles, fontsize=7, loc="upper left", ncol=4)
+    load = data.get("machine", {})
+    fig.suptitle(f"End-to-end latency, {data['seconds']:g} s per run after a {data['warmup_s']:g} s warm-up "
+                 f"(load {load.get('load_avg_1m_at_start', '?')} -> {load.get('load_avg_1m_at_end', '?')} on "
+                 f"{load.get('cores', '?')} cores)", fontsize=10)
+    return _save(fig, out / "latency.png")
+
+
 def _save(fig: Any, path: Path) -> Path:
     """Every chart is written the same way: laid out, 110 dpi, figure closed (charts are made in a loop)."""
     fig.tight_layout()
@@ -159,6 +229,11 @@ def targets(results: Path) -> list[tuple[str, float, float]]:
     if c:
         out.append((f"inspect {c['batches_large']:,} / {c['batches_small']} batches <= 2",
                     c["ratio"] / c["target_ratio"], f"{c['ratio']:.2f}"))
+    lat = load(results, "latency")
+    if lat and lat.get("target", {}).get("p99_s") is not None:
+        t = lat["target"]
+        out.append((f"latency p99 at {t['rate']:,} ev/s <= {t['p99_limit_s']:g} s (trigger {t['best_demo_trigger']})",
+                    t["p99_s"] / t["p99_limit_s"], f"{t['p99_s']:.2f} s"))
     rec = load(results, "recovery")
     if rec:
         v = rec["median_s"]["sigkill_to_first_new_batch"]
@@ -193,6 +268,7 @@ def main(argv: list[str]) -> None:
     if sp:
         written.append(savepoint_chart(sp, out))
     written.append(throughput_chart(load(results, "throughput"), load(results, "replay"), out))
+    written.append(latency_chart(load(results, "latency"), out))
     written.append(targets_chart(targets(results), out))
     print(json.dumps([str(p) for p in written if p is not None]))
 
