@@ -68,7 +68,13 @@ class AirflowClient:
         import httpx
 
         url = self.url + path
-        for attempt in (1, 2):
+        relogged = False
+        # Idempotent requests are retried on a 5xx: with its SQLite metadata database, Airflow's API
+        # answers 500 "Database error" while the scheduler or the DAG processor holds the write lock.
+        tries = 6 if method in ("GET", "PATCH", "PUT", "DELETE") else 1
+        attempt = 0
+        while True:
+            attempt += 1
             headers = {"Accept": accept}
             if auth:
                 headers["Authorization"] = f"Bearer {self.token()}"
@@ -77,8 +83,12 @@ class AirflowClient:
             except httpx.HTTPError as exc:
                 raise AirflowApiError(f"{method} {url}: Airflow not reachable ({exc.__class__.__name__}: {exc})",
                                       0, url) from exc
-            if resp.status_code == 401 and auth and attempt == 1:
+            if resp.status_code == 401 and auth and not relogged:
                 self._token = None  # expired: log in again once
+                relogged = True
+                continue
+            if resp.status_code in (500, 502, 503) and attempt < tries:
+                time.sleep(0.5 * attempt)
                 continue
             if resp.status_code >= 400:
                 raise AirflowApiError(f"{method} {url} -> HTTP {resp.status_code}: {resp.text[:1000]}",
@@ -88,7 +98,6 @@ class AirflowClient:
             if "json" in resp.headers.get("content-type", ""):
                 return resp.json()
             return resp.text
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _paged(self, path: str, key: str, params: dict[str, Any] | None = None, page: int = 100) -> Iterator[dict]:
         offset = 0
