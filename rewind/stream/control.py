@@ -82,15 +82,22 @@ def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
     live = stream_liveness(spec)
     if not live.running or live.pid is None:
         return False
+    if not _sigterm_and_wait(live.pid, timeout):
+        raise StreamControlError(f"stream {spec.name} (pid {live.pid}) did not stop within {timeout:.0f}s of "
+                                 "SIGTERM; it is still running")
+    return True
+
+
+def _sigterm_and_wait(pid: int, timeout: float) -> bool:
+    """SIGTERM ``pid`` and wait up to ``timeout`` s for it to exit; True when it is gone."""
     try:
-        os.kill(live.pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return True
     deadline = time.monotonic() + timeout
-    while pid_alive(live.pid):
+    while pid_alive(pid):
         if time.monotonic() > deadline:
-            raise StreamControlError(f"stream {spec.name} (pid {live.pid}) did not stop within {timeout:.0f}s of "
-                                     "SIGTERM; it is still running")
+            return False
         time.sleep(0.2)
     return True
 
@@ -103,14 +110,7 @@ def stop_driver(spec: StreamSpec, timeout: float = 60.0) -> bool:
     status = read_status(status_path(spec.status_dir, spec.name))
     if status is None or not pid_alive(status.pid):
         return False
-    try:
-        os.kill(status.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return True
-    deadline = time.monotonic() + timeout
-    while pid_alive(status.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if pid_alive(status.pid):
+    if not _sigterm_and_wait(status.pid, timeout):
         terminate_group(status.pid, grace=0.0)
     return True
 
