@@ -134,12 +134,12 @@ def touched_rows(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span,
     """The identity table's rows of the span's identities or at its coordinates, and its dead letters."""
     import sqlalchemy as sa
 
+    from rewind.sink.dialects import coordinates_in
+
     ident = transform.identity
     specs = {t.name: t for t in transform.tables}
 
-    def at_coords(t: Any) -> Any:
-        return sa.or_(*[sa.and_(t.c.topic == topic, t.c.partition == part, t.c.offset >= lo, t.c.offset < hi)
-                        for (topic, part), (lo, hi) in span.items() if hi > lo] or [sa.false()])
+    at_coords = coordinates_in(span)
 
     valid = exp[exp["reason"].isna()]
     keys = list(dict.fromkeys(zip(*[valid[c].tolist() for c in ident.columns])))

@@ -153,16 +153,15 @@ def _keep_dead_letters_dead(target: Any, tables: dict[str, Any], chunk: Ranges, 
     write it as an event too, and the record would then be in two places. A replay repairs what is
     missing; it does not overturn the stream's verdicts.
     """
-    import sqlalchemy as sa
 
     name, dead_table = transform.identity.table, transform.dead_letter_table
     events = tables.get(name)
     if events is None or not len(events) or dead_table not in target.specs \
             or not {"topic", "partition", "offset"} <= set(events.columns):
         return tables
-    conds = lambda t: sa.or_(*[sa.and_(t.c.topic == tp.topic, t.c.partition == tp.partition,  # noqa: E731
-                                       t.c.offset >= s, t.c.offset < e) for tp, (s, e) in chunk.items() if e > s])
-    dead = target.read_rows(dead_table, where=conds, columns=["topic", "partition", "offset"])
+    from rewind.sink.dialects import coordinates_in
+
+    dead = target.read_rows(dead_table, where=coordinates_in(chunk), columns=["topic", "partition", "offset"])
     if not len(dead):
         return tables
     taken = set(zip(dead["topic"], dead["partition"].astype(int), dead["offset"].astype(int)))

@@ -21,19 +21,11 @@ import sqlalchemy as sa
 
 from rewind.kafka.types import TP
 from rewind.replay.windows import SUM_TOLERANCE, pairs_of, read_window_rows, utc
+from rewind.sink.dialects import coordinates_in
 
 EXAMPLES = 5
 IN_CHUNK = 500  # values per IN (...) list: well under every database's parameter limit
 EVENT_FIELDS = ("key", "amount", "event_time")
-
-
-def in_range(ranges: Mapping[TP, tuple[int, int]]) -> Any:
-    """A ``where`` for ``sink.read_rows``: Kafka coordinates inside the per-partition ranges."""
-    def where(t: sa.Table) -> Any:
-        parts = [sa.and_(t.c.topic == topic, t.c.partition == part, t.c.offset >= lo, t.c.offset < hi)
-                 for (topic, part), (lo, hi) in ranges.items() if hi > lo]
-        return sa.or_(*parts) if parts else sa.false()
-    return where
 
 
 def read_by_ids(sink: Any, ids: Sequence[str]) -> pd.DataFrame:
@@ -108,7 +100,7 @@ def compare_windows(main: Any, shadow: Any) -> dict[str, Any]:
 
 def compare_shadow(main: Any, shadow: Any, ranges: Mapping[TP, tuple[int, int]]) -> dict[str, Any]:
     """The comparison of the shadow tables with the main tables over the replayed range."""
-    where = in_range(ranges)
+    where = coordinates_in(ranges)
     out: dict[str, Any] = {"events": compare_events(main, shadow, where),
                            "dead_letter": compare_dead_letters(main, shadow, where),
                            "windows": compare_windows(main, shadow)}
@@ -122,7 +114,7 @@ def compare_shadow(main: Any, shadow: Any, ranges: Mapping[TP, tuple[int, int]])
 def compare_tables(main: Any, shadow: Any, ranges: Mapping[TP, tuple[int, int]], transform: Any) -> dict[str, Any]:
     """Any stream's comparison, table by table by its declared key: rows only in the shadow, only in main
     (for tables with Kafka coordinates, in the range), and rows whose other columns differ."""
-    where = in_range(ranges)
+    where = coordinates_in(ranges)
     out: dict[str, Any] = {}
     for spec in transform.tables:
         coords = {"topic", "partition", "offset"} <= set(spec.column_names)

@@ -19,7 +19,7 @@ nothing on conflict, "replace" tables update every non-key column.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +159,13 @@ def _make_sqlite_engine(url: URL) -> Engine:
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def coordinates_in(ranges: Mapping[Any, tuple[int, int]]) -> Callable[[sa.Table], Any]:
+    """A ``where`` for ``Sink.read_rows``: rows whose Kafka coordinates (``topic``, ``partition``,
+    ``offset``) lie in ``[start, end)`` of their partition; ``ranges`` is keyed by ``(topic, partition)``."""
+    def where(t: sa.Table) -> Any:
+        parts = [sa.and_(t.c.topic == topic, t.c.partition == part, t.c.offset >= lo, t.c.offset < hi)
+                 for (topic, part), (lo, hi) in ranges.items() if hi > lo]
+        return sa.or_(*parts) if parts else sa.false()
+    return where
