@@ -268,10 +268,9 @@ def _in_scope(rows: pd.DataFrame, scope: Mapping[tuple[str, int], tuple[int, int
     """Rows at coordinates inside ``scope`` (none when the table has no coordinates)."""
     if not len(rows) or not set(COORDS) <= set(rows.columns):
         return np.zeros(len(rows), dtype=bool)
-    lo = np.array([scope.get((str(t), int(p)), (0, 0))[0] for t, p in zip(rows["topic"], rows["partition"])])
-    hi = np.array([scope.get((str(t), int(p)), (0, 0))[1] for t, p in zip(rows["topic"], rows["partition"])])
-    off = pd.to_numeric(rows["offset"]).to_numpy(dtype="int64")
-    return (off >= lo) & (off < hi)
+    from rewind.proof.frames import range_mask
+
+    return range_mask(rows, dict(scope))
 
 
 def _key_rows(name: str, frame: pd.DataFrame, key: Sequence[str]) -> pd.DataFrame:

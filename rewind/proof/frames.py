@@ -123,7 +123,7 @@ def _coords_int(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _range_mask(frame: pd.DataFrame, bounds: dict[tuple[str, int], tuple[int, int]] | None,
+def range_mask(frame: pd.DataFrame, bounds: dict[tuple[str, int], tuple[int, int]] | None,
                 *, from_start: bool = True) -> np.ndarray:
     """Rows whose coordinates lie in ``[start, end)`` (``from_start=False``: below ``end``)."""
     if bounds is None:
@@ -154,19 +154,19 @@ def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, 
     ``last_batch``: leave out window rows written by later batches (a running stream).
     """
     kafka = kafka.reset_index(drop=True)
-    ctx = kafka[_range_mask(kafka, bounds, from_start=False)]  # context: everything below the end bounds
-    rng = kafka[_range_mask(kafka, bounds)].sort_values(COORDS).reset_index(drop=True)
+    ctx = kafka[range_mask(kafka, bounds, from_start=False)]  # context: everything below the end bounds
+    rng = kafka[range_mask(kafka, bounds)].sort_values(COORDS).reset_index(drop=True)
     ev_all, dead_all = _coords_int(events), _coords_int(dead)
     kc = _coords_int(kafka[[*COORDS, "verdict", "event_id", "event_time"]]).rename(
         columns={"verdict": "kafka_verdict", "event_id": "kafka_event_id", "event_time": "kafka_event_time"})
 
     # events in range, with what Kafka holds at their coordinates
-    ev = ev_all[_range_mask(ev_all, bounds)].reset_index(drop=True)
+    ev = ev_all[range_mask(ev_all, bounds)].reset_index(drop=True)
     ev = ev.merge(kc.drop(columns=["kafka_event_time"]), on=COORDS, how="left")
     ev["kafka_verdict"] = ev["kafka_verdict"].fillna("absent")
     ev = ev.astype({"kafka_event_id": object})
 
-    dl = dead_all[_range_mask(dead_all, bounds)].reset_index(drop=True)
+    dl = dead_all[range_mask(dead_all, bounds)].reset_index(drop=True)
     dl = dl.merge(kc.drop(columns=["kafka_event_id"]), on=COORDS, how="left")
     dl["kafka_verdict"] = dl["kafka_verdict"].fillna("absent")
     dl["dead_letter_check"] = _dead_letter_check(dl)
