@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rewind.errors import Refused
 
@@ -85,8 +85,29 @@ class SourceSpec(_Strict):
 
 
 class SinkSpec(_Strict):
+    """``url``: a SQL database (``sqlite:///...``, ``postgresql+psycopg2://...``) or Kafka topics
+    (``kafka://HOST:PORT[/TOPIC_PREFIX]``, see ``rewind.sink.kafka_target``); ``options``: the Kafka
+    sink's client and topic settings (a SQL sink takes none)."""
+
     url: str
     table_prefix: str = ""
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        return {str(k): str(val) for k, val in v.items()} if isinstance(v, dict) else v
+
+    @model_validator(mode="after")
+    def _exactly_once_possible(self) -> SinkSpec:
+        from rewind.sink.kafka_target import is_kafka_url, parse_kafka_sink
+
+        if is_kafka_url(self.url):
+            parse_kafka_sink(self.url, self.options)  # refuses what breaks transactions, naming the option
+        elif self.options:
+            raise ValueError(f"options {sorted(self.options)} are for a kafka:// sink; a SQL sink takes its "
+                             "settings in its URL")
+        return self
 
     @field_validator("table_prefix")
     @classmethod

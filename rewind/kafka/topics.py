@@ -11,13 +11,15 @@ import logging
 log = logging.getLogger(__name__)
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1, timeout_s: float = 15.0) -> int:
+def ensure_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1, timeout_s: float = 15.0,
+                 config: dict[str, str] | None = None) -> int:
     """Create ``topic`` with ``partitions`` if it does not exist; return its partition count (an
-    existing topic is used as it is, with a warning when its count differs)."""
+    existing topic is used as it is, with a warning when its count differs). ``config``: more
+    librdkafka settings (security)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**(config or {}), "bootstrap.servers": bootstrap})
     meta = admin.list_topics(timeout=timeout_s)
     if topic in meta.topics and not meta.topics[topic].error:
         have = len(meta.topics[topic].partitions)
