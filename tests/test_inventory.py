@@ -279,7 +279,7 @@ RECORDS = int(os.environ.get("REWIND_INVENTORY_CRASH_RECORDS", "5000"))
 KILLS = 2
 
 
-def write_registry(path: Path, name: str, topic: str, home: Path) -> Path:
+def write_registry(path: Path, name: str, topic: str, home: Path, sink_url: str | None = None) -> Path:
     path.write_text(f"""
 streams:
   {name}:
@@ -289,7 +289,7 @@ streams:
     source:
       format: kafka
       options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 400}}
-    sink: {{url: "sqlite:///{home}/sink.db", table_prefix: {name}_}}
+    sink: {{url: "{sink_url or f'sqlite:///{home}/sink.db'}", table_prefix: {name}_}}
     checkpoint: {home}/checkpoints/{name}
     status_dir: {home}/status
     trigger: 1 second
@@ -299,7 +299,10 @@ streams:
 
 
 @pytest.mark.slow
-def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topic) -> None:
+@pytest.mark.parametrize("sink", ["sqlite", "kafka"])
+def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topic, sink: str) -> None:
+    """Keyless records on 5 partitions, a ``latest`` table; into SQLite, and into Kafka topics through
+    the transactional Kafka sink (the proof then reads the topics back read_committed)."""
     from test_exactly_once_crash import StreamProcess, wait_for
 
     from rewind.kafka.lookups import true_end_offsets
@@ -310,7 +313,8 @@ def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topi
     from rewind.stream.status import read_status
 
     name, topic, home = "inv_crash", new_topic(5, "invcrash"), tmp_path / "home"
-    spec = load_registry(write_registry(tmp_path / "streams.yaml", name, topic, home)).get(name)
+    sink_url = f"kafka://{platform.kafka_bootstrap}/{topic}-out." if sink == "kafka" else None
+    spec = load_registry(write_registry(tmp_path / "streams.yaml", name, topic, home, sink_url)).get(name)
     spath = status_path(spec.status_dir, name)
     rng = random.Random(int(os.environ.get("REWIND_CRASH_SEED", "7")))
     produced: dict[str, Any] = {}
@@ -352,11 +356,11 @@ def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topi
     # our own check, without the proof: the latest valid version per identity, every dead letter expected
     records = kafka_frame(platform.kafka_bootstrap, topic)
     expected = T.expect(records, spec)
-    sink = open_sink(spec)
+    out = open_sink(spec)
     try:
-        table, dead = sink.read_table("stock"), sink.read_table("dead_letter")
+        table, dead = out.read_table("stock"), out.read_table("dead_letter")
     finally:
-        sink.dispose()
+        out.dispose()
     assert len(records) == RECORDS
     state = latest_state(records, expected)
     assert normal(table).equals(normal(state)), normal(table).compare(normal(state)).head(20).to_string()
