@@ -92,6 +92,9 @@ class SinkSpec(_Strict):
     url: str
     table_prefix: str = ""
     options: dict[str, str] = Field(default_factory=dict)
+    #: ``driver``: each batch is collected and written by the driver; ``executors`` (SQL sinks): the
+    #: executors stage their rows and the driver commits (``rewind.stream.staged_writer``).
+    write_from: Literal["driver", "executors"] = "driver"
 
     @field_validator("options", mode="before")
     @classmethod
@@ -104,6 +107,9 @@ class SinkSpec(_Strict):
 
         if is_kafka_url(self.url):
             parse_kafka_sink(self.url, self.options)  # refuses what breaks transactions, naming the option
+            if self.write_from == "executors":
+                raise ValueError("write_from: executors is for SQL sinks: one Kafka transaction cannot span the "
+                                 "executors' producers, so the Kafka sink writes from the driver; remove write_from")
         elif self.options:
             raise ValueError(f"options {sorted(self.options)} are for a kafka:// sink; a SQL sink takes its "
                              "settings in its URL")

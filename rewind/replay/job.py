@@ -16,7 +16,7 @@ from rewind.kafka.types import offsets_json_text
 from rewind.replay.planner import consumer_config
 from rewind.replay.report import ReplayReport
 from rewind.replay.setup import RECOMPUTED, Ranges, ReplaySetup, batch_options, plan_chunks
-from rewind.stream.runner import arrow_to_pandas
+from rewind.stream.batch_writer import arrow_to_pandas
 
 log = logging.getLogger("rewind.replay.run")
 

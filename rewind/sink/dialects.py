@@ -89,7 +89,17 @@ def insert_for(dialect: str) -> Callable[[sa.Table], Any]:
 def upsert_statement(dialect: str, spec: TableSpec, table: sa.Table) -> Any:
     """The idempotent insert of ``spec``'s rows: do nothing ("ignore"), update the rest ("replace"), or
     update the rest when the new row's version is higher ("latest")."""
-    stmt = insert_for(dialect)(table)
+    stmt = with_conflict_rule(insert_for(dialect)(table), spec, table)
+    if dialect == "postgresql":
+        # SQLAlchemy 2.1 batches an executemany into multi-row VALUES ("insertmanyvalues")
+        # for INSERT .. ON CONFLICT only when it has RETURNING (sqlalchemy#13130);
+        # without it psycopg2 sends one statement per row, ~3x slower.
+        stmt = stmt.returning(table.c[spec.key[0]])
+    return stmt
+
+
+def with_conflict_rule(stmt: Any, spec: TableSpec, table: sa.Table) -> Any:
+    """A dialect insert into ``table`` (of values or a SELECT) with ``spec``'s rule for an existing key."""
     others = [c for c in spec.column_names if c not in spec.key]
     if spec.on_conflict == "ignore" or not others:
         stmt = stmt.on_conflict_do_nothing(index_elements=list(spec.key))
@@ -101,11 +111,6 @@ def upsert_statement(dialect: str, spec: TableSpec, table: sa.Table) -> Any:
     else:
         stmt = stmt.on_conflict_do_update(index_elements=list(spec.key),
                                           set_={c: stmt.excluded[c] for c in others})
-    if dialect == "postgresql":
-        # SQLAlchemy 2.1 batches an executemany into multi-row VALUES ("insertmanyvalues")
-        # for INSERT .. ON CONFLICT only when it has RETURNING (sqlalchemy#13130);
-        # without it psycopg2 sends one statement per row, ~3x slower.
-        stmt = stmt.returning(table.c[spec.key[0]])
     return stmt
 
 

@@ -181,23 +181,7 @@ class ExactlyOnceSqlSink(Sink):
         with self._connect() as conn:
             try:
                 with conn.begin():
-                    ledger_row = {"stream": self.stream, "batch_id": batch_id, "committed_at": self._now(),
-                                  "rows_json": json.dumps(counts, sort_keys=True), "source_offsets": source_offsets}
-                    claimed = conn.execute(self._ledger_insert, ledger_row).rowcount
-                    replanned = False
-                    if claimed == 0:
-                        before = conn.execute(sa.select(self._ledger.c.source_offsets).where(
-                            self._ledger.c.stream == self.stream, self._ledger.c.batch_id == batch_id)).scalar()
-                        replanned = source_offsets is not None and before is not None and before != source_offsets
-                    skipped = claimed == 0 and not replanned
-                    if replanned:
-                        log.warning("stream %s batch %s was committed with source offsets %s and is now planned "
-                                    "with %s (the query was rolled back by a repair or restore): writing its rows "
-                                    "idempotently", self.stream, batch_id, before, source_offsets)
-                        conn.execute(self._ledger.update().where(
-                            self._ledger.c.stream == self.stream, self._ledger.c.batch_id == batch_id).values(
-                            committed_at=ledger_row["committed_at"], rows_json=ledger_row["rows_json"],
-                            source_offsets=source_offsets))
+                    skipped, replanned = self.claim(conn, batch_id, counts, source_offsets)
                     if not skipped:
                         self._write_tables(conn, prepared)
             except exc.SQLAlchemyError as e:
@@ -210,6 +194,27 @@ class ExactlyOnceSqlSink(Sink):
                  seconds, counts)
         return BatchResult(batch_id=batch_id, skipped=skipped, rows=zero if skipped else counts, seconds=seconds,
                            replanned=replanned)
+
+    def claim(self, conn: Connection, batch_id: int, counts: Mapping[str, int],
+              source_offsets: str | None) -> tuple[bool, bool]:
+        """Inside the batch's transaction: insert its ledger row first (ON CONFLICT DO NOTHING);
+        (skipped, replanned): committed before with the same offsets, or with other ones (the row
+        then records the new offsets and the batch is written again)."""
+        ledger_row = {"stream": self.stream, "batch_id": batch_id, "committed_at": self._now(),
+                      "rows_json": json.dumps(dict(counts), sort_keys=True), "source_offsets": source_offsets}
+        if conn.execute(self._ledger_insert, ledger_row).rowcount:
+            return False, False
+        before = conn.execute(sa.select(self._ledger.c.source_offsets).where(
+            self._ledger.c.stream == self.stream, self._ledger.c.batch_id == batch_id)).scalar()
+        if source_offsets is None or before is None or before == source_offsets:
+            return True, False
+        log.warning("stream %s batch %s was committed with source offsets %s and is now planned with %s (the query "
+                    "was rolled back by a repair or restore): writing its rows idempotently", self.stream, batch_id,
+                    before, source_offsets)
+        conn.execute(self._ledger.update().where(
+            self._ledger.c.stream == self.stream, self._ledger.c.batch_id == batch_id).values(
+            committed_at=ledger_row["committed_at"], rows_json=ledger_row["rows_json"], source_offsets=source_offsets))
+        return False, True
 
     def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None,
                    inserted: dict[str, int] | None = None) -> dict[str, int]:

@@ -13,15 +13,17 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rewind import settings
 from rewind.paths import late_checks_path, status_path
 from rewind.registry import StreamSpec
+from rewind.stream.batch_writer import BatchWriter, arrow_to_pandas
+from rewind.stream.sink_factory import open_sink
 from rewind.stream.status import StreamStatus, make_listener, write_status
+
+__all__ = ["BatchWriter", "arrow_to_pandas", "build_query", "open_sink", "run_stream", "source_options"]
 
 log = logging.getLogger(__name__)
 #: How long a stop request waits for the running batch to commit. Stopping mid-batch is safe
@@ -42,87 +44,6 @@ def check_source(spec: StreamSpec, bootstrap: str) -> None:
     check_reachable(bootstrap, spec.topics, kafka_options(spec.source.options))
 
 
-def arrow_to_pandas(table: Any) -> Any:
-    """A collected batch as pandas, integers kept exact: Arrow's default turns an integer column holding
-    a null into float64, and a bigint past 2**53 (a version, an id) would come back rounded."""
-    import pandas as pd
-    import pyarrow as pa
-
-    ints = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-            pa.int64(): pd.Int64Dtype()}
-    return table.to_pandas(types_mapper=ints.get)
-
-
-@dataclass
-class BatchWriter:
-    """The foreachBatch function: one collect, one sink transaction per batch."""
-
-    sink: Any
-    split: Callable[[Any, int], dict[str, Any]]
-    fail_on_batch: int | None = None  # test hook: a poison batch that always fails
-    checkpoint: str | None = None  # where offsets/<batch> says which Kafka range the batch holds
-    phases: list[dict[str, Any]] | None = None  # benchmarks: per batch, where foreachBatch's time went
-    #: batch id -> (records routed as behind the watermark, that watermark in ms), for the check
-    #: against Spark's own count when the batch's progress arrives (see ``late_check``).
-    late: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        from rewind.stream.late_routing import keep_behind, late_events_watermark_ms, mark_behind
-
-        if self.fail_on_batch is not None and batch_id == self.fail_on_batch:
-            raise RuntimeError(f"poison batch {batch_id} (REWIND_FAIL_ON_BATCH)")
-        t0 = time.perf_counter()
-        # Of the transform's late candidates, keep exactly those Spark's state operators drop.
-        watermark = late_events_watermark_ms(self.checkpoint, batch_id) if self.checkpoint else None
-        if "kind" in df.columns:
-            df = keep_behind(df, watermark if watermark is not None else -1)
-        table = df.toArrow()  # runs the micro-batch's Spark job (read, parse, state) and collects it
-        t1 = time.perf_counter()
-        frame = arrow_to_pandas(table)
-        routed = mark_behind(frame, watermark)
-        self.late[batch_id] = (routed, watermark or 0)
-        tables = self.split(frame, batch_id)
-        t2 = time.perf_counter()
-        result = self.sink.write_batch(batch_id, tables, self.source_offsets(batch_id))
-        if self.phases is not None:
-            self.phases.append({"batch_id": batch_id, "rows": table.num_rows, "collect_s": t1 - t0,
-                                "to_pandas_split_s": t2 - t1, "sink_write_s": time.perf_counter() - t2})
-        log.info("batch %d %s rows=%s in %.2fs", batch_id, "skipped (already committed)" if result.skipped
-                 else "re-planned, rewritten" if result.replanned else "committed", result.rows, result.seconds)
-
-    def source_offsets(self, batch_id: int) -> str | None:
-        """The batch's identity as the sink ledger stores it: start offsets (batch N-1's end), end
-        offsets and watermark, from Spark's offset log (written before the batch runs).
-
-        Why all three: a plain retry of batch N re-reads the same range under the same watermark and
-        may be skipped, but after a savepoint restore the same id can be re-planned to *end* where the
-        old batch N ended while starting elsewhere, and its watermark then closes other windows;
-        skipping it lost those windows (chaos seed 7, 2026-11-23). Any difference means the batch is
-        rewritten, which the idempotent table writes make safe."""
-        if self.checkpoint is None:
-            return None
-        from rewind.checkpoints.logs import parse_offsets_file
-
-        offsets = Path(self.checkpoint) / "offsets"
-        try:
-            meta, sources = parse_offsets_file((offsets / str(batch_id)).read_text())
-        except (OSError, ValueError) as exc:
-            log.warning("batch %d: offsets unreadable (%s); the ledger records no offsets", batch_id, exc)
-            return None
-        start: Any = None
-        if batch_id > 0:
-            try:
-                start = _one_or_all(parse_offsets_file((offsets / str(batch_id - 1)).read_text())[1])
-            except (OSError, ValueError):
-                start = "unknown"  # never equal to a recorded identity with a known start: rewritten
-        return json.dumps({"start": start, "end": _one_or_all(sources),
-                           "watermark_ms": meta.get("batchWatermarkMs")}, sort_keys=True)
-
-
-def _one_or_all(sources: list[dict[str, Any]]) -> Any:
-    unique = {json.dumps(s, sort_keys=True) for s in sources}
-    return json.loads(unique.pop()) if len(unique) == 1 else sources
-
 def source_options(spec: StreamSpec, bootstrap: str) -> dict[str, str]:
     """The source's options: the registry's, with the bootstrap, the topics, and ``read_committed``
     unless the registry says otherwise. Why that default: Spark's connector reads
@@ -130,25 +51,6 @@ def source_options(spec: StreamSpec, bootstrap: str) -> dict[str, str]:
     the sink, while every proof (librdkafka, ``read_committed`` by default) counts only committed ones."""
     return {"kafka.bootstrap.servers": bootstrap, "subscribe": ",".join(spec.topics),
             "kafka.isolation.level": "read_committed", **spec.source.options}
-
-
-def open_sink(spec: StreamSpec, transform: Any = None) -> Any:
-    """The stream's sink, with the tables its transform declares (``rewind.stream.contract``): Kafka
-    topics for a ``kafka://`` URL, SQL tables otherwise."""
-    from rewind.sink.kafka_target import is_kafka_url
-    from rewind.stream.contract import load_transform
-
-    transform = transform or load_transform(spec)
-    if is_kafka_url(spec.sink.url):
-        from rewind.sink.kafka import TransactionalKafkaSink
-        from rewind.sink.kafka_target import parse_kafka_sink
-
-        return TransactionalKafkaSink(parse_kafka_sink(spec.sink.url, spec.sink.options), spec.name,
-                                      transform.tables, table_prefix=spec.sink.table_prefix,
-                                      dead_letter_table=transform.dead_letter_table)
-    from rewind.sink.sql import ExactlyOnceSqlSink
-
-    return ExactlyOnceSqlSink(spec.sink.url, spec.name, transform.tables, table_prefix=spec.sink.table_prefix)
 
 
 def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
@@ -161,8 +63,15 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     sink = open_sink(spec, transform)
     sink.create_tables()
     checkpoint = checkpoint or spec.checkpoint
-    writer = BatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
-                         late if late is not None else {})
+    writer: BatchWriter
+    if spec.sink.write_from == "executors":
+        from rewind.stream.staged_writer import StagedBatchWriter
+
+        writer = StagedBatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
+                                   late if late is not None else {}, spec=spec)
+    else:
+        writer = BatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
+                             late if late is not None else {})
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
     out = transform.build(source, spec)
     ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)

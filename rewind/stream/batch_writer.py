@@ -1,0 +1,101 @@
+"""The foreachBatch function of the driver path: one collect, one sink transaction per batch.
+
+Why its own module: the stream runner wires it, the staged writer (``staged_writer``) extends
+it, and the replay job shares its Arrow conversion; none of them should import the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BatchWriter", "arrow_to_pandas"]
+
+
+def arrow_to_pandas(table: Any) -> Any:
+    """A collected batch as pandas, integers kept exact: Arrow's default turns an integer column holding
+    a null into float64, and a bigint past 2**53 (a version, an id) would come back rounded."""
+    import pandas as pd
+    import pyarrow as pa
+
+    ints = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+            pa.int64(): pd.Int64Dtype()}
+    return table.to_pandas(types_mapper=ints.get)
+
+
+@dataclass
+class BatchWriter:
+    """The foreachBatch function: one collect, one sink transaction per batch."""
+
+    sink: Any
+    split: Callable[[Any, int], dict[str, Any]]
+    fail_on_batch: int | None = None  # test hook: a poison batch that always fails
+    checkpoint: str | None = None  # where offsets/<batch> says which Kafka range the batch holds
+    phases: list[dict[str, Any]] | None = None  # benchmarks: per batch, where foreachBatch's time went
+    #: batch id -> (records routed as behind the watermark, that watermark in ms), for the check
+    #: against Spark's own count when the batch's progress arrives (see ``late_check``).
+    late: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from rewind.stream.late_routing import keep_behind, late_events_watermark_ms, mark_behind
+
+        if self.fail_on_batch is not None and batch_id == self.fail_on_batch:
+            raise RuntimeError(f"poison batch {batch_id} (REWIND_FAIL_ON_BATCH)")
+        t0 = time.perf_counter()
+        # Of the transform's late candidates, keep exactly those Spark's state operators drop.
+        watermark = late_events_watermark_ms(self.checkpoint, batch_id) if self.checkpoint else None
+        if "kind" in df.columns:
+            df = keep_behind(df, watermark if watermark is not None else -1)
+        table = df.toArrow()  # runs the micro-batch's Spark job (read, parse, state) and collects it
+        t1 = time.perf_counter()
+        frame = arrow_to_pandas(table)
+        routed = mark_behind(frame, watermark)
+        self.late[batch_id] = (routed, watermark or 0)
+        tables = self.split(frame, batch_id)
+        t2 = time.perf_counter()
+        result = self.sink.write_batch(batch_id, tables, self.source_offsets(batch_id))
+        if self.phases is not None:
+            self.phases.append({"batch_id": batch_id, "rows": table.num_rows, "collect_s": t1 - t0,
+                                "to_pandas_split_s": t2 - t1, "sink_write_s": time.perf_counter() - t2})
+        log.info("batch %d %s rows=%s in %.2fs", batch_id, "skipped (already committed)" if result.skipped
+                 else "re-planned, rewritten" if result.replanned else "committed", result.rows, result.seconds)
+
+    def source_offsets(self, batch_id: int) -> str | None:
+        """The batch's identity as the sink ledger stores it: start offsets (batch N-1's end), end
+        offsets and watermark, from Spark's offset log (written before the batch runs).
+
+        Why all three: a plain retry of batch N re-reads the same range under the same watermark and
+        may be skipped, but after a savepoint restore the same id can be re-planned to *end* where the
+        old batch N ended while starting elsewhere, and its watermark then closes other windows;
+        skipping it lost those windows (chaos seed 7, 2026-11-23). Any difference means the batch is
+        rewritten, which the idempotent table writes make safe."""
+        if self.checkpoint is None:
+            return None
+        from rewind.checkpoints.logs import parse_offsets_file
+
+        offsets = Path(self.checkpoint) / "offsets"
+        try:
+            meta, sources = parse_offsets_file((offsets / str(batch_id)).read_text())
+        except (OSError, ValueError) as exc:
+            log.warning("batch %d: offsets unreadable (%s); the ledger records no offsets", batch_id, exc)
+            return None
+        start: Any = None
+        if batch_id > 0:
+            try:
+                start = _one_or_all(parse_offsets_file((offsets / str(batch_id - 1)).read_text())[1])
+            except (OSError, ValueError):
+                start = "unknown"  # never equal to a recorded identity with a known start: rewritten
+        return json.dumps({"start": start, "end": _one_or_all(sources),
+                           "watermark_ms": meta.get("batchWatermarkMs")}, sort_keys=True)
+
+
+def _one_or_all(sources: list[dict[str, Any]]) -> Any:
+    unique = {json.dumps(s, sort_keys=True) for s in sources}
+    return json.loads(unique.pop()) if len(unique) == 1 else sources

@@ -1,0 +1,28 @@
+"""Which sink a stream writes to: Kafka topics for a ``kafka://`` URL, SQL tables otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewind.registry import StreamSpec
+
+__all__ = ["open_sink"]
+
+
+def open_sink(spec: StreamSpec, transform: Any = None) -> Any:
+    """The stream's sink, with the tables its transform declares (``rewind.stream.contract``): Kafka
+    topics for a ``kafka://`` URL, SQL tables otherwise."""
+    from rewind.sink.kafka_target import is_kafka_url
+    from rewind.stream.contract import load_transform
+
+    transform = transform or load_transform(spec)
+    if is_kafka_url(spec.sink.url):
+        from rewind.sink.kafka import TransactionalKafkaSink
+        from rewind.sink.kafka_target import parse_kafka_sink
+
+        return TransactionalKafkaSink(parse_kafka_sink(spec.sink.url, spec.sink.options), spec.name,
+                                      transform.tables, table_prefix=spec.sink.table_prefix,
+                                      dead_letter_table=transform.dead_letter_table)
+    from rewind.sink.sql import ExactlyOnceSqlSink
+
+    return ExactlyOnceSqlSink(spec.sink.url, spec.name, transform.tables, table_prefix=spec.sink.table_prefix)
