@@ -114,7 +114,7 @@ def kafka_pair(bootstrap: str, parts: list[Any], tables: Any) -> tuple[Callable[
         finally:
             sink.dispose()
 
-    encoded = [[(k, v) for k, v, _ in encode_table(prepare_table(spec, part, sqlite_text=False))] for part in parts]
+    encoded = [[(k, v) for k, v in encode_table(prepare_table(spec, part, sqlite_text=False))] for part in parts]
 
     def plain_write() -> None:
         from rewind.kafka.topics import ensure_topic

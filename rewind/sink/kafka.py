@@ -172,11 +172,13 @@ class TransactionalKafkaSink(Sink):
         limit = self.target.max_record_bytes - sum(len(k) + len(v or b"") for k, v in headers)
         for name, table in prepared.items():
             topic, new = self.table_name(name), 0
-            for key, value, row in encode_table(table):
+            for i, (key, value) in enumerate(encode_table(table)):
                 if key in known.get(name, ()):
                     continue
                 size = len(key) + len(value)
                 if size > limit:
+                    row: dict[str, Any] = {c: table.columns[c][i] for c in ("topic", "partition", "offset")
+                                           if c in table.columns}
                     too_large.append(self._dead_letter(name, row, size, limit, batch_id))
                     continue
                 out.append(Record(topic, key, value, headers))
@@ -186,7 +188,7 @@ class TransactionalKafkaSink(Sink):
         if too_large:
             assert self.dead_letter_table is not None
             dead = prepare_table(self.specs[self.dead_letter_table], too_large, sqlite_text=False)
-            out.extend(Record(self.table_name(self.dead_letter_table), k, v, headers) for k, v, _ in encode_table(dead))
+            out.extend(Record(self.table_name(self.dead_letter_table), k, v, headers) for k, v in encode_table(dead))
             log.warning("stream %s: %d rows too large for Kafka (limit %d bytes) written as dead letters",
                         self.stream, len(too_large), limit)
         return out
