@@ -3,5 +3,7 @@
 ``contract`` (the abstract ``Sink``: its docstrings are the promises every sink keeps),
 ``schema`` (``TableSpec``, ``Column``), ``errors`` (``SinkRefused`` / ``SinkError``),
 ``convert`` (rows -> driver values, the hot path), ``dialects`` (SQLite and PostgreSQL),
-``sql`` (``ExactlyOnceSqlSink``).
+``sql`` (``ExactlyOnceSqlSink``) with ``staging`` (executors prepare, the driver commits),
+``kafka`` (``TransactionalKafkaSink``) with ``kafka_target``, ``kafka_codec``, ``kafka_txn``,
+``kafka_ledger`` and ``kafka_mirror``. See docs/sinks.md.
 """

@@ -1,9 +1,9 @@
 """The sink contract: what every Rewind sink promises, so the runner, replays and proofs work with any.
 
 Why an abstract class: the stream runner, the replay job, ``verify`` and the DQ proof use a sink
-through these methods only. A new sink (Kafka and Delta come with issue 16) is a subclass that
-keeps the promises written in the docstrings below; ``tests/test_sink.py`` proves them for
-``rewind.sink.sql.ExactlyOnceSqlSink`` (SQLite and PostgreSQL).
+through these methods only. A new sink is a subclass that keeps the promises written in the
+docstrings below; ``tests/test_sink.py`` proves them for ``rewind.sink.sql.ExactlyOnceSqlSink``
+(SQLite and PostgreSQL), ``tests/test_kafka_sink.py`` for ``rewind.sink.kafka.TransactionalKafkaSink``.
 
 Words used below:
 

@@ -1,8 +1,8 @@
 """What a sink table is: columns with portable types, a key, and what a second row for a key does.
 
 Why portable: a stream's tables module declares its outputs once as ``TableSpec``s (the stream
-contract), and every sink maps them to its own storage: SQL types in ``rewind.sink.sql``, Kafka
-and Delta later (issue 16). Names are checked here, when the spec is built, because they become
+contract), and every sink maps them to its own storage: SQL types in ``rewind.sink.sql``, JSON records in
+``rewind.sink.kafka_codec``. Names are checked here, when the spec is built, because they become
 SQL identifiers: a bad name fails when the tables module is imported, not mid-batch.
 """
 
