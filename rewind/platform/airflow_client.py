@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -64,14 +65,15 @@ class AirflowClient:
         return self._token
 
     def _send(self, method: str, path: str, auth: bool = True, accept: str = "application/json",
-              **kwargs: Any) -> Any:
+              retry: bool = False, **kwargs: Any) -> Any:
         import httpx
 
         url = self.url + path
         relogged = False
         # Idempotent requests are retried on a 5xx: with its SQLite metadata database, Airflow's API
         # answers 500 "Database error" while the scheduler or the DAG processor holds the write lock.
-        tries = 6 if method in ("GET", "PATCH", "PUT", "DELETE") else 1
+        # A POST only when the caller made it idempotent (``retry``: a run id of its own).
+        tries = 6 if retry or method in ("GET", "PATCH", "PUT", "DELETE") else 1
         attempt = 0
         while True:
             attempt += 1
@@ -131,13 +133,27 @@ class AirflowClient:
 
     def trigger_dag(self, dag_id: str, conf: dict[str, Any] | None = None, run_id: str | None = None,
                     note: str | None = None) -> str:
-        """Start a manual run now and return its run id."""
-        body: dict[str, Any] = {"logical_date": None, "conf": conf or {}}
-        if run_id:
-            body["dag_run_id"] = run_id
+        """Start a manual run now and return its run id.
+
+        The run id is ours (``run_id``, else a fresh ``manual__rewind_<uuid>``), so a POST that
+        answered 500 while Airflow's SQLite was locked can be sent again: a 409 then means the
+        first attempt did create the run (seen in ``rewind up``: "Database error" on this POST)."""
+        run_id = run_id or f"manual__rewind_{uuid.uuid4().hex[:16]}"
+        body: dict[str, Any] = {"logical_date": None, "conf": conf or {}, "dag_run_id": run_id}
         if note:
             body["note"] = note
-        return self._send("POST", _path("dags", dag_id, "dagRuns"), json=body)["dag_run_id"]
+        try:
+            return self._send("POST", _path("dags", dag_id, "dagRuns"), json=body, retry=True)["dag_run_id"]
+        except AirflowApiError as exc:
+            if exc.status != 409:
+                raise
+            try:
+                existing = self.dag_run(dag_id, run_id)
+            except AirflowApiError:
+                raise exc from None
+            if existing.get("conf", {}) != (conf or {}):
+                raise
+            return str(existing["dag_run_id"])
 
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return self._send("GET", _path("dags", dag_id, "dagRuns", run_id))
