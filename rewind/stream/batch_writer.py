@@ -43,16 +43,23 @@ class BatchWriter:
     #: against Spark's own count when the batch's progress arrives (see ``late_check``).
     late: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def __call__(self, df: Any, batch_id: int) -> None:
-        from rewind.stream.late_routing import keep_behind, late_events_watermark_ms, mark_behind
+    def late_filtered(self, df: Any, batch_id: int) -> tuple[Any, int | None]:
+        """The batch with, of the transform's late candidates, exactly those Spark's state operators
+        drop, and the watermark that judged them (the poison-batch test hook first). Both writers start here."""
+        from rewind.stream.late_routing import keep_behind, late_events_watermark_ms
 
         if self.fail_on_batch is not None and batch_id == self.fail_on_batch:
             raise RuntimeError(f"poison batch {batch_id} (REWIND_FAIL_ON_BATCH)")
-        t0 = time.perf_counter()
-        # Of the transform's late candidates, keep exactly those Spark's state operators drop.
         watermark = late_events_watermark_ms(self.checkpoint, batch_id) if self.checkpoint else None
         if "kind" in df.columns:
             df = keep_behind(df, watermark if watermark is not None else -1)
+        return df, watermark
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from rewind.stream.late_routing import mark_behind
+
+        t0 = time.perf_counter()
+        df, watermark = self.late_filtered(df, batch_id)
         table = df.toArrow()  # runs the micro-batch's Spark job (read, parse, state) and collects it
         t1 = time.perf_counter()
         frame = arrow_to_pandas(table)

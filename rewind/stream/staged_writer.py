@@ -96,14 +96,8 @@ class StagedBatchWriter(BatchWriter):
         self.staging.clear()
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        from rewind.stream.late_routing import keep_behind, late_events_watermark_ms
-
-        if self.fail_on_batch is not None and batch_id == self.fail_on_batch:
-            raise RuntimeError(f"poison batch {batch_id} (REWIND_FAIL_ON_BATCH)")
         t0 = time.perf_counter()
-        watermark = late_events_watermark_ms(self.checkpoint, batch_id) if self.checkpoint else None
-        if "kind" in df.columns:
-            df = keep_behind(df, watermark if watermark is not None else -1)
+        df, watermark = self.late_filtered(df, batch_id)
         task = StageTask(self.spec, batch_id, f"{batch_id}-{uuid.uuid4().hex[:12]}", watermark)
         answers = df.mapInArrow(functools.partial(stage_partition, task), RESULT_SCHEMA).collect()
         t1 = time.perf_counter()
