@@ -11,6 +11,10 @@ in batches of ``--batch`` rows:
   confluent-kafka producer with the same ``linger.ms``, flushed per batch. The records are encoded
   before the clock starts, so the reference measures the Kafka write alone; the sink's figure
   includes its own conversion and encoding, which is its cost.
+- **Delta sink** (``DeltaSink`` through delta-rs: a MERGE per batch under the stream's app id, then
+  the ledger row) vs **plain Delta append**: ``write_deltalake(mode="append")`` of the same rows,
+  already as Arrow, one commit per batch. The MERGE reads the keys already in the table, so its
+  cost grows with the table; the append does not look.
 
 Each measure runs ``--repeat`` times (fresh tables/topics); the median is reported with the ratio
 sink / plain. Why a ratio: the machine is shared, so only figures from the same run compare.
@@ -135,6 +139,31 @@ def kafka_pair(bootstrap: str, parts: list[Any], tables: Any) -> tuple[Callable[
     return sink_write, plain_write
 
 
+def delta_pair(work: Path, parts: list[Any], tables: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    from deltalake import write_deltalake
+
+    from rewind.sink.convert import prepare_table
+    from rewind.sink.delta import DeltaSink
+    from rewind.sink.delta_tables import arrow_table
+    from rewind.sink.delta_target import DeltaSinkTarget
+
+    spec = next(t for t in tables if t.name == "events")
+
+    def sink_write() -> None:
+        with DeltaSink(DeltaSinkTarget(str(work / f"lake-{uuid.uuid4().hex[:6]}")), "bench", tables) as sink:
+            for i, part in enumerate(parts):
+                sink.write_batch(i, {"events": part})
+
+    arrow = [arrow_table(prepare_table(spec, part, sqlite_text=False)) for part in parts]
+
+    def plain_write() -> None:
+        path = str(work / f"plain-lake-{uuid.uuid4().hex[:6]}")
+        for table in arrow:
+            write_deltalake(path, table, mode="append")
+
+    return sink_write, plain_write
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=200_000)
@@ -152,7 +181,8 @@ def main() -> None:
     with EmbeddedPlatform(work / "services") as plat:
         bootstrap = plat.info().kafka_bootstrap
         for name, (sink_write, plain_write) in {"sql_sqlite": sql_pair(work, parts, TABLES),
-                                                 "kafka": kafka_pair(bootstrap, parts, TABLES)}.items():
+                                                 "kafka": kafka_pair(bootstrap, parts, TABLES),
+                                                 "delta": delta_pair(work, parts, TABLES)}.items():
             sink_s, plain_s = timed(sink_write, args.repeat), timed(plain_write, args.repeat)
             sink_rate, plain_rate = args.rows / statistics.median(sink_s), args.rows / statistics.median(plain_s)
             results[name] = {"sink_rows_per_s": round(sink_rate), "plain_rows_per_s": round(plain_rate),

@@ -85,15 +85,17 @@ class SourceSpec(_Strict):
 
 
 class SinkSpec(_Strict):
-    """``url``: a SQL database (``sqlite:///...``, ``postgresql+psycopg2://...``) or Kafka topics
-    (``kafka://HOST:PORT[/TOPIC_PREFIX]``, see ``rewind.sink.kafka_target``); ``options``: the Kafka
-    sink's client and topic settings (a SQL sink takes none)."""
+    """``url``: a SQL database (``sqlite:///...``, ``postgresql+psycopg2://...``), Kafka topics
+    (``kafka://HOST:PORT[/TOPIC_PREFIX]``, see ``rewind.sink.kafka_target``) or Delta tables
+    (``delta:///DIR``, see ``rewind.sink.delta_target``); ``options``: the Kafka sink's client and
+    topic settings, the Delta sink's table properties (a SQL sink takes none)."""
 
     url: str
     table_prefix: str = ""
     options: dict[str, str] = Field(default_factory=dict)
-    #: ``driver``: each batch is collected and written by the driver; ``executors`` (SQL sinks): the
-    #: executors stage their rows and the driver commits (``rewind.stream.staged_writer``).
+    #: ``driver``: each batch is collected and written by the driver; ``executors`` (SQL and Delta
+    #: sinks): the executors write the rows and the driver commits (``rewind.stream.staged_writer``,
+    #: ``rewind.stream.delta_writer``).
     write_from: Literal["driver", "executors"] = "driver"
 
     @field_validator("options", mode="before")
@@ -103,15 +105,18 @@ class SinkSpec(_Strict):
 
     @model_validator(mode="after")
     def _exactly_once_possible(self) -> SinkSpec:
+        from rewind.sink.delta_target import is_delta_url, parse_delta_sink
         from rewind.sink.kafka_target import is_kafka_url, parse_kafka_sink
 
-        if is_kafka_url(self.url):
+        if is_delta_url(self.url):
+            parse_delta_sink(self.url, self.options)  # refuses an app id or version of its own, naming the option
+        elif is_kafka_url(self.url):
             parse_kafka_sink(self.url, self.options)  # refuses what breaks transactions, naming the option
             if self.write_from == "executors":
                 raise ValueError("write_from: executors is for SQL sinks: one Kafka transaction cannot span the "
                                  "executors' producers, so the Kafka sink writes from the driver; remove write_from")
         elif self.options:
-            raise ValueError(f"options {sorted(self.options)} are for a kafka:// sink; a SQL sink takes its "
+            raise ValueError(f"options {sorted(self.options)} are for a kafka:// or delta:// sink; a SQL sink takes its "
                              "settings in its URL")
         return self
 

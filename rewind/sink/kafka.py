@@ -27,13 +27,10 @@ not at all.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -48,6 +45,7 @@ from rewind.sink.kafka_ledger import LedgerEntry, ledger_frame, read_ledger
 from rewind.sink.kafka_mirror import TopicMirror
 from rewind.sink.kafka_target import KafkaSinkTarget
 from rewind.sink.kafka_txn import Record, Transactions
+from rewind.sink.pause import pause_before_commit
 from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_table_name
 
 log = logging.getLogger(__name__)
@@ -141,7 +139,7 @@ class TransactionalKafkaSink(Sink):
         records = self._records(prepared, batch_id, skip_known=prior is not None)
         entry = LedgerEntry(self.stream, batch_id, dt.datetime.now(dt.UTC), counts, source_offsets)
         records.append(Record(self.table_name(LEDGER_TABLE), self.stream.encode(), entry.to_json(), []))
-        writer.run(records, f"batch {batch_id} of stream {self.stream}", before_commit=_pause_hook(batch_id))
+        writer.run(records, f"batch {batch_id} of stream {self.stream}", before_commit=pause_before_commit(batch_id))
         self._ledger[batch_id] = entry
         return BatchResult(batch_id, False, counts, time.perf_counter() - t0, replanned=prior is not None)
 
@@ -254,19 +252,3 @@ class TransactionalKafkaSink(Sink):
             self._mirror.dispose()
             self._mirror = None
 
-
-def _pause_hook(batch_id: int) -> Callable[[], None] | None:
-    """Test hook ``REWIND_PAUSE_BEFORE_COMMIT=<batch>:<file>``: after the pre-commit of that batch, touch
-    the file and wait to be killed (the crash test kills the driver between pre-commit and commit)."""
-    value = os.environ.get("REWIND_PAUSE_BEFORE_COMMIT", "")
-    want, _, marker = value.partition(":")
-    if not value or int(want) != batch_id:
-        return None
-
-    def pause() -> None:
-        Path(marker).write_text(json.dumps({"batch": batch_id, "pid": os.getpid()}))
-        log.warning("REWIND_PAUSE_BEFORE_COMMIT: batch %d pre-committed, waiting to be killed", batch_id)
-        while True:
-            time.sleep(1)
-
-    return pause

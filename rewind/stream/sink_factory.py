@@ -1,4 +1,4 @@
-"""Which sink a stream writes to: Kafka topics for a ``kafka://`` URL, SQL tables otherwise."""
+"""Which sink a stream writes to: Kafka topics for ``kafka://``, Delta tables for ``delta://``, SQL otherwise."""
 
 from __future__ import annotations
 
@@ -11,11 +11,18 @@ __all__ = ["open_sink"]
 
 def open_sink(spec: StreamSpec, transform: Any = None) -> Any:
     """The stream's sink, with the tables its transform declares (``rewind.stream.contract``): Kafka
-    topics for a ``kafka://`` URL, SQL tables otherwise."""
+    topics for a ``kafka://`` URL, Delta tables for ``delta://``, SQL tables otherwise."""
+    from rewind.sink.delta_target import is_delta_url
     from rewind.sink.kafka_target import is_kafka_url
     from rewind.stream.contract import load_transform
 
     transform = transform or load_transform(spec)
+    if is_delta_url(spec.sink.url):
+        from rewind.sink.delta import DeltaSink
+        from rewind.sink.delta_target import parse_delta_sink
+
+        return DeltaSink(parse_delta_sink(spec.sink.url, spec.sink.options), spec.name, transform.tables,
+                         table_prefix=spec.sink.table_prefix)
     if is_kafka_url(spec.sink.url):
         from rewind.sink.kafka import TransactionalKafkaSink
         from rewind.sink.kafka_target import parse_kafka_sink

@@ -49,6 +49,14 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     jars = connector_jars(required=False)
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
+    if any("delta-spark_" in j for j in jars):
+        # Delta sinks written from the executors (rewind.stream.delta_writer): delta-spark's MERGE
+        # refuses a session without its extension and catalog, and these are fixed at start.
+        # Non-Delta tables are left to Spark's own catalog; a state snapshot of a small Delta log
+        # is read in 2 tasks, not 50.
+        builder = (builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+                   .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+                   .config("spark.databricks.delta.snapshotPartitions", "2"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()

@@ -1,0 +1,258 @@
+"""The Delta Lake sink: one Delta table per sink table, every batch merged under the stream's app id.
+
+- **Writes** (``write_batch``, ``write_rows``) go through delta-rs (``deltalake``): no Spark session
+  is needed, so the driver path, replays and tests write the same way. The streaming path with
+  ``write_from: executors`` (``rewind.stream.delta_writer``) has Spark's executors write the files
+  and the driver commit them through delta-spark, with the same MERGE clauses
+  (``rewind.sink.delta_tables``) and this class's ledger.
+- **Exactly once per batch identity**: every table's commit of batch N carries the Delta app
+  transaction ``(rewind.<stream>, N)`` (Delta's ``txnAppId``/``txnVersion``), and the ledger row is
+  merged last. A re-run batch the ledger holds with the same offsets is skipped; a batch cut short
+  by a crash (some tables merged, no ledger row) is merged again, which the conflict rules make
+  idempotent; a re-planned batch is merged again and its ledger row replaced.
+- **What a Delta sink does not give**: one commit across tables. Each table's MERGE is atomic, and a
+  reader may see a batch's events before its windows; the ledger row says when the batch is whole.
+- **Reading back** (proofs, replays): each table is loaded into a temporary SQLite copy
+  (``ExactlyOnceSqlSink``), reloaded when the table's Delta version moves, so ``read_rows``
+  takes the same SQLAlchemy conditions as every other sink.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import sqlalchemy as sa
+
+from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id
+from rewind.sink.convert import prepare_rows
+from rewind.sink.delta_tables import (
+    LEDGER_SCHEMA,
+    arrow_schema,
+    arrow_table,
+    ledger_entries,
+    ledger_table,
+    merge_clauses,
+)
+from rewind.sink.delta_target import DeltaSinkTarget
+from rewind.sink.errors import SinkRefused, SinkWriteError
+from rewind.sink.kafka_ledger import LedgerEntry, ledger_frame
+from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_table_name
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DeltaSink"]
+
+COMMIT_RETRIES = 5  # concurrent writers of one table (the stream and a replay) conflict now and then
+
+
+class DeltaSink(Sink):
+    """Exactly-once writes of micro-batches into Delta tables (see the module docstring and ``Sink``)."""
+
+    def __init__(self, target: DeltaSinkTarget, stream: str, tables: Sequence[TableSpec],
+                 table_prefix: str = "") -> None:
+        if not isinstance(stream, str) or not stream or len(stream) > 200:
+            raise SinkRefused(f"stream must be a non-empty string of at most 200 characters, not {stream!r}")
+        if table_prefix:
+            check_table_name(table_prefix, "table prefix")
+        specs = list(tables)
+        if not specs or len({s.name for s in specs}) != len(specs):
+            raise SinkRefused(f"one TableSpec per table is needed, got {[s.name for s in specs]}")
+        self.target = target
+        self.stream = stream
+        self.table_prefix = table_prefix
+        self.specs: dict[str, TableSpec] = {s.name: s for s in specs}
+        self._mirror: Any = None
+        self._mirror_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._mirrored: dict[str, int] = {}  # table -> Delta version in the copy
+
+    @property
+    def app_id(self) -> str:
+        """Delta's ``txnAppId`` of this stream's batches (its ``txnVersion`` is the batch id)."""
+        return f"rewind.{self.stream}"
+
+    def table_name(self, name: str) -> str:
+        if name != LEDGER_TABLE and name not in self.specs:
+            raise SinkRefused(f"unknown table {name!r}: this sink has {sorted(self.specs)}")
+        return f"{self.table_prefix}{name}"
+
+    def path(self, name: str) -> str:
+        return self.target.table_path(self.table_name(name))
+
+    # ------------------------------------------------------------------ tables
+    def create_tables(self) -> None:
+        for name, spec in self.specs.items():
+            self._open(name, arrow_schema(spec))
+        self._open(LEDGER_TABLE, LEDGER_SCHEMA)
+
+    def ensure_table(self, name: str) -> None:
+        self._open(name, arrow_schema(self.specs[name]))
+
+    def recorded_version(self, name: str) -> int | None:
+        """The highest batch id table ``name`` has a commit of (Delta's txnVersion for this stream's app id)."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.path(name)).transaction_version(self.app_id)
+
+    def _open(self, name: str, schema: pa.Schema) -> Any:
+        """The Delta table, created if missing (a concurrent creator's table is taken as is)."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+
+        path = self.path(name)
+        if not DeltaTable.is_deltatable(path):
+            try:
+                DeltaTable.create(path, schema=schema, mode="ignore", name=self.table_name(name),
+                                  configuration=self.target.properties or None)
+            except DeltaError as exc:
+                if not DeltaTable.is_deltatable(path):
+                    raise SinkWriteError(f"cannot create Delta table {path}: {exc}") from exc
+        table = DeltaTable(path)
+        have = {f.name for f in table.schema().fields}
+        missing = [f.name for f in schema if f.name not in have]
+        if missing:
+            raise SinkRefused(f"Delta table {path} has no column(s) {missing}: add them (ALTER TABLE ... ADD "
+                              "COLUMNS) or point the sink at another directory")
+        return table
+
+    # ------------------------------------------------------------------ writing
+    def committed(self) -> dict[int, LedgerEntry]:
+        """This stream's ledger rows by batch id."""
+        return {e.batch_id: e for e in self._ledger_rows() if e.stream == self.stream}
+
+    def write_batch(self, batch_id: int, rows: Mapping[str, Rows], source_offsets: str | None = None) -> BatchResult:
+        batch_id = check_batch_id(batch_id)
+        prepared = prepare_rows(self.specs, rows, sqlite_text=False)
+        t0 = time.perf_counter()
+        prior = self.committed().get(batch_id)
+        if prior is not None and (prior.source_offsets is None or source_offsets is None
+                                  or prior.source_offsets == source_offsets):
+            return BatchResult(batch_id, True, {n: 0 for n in prepared}, time.perf_counter() - t0)
+        for name, table in prepared.items():
+            self.merge(name, arrow_table(table), batch_id)
+        counts = {n: p.submitted for n, p in prepared.items()}
+        self.commit_ledger(batch_id, counts, source_offsets)
+        return BatchResult(batch_id, False, counts, time.perf_counter() - t0, replanned=prior is not None)
+
+    def commit_ledger(self, batch_id: int, counts: Mapping[str, int], source_offsets: str | None) -> None:
+        """The batch's ledger row, merged after its tables: from here on the batch is committed."""
+        from rewind.sink.pause import pause_before_commit
+
+        pause = pause_before_commit(batch_id)
+        if pause is not None:
+            pause()
+        entry = LedgerEntry(self.stream, batch_id, dt.datetime.now(dt.UTC), dict(counts), source_offsets)
+        self._merge_into(LEDGER_TABLE, None, LEDGER_SCHEMA, ledger_table([entry]), batch_id)
+
+    def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None,
+                   inserted: dict[str, int] | None = None) -> dict[str, int]:
+        prepared = prepare_rows(self.specs, rows, sqlite_text=False)
+        for name, table in prepared.items():
+            metrics = self.merge(name, arrow_table(table), None)
+            if inserted is not None and table.spec.on_conflict == "ignore":
+                inserted[name] = int(metrics.get("num_target_rows_inserted", 0))
+        return {n: p.submitted for n, p in prepared.items()}
+
+    def merge(self, name: str, data: pa.Table, batch_id: int | None) -> dict[str, Any]:
+        """Merge rows into one table under its conflict rule (``batch_id``: tag the commit with the
+        stream's app transaction)."""
+        spec = self.specs[name]
+        return self._merge_into(name, spec, arrow_schema(spec), data, batch_id)
+
+    def _merge_into(self, name: str, spec: TableSpec | None, schema: pa.Schema, data: pa.Table,
+                    batch_id: int | None) -> dict[str, Any]:
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        if data.num_rows == 0:
+            self._open(name, schema)
+            return {}
+        on, update_if, update = merge_clauses(spec)
+        for attempt in range(1, COMMIT_RETRIES + 1):
+            table = self._open(name, schema)
+            props = None
+            # A version at or below the one recorded is a re-run or a re-plan: merged again, untagged
+            # (Delta keeps the highest version per app id).
+            recorded = table.transaction_version(self.app_id)
+            if batch_id is not None and (recorded is None or recorded < batch_id):
+                props = CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
+            merger = table.merge(data, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
+            if update:
+                merger = merger.when_matched_update_all(predicate=update_if)
+            try:
+                return dict(merger.when_not_matched_insert_all().execute())
+            except CommitFailedError as exc:
+                if attempt == COMMIT_RETRIES:
+                    raise SinkWriteError(f"Delta table {self.path(name)}: commit failed {attempt} times "
+                                         f"against concurrent writers: {exc}") from exc
+                log.info("Delta table %s: concurrent commit (%s), merging again", self.path(name), exc)
+            except DeltaError as exc:
+                raise SinkWriteError(f"Delta table {self.path(name)}: merge failed: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ reading back
+    def _ledger_rows(self) -> list[LedgerEntry]:
+        from deltalake import DeltaTable
+
+        path = self.path(LEDGER_TABLE)
+        if not DeltaTable.is_deltatable(path):
+            return []
+        return ledger_entries(DeltaTable(path).to_pyarrow_table().to_pylist())
+
+    def committed_batch_ids(self) -> list[int]:
+        return sorted(self.committed())
+
+    def last_committed_batch(self) -> int | None:
+        ids = self.committed_batch_ids()
+        return ids[-1] if ids else None
+
+    def read_table(self, name: str) -> pd.DataFrame:
+        if name == LEDGER_TABLE:
+            return ledger_frame({(e.stream, e.batch_id): e for e in self._ledger_rows()})
+        return self._copy_of(name).read_table(name)
+
+    def read_rows(self, name: str, where: Callable[[Any], Any] | None = None,
+                  columns: Sequence[str] | None = None) -> pd.DataFrame:
+        return self._copy_of(name).read_rows(name, where, columns)
+
+    def column_max(self, name: str, column: str) -> Any:
+        return self._copy_of(name).column_max(name, column)
+
+    def _copy_of(self, name: str) -> Any:
+        """The SQLite copy with table ``name`` at the Delta table's current version."""
+        from deltalake import DeltaTable
+
+        from rewind.sink.sql import ExactlyOnceSqlSink
+
+        self.table_name(name)
+        if self._mirror is None:
+            self._mirror_dir = tempfile.TemporaryDirectory(prefix="rewind-delta-copy-")
+            self._mirror = ExactlyOnceSqlSink(f"sqlite:///{self._mirror_dir.name}/copy.db", "copy",
+                                              list(self.specs.values()))
+            self._mirror.create_tables()
+        path = self.path(name)
+        if not DeltaTable.is_deltatable(path):
+            return self._mirror
+        table = DeltaTable(path)
+        if self._mirrored.get(name) != table.version():
+            rows = table.to_pyarrow_table().to_pylist()
+            with self._mirror.engine.begin() as conn:
+                conn.execute(sa.text(f'DELETE FROM "{self._mirror.table_name(name)}"'))
+            self._mirror.write_rows({name: rows})
+            self._mirrored[name] = table.version()
+        return self._mirror
+
+    def dispose(self) -> None:
+        if self._mirror is not None:
+            self._mirror.dispose()
+            self._mirror = None
+        if self._mirror_dir is not None:
+            self._mirror_dir.cleanup()
+            self._mirror_dir = None
+        self._mirrored.clear()

@@ -1,0 +1,214 @@
+"""The Delta Lake sink on a local directory: the sink contract, a writer killed between its tables'
+commits and its ledger row, options refused at registry load.
+
+The tables are those of test_sink (events, dead letters, window results) and a ``latest`` table;
+every test gets its own directory.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from test_sink import STATE, TABLES, dead_letters, events, windows
+
+from rewind.registry import RegistryError, load_registry
+from rewind.sink.delta import DeltaSink
+from rewind.sink.delta_target import DeltaSinkTarget, parse_delta_sink
+from rewind.sink.errors import SinkRefused
+from rewind.sink.schema import LEDGER_TABLE, TableSpec
+
+
+@pytest.fixture
+def make_sink(tmp_path: Path) -> Iterator[Callable[..., DeltaSink]]:
+    made: list[DeltaSink] = []
+
+    def make(stream: str = "orders", tables: tuple[TableSpec, ...] = TABLES, table_prefix: str = "") -> DeltaSink:
+        sink = DeltaSink(DeltaSinkTarget(str(tmp_path / "lake")), stream, tables, table_prefix=table_prefix)
+        made.append(sink)
+        return sink
+
+    yield make
+    for sink in made:
+        sink.dispose()
+
+
+def test_batch_written_once_skipped_on_rerun_and_rewritten_when_replanned(make_sink: Any) -> None:
+    from deltalake import DeltaTable
+
+    sink = make_sink()
+    batch = {"events": events(0, 300, batch_id=7), "dead_letter": dead_letters(1000, 3),
+             "window_results": windows(["a", "b"], 5)}
+    first = sink.write_batch(7, batch, '{"orders":{"0":300}}')
+    assert not first.skipped and first.rows == {"events": 300, "dead_letter": 3, "window_results": 2}
+    before = {name: sink.read_table(name) for name in sink.specs}
+    assert len(before["events"]) == 300 and before["events"]["offset"].is_unique
+    # Delta's own record of the batch: the app transaction of every table it touched
+    for name in sink.specs:
+        assert DeltaTable(sink.path(name)).transaction_version(sink.app_id) == 7
+
+    again = sink.write_batch(7, {"events": events(0, 350, batch_id=7, value=b"other")}, '{"orders":{"0":300}}')
+    assert again.skipped
+    restarted = make_sink()
+    assert restarted.write_batch(7, batch, '{"orders":{"0":300}}').skipped
+    for name, df in before.items():
+        pd.testing.assert_frame_equal(restarted.read_table(name), df)
+    assert restarted.committed_batch_ids() == [7]
+
+    wider = restarted.write_batch(7, {"events": events(0, 320, batch_id=7)}, '{"orders":{"0":320}}')
+    assert wider.replanned and not wider.skipped
+    ev = restarted.read_table("events")
+    assert len(ev) == 320 and ev["offset"].is_unique
+    ledger = restarted.read_table(LEDGER_TABLE)
+    assert ledger["batch_id"].tolist() == [7] and ledger["source_offsets"].tolist() == ['{"orders":{"0":320}}']
+
+
+def test_conflict_rules_read_back_like_the_sql_sink(make_sink: Any) -> None:
+    sink = make_sink(tables=(*TABLES, STATE))
+    sink.write_batch(1, {"events": events(0, 5, value=b"first"), "window_results": windows(["a", "b"], 1)})
+    sink.write_batch(2, {"events": events(3, 5, value=b"second"), "window_results": windows(["b", "c"], 2)})
+    rows = [{"sku": f"s{i % 7}", "qty": i, "version": i} for i in range(60)]
+    sink.write_batch(3, {"stock": list(reversed(rows[30:]))})
+    sink.write_rows({"stock": rows[:30]}, replay_id="old-range")
+    ev = sink.read_table("events")
+    assert ev["offset"].tolist() == [0, 3, 6, 1, 4, 7, 2, 5]
+    assert dict(zip(ev["offset"], ev["value"])) == {i: b"first" if i < 5 else b"second" for i in range(8)}
+    win = sink.read_table("window_results")
+    assert dict(zip(win["user"], win["count"])) == {"a": 1, "b": 2, "c": 2}
+    stock = sink.read_table("stock")
+    assert dict(zip(stock["sku"], stock["version"])) == {f"s{k}": max(i for i in range(60) if i % 7 == k)
+                                                         for k in range(7)}
+    assert str(ev["partition"].dtype) == "Int64" and str(win["window_start"].dtype) == "datetime64[ns, UTC]"
+    assert sink.column_max("events", "offset") == 7
+    got = sink.read_rows("events", lambda t: t.c.offset >= 6, ["offset", "value"])
+    assert got["offset"].tolist() == [6, 7] and list(got.columns) == ["offset", "value"]
+
+
+def test_replay_rows_are_idempotent_and_counted(make_sink: Any) -> None:
+    sink = make_sink()
+    sink.write_batch(0, {"events": events(0, 50)})
+    inserted: dict[str, int] = {}
+    assert sink.write_rows({"events": events(25, 50), "dead_letter": dead_letters(0, 4)}, replay_id="r-1",
+                           inserted=inserted) == {"events": 50, "dead_letter": 4}
+    assert inserted == {"events": 25, "dead_letter": 4}
+    sink.write_rows({"events": events(25, 50)}, replay_id="r-1", inserted=inserted)
+    assert inserted["events"] == 0
+    assert len(sink.read_table("events")) == 75 and sink.committed_batch_ids() == [0]
+    assert not sink.write_batch(1, {"events": events(75, 5)}).skipped
+
+
+def test_table_prefix_and_streams_keep_apart(make_sink: Any) -> None:
+    live, shadow, other = make_sink(), make_sink(table_prefix="shadow_r1_"), make_sink(stream="payments")
+    live.write_batch(0, {"events": events(0, 10)})
+    assert not shadow.write_batch(0, {"events": events(0, 3)}).skipped
+    assert not other.write_batch(0, {"events": events(100, 2)}).skipped, "another stream's batch 0 is its own"
+    assert len(live.read_table("events")) == 12 and len(shadow.read_table("events")) == 3
+    assert live.committed_batch_ids() == [0] and other.committed_batch_ids() == [0]
+    assert len(live.read_table(LEDGER_TABLE)) == 2
+
+
+def test_fresh_sink_reads_empty_and_bad_rows_are_refused_before_anything_is_written(make_sink: Any) -> None:
+    sink = make_sink()
+    assert sink.read_table("events").empty and sink.committed_batch_ids() == []
+    with pytest.raises(SinkRefused, match="unknown column"):
+        sink.write_batch(0, {"events": [{"topic": "orders", "partition": 0, "offset": 1, "nope": 1}]})
+    with pytest.raises(SinkRefused, match="batch_id"):
+        sink.write_batch(-1, {})
+    assert sink.committed_batch_ids() == [] and sink.read_table(LEDGER_TABLE).empty
+
+
+def _write_then_die(root: str) -> None:
+    """A driver that merges batch 3's tables and is SIGKILLed before its ledger row."""
+    sink = DeltaSink(DeltaSinkTarget(root), "orders", TABLES)
+
+    def die(*_a: Any, **_k: Any) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    sink.commit_ledger = die  # type: ignore[method-assign]
+    sink.write_batch(3, {"events": events(0, 200, batch_id=3), "window_results": windows(["a"], 4)}, "o3")
+
+
+def test_writer_killed_before_its_ledger_row_is_completed_by_the_rerun(make_sink: Any, tmp_path: Path) -> None:
+    child = mp.get_context("spawn").Process(target=_write_then_die, args=(str(tmp_path / "lake"),))
+    child.start()
+    child.join(120)
+    assert child.exitcode == -signal.SIGKILL
+    sink = make_sink()
+    assert sink.committed_batch_ids() == [], "no ledger row: the batch is not committed"
+    assert len(sink.read_table("events")) == 200, "the tables merged before the kill are there"
+    # Spark re-runs the batch, with more rows this time (a re-planned batch after a restore)
+    result = sink.write_batch(3, {"events": events(0, 260, batch_id=3), "window_results": windows(["a"], 5)}, "o3")
+    assert not result.skipped and sink.committed_batch_ids() == [3]
+    ev = sink.read_table("events")
+    assert len(ev) == 260 and ev["offset"].is_unique
+    assert sink.read_table("window_results")["count"].tolist() == [5]
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"txnAppId": "mine"}, "txnAppId=rewind.<stream>"),
+    ({"txnVersion": "3"}, "remove the option"),
+    ({"mergeSchema": "true"}, "unknown sink option 'mergeSchema'"),
+])
+def test_options_that_break_exactly_once_are_refused_at_registry_load(tmp_path: Path, options: dict[str, str],
+                                                                       says: str) -> None:
+    opts = ", ".join(f"{k}: '{v}'" for k, v in options.items())
+    path = tmp_path / "streams.yaml"
+    path.write_text("streams:\n  s:\n    topics: [t]\n    transform: rewind.demo.transform:DemoTransform\n"
+                    f"    sink: {{url: 'delta://{tmp_path}/lake', options: {{{opts}}}}}\n"
+                    f"    checkpoint: {tmp_path}/cp\n    status_dir: {tmp_path}/st\n")
+    with pytest.raises(RegistryError) as err:
+        load_registry(path)
+    assert says in str(err.value)
+
+
+def test_sink_urls_parse_or_say_what_is_wrong() -> None:
+    t = parse_delta_sink("delta:///data/lake", {"delta.appendOnly": "false"})
+    assert (t.root, t.properties, t.table_path("events")) == ("/data/lake", {"delta.appendOnly": "false"},
+                                                              "/data/lake/events")
+    for bad in ("delta://host/lake", "delta:relative", "delta:///"):
+        with pytest.raises(SinkRefused, match="three slashes"):
+            parse_delta_sink(bad)
+
+
+# --------------------------------------------------------------------------- in Spark
+@pytest.mark.parametrize("write_from", ["executors", "driver"])
+def test_the_demo_stream_into_delta(spark: Any, platform: Any, tmp_path: Path, write_from: str) -> None:
+    """The demo stream (malformed, late and duplicate records on 5 partitions, keyless) into Delta
+    tables: verify proves every Kafka record once, from either writer."""
+    import uuid
+
+    from deltalake import DeltaTable
+
+    from rewind.demo.producer import ProduceSpec, produce
+    from rewind.proof.verify import verify_stream
+    from rewind.stream.runner import build_query, open_sink
+    from rewind.testing.registry_templates import demo_stream, write_registry
+
+    topic = f"dlt-{uuid.uuid4().hex[:8]}"
+    sent = produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=5000, rate=3000, partitions=5,
+                                                         id_prefix="dlt", malformed_every=37, late_every=53,
+                                                         duplicate_every=31, keyless=True))
+    entry = demo_stream("dlt", topic, tmp_path, max_offsets=1300, window="1 second", watermark_delay="1 second",
+                        allowed_lateness="500 ms",
+                        sink=f'{{url: "delta://{tmp_path}/lake", table_prefix: d_, write_from: {write_from}}}')
+    spec = load_registry(write_registry(tmp_path / "s.yaml", entry)).get("dlt")
+    phases: list[dict[str, Any]] = []
+    query = build_query(spark, spec, platform.kafka_bootstrap, available_now=True, phases=phases)
+    assert query.awaitTermination(300), "the available_now run did not finish"
+    assert query.exception() is None
+    report = verify_stream(spec, platform.kafka_bootstrap)
+    assert report.ok, report
+    assert report.kafka_records == sent.sent and report.expected_dead_letters > 0 and report.windows_checked > 0
+    assert phases and all(("merge_s" in p) == (write_from == "executors") for p in phases)
+    with open_sink(spec) as sink:
+        ids = sink.committed_batch_ids()
+        assert len(ids) == len(phases) >= 4
+        recorded = {n: DeltaTable(sink.path(n)).transaction_version(sink.app_id) for n in sink.specs}
+        # Delta's own record: each table's last commit carries (rewind.<stream>, batch id) of a committed batch
+        assert all(v in ids for v in recorded.values()) and recorded["events"] >= ids[-2], recorded
