@@ -202,7 +202,9 @@ class KafkaBroker:
         if (self.data_dir / "meta.properties").exists():
             return
         self.cluster_id = self.cluster_id or new_cluster_id()
-        done = subprocess.run(self._jvm("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c",
+        # --cluster-id=ID, not "-t ID": a base64 id starts with "-" one time in 64, and argparse then
+        # takes it for an option ("argument --cluster-id/-t: expected one argument").
+        done = subprocess.run(self._jvm("kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}", "-c",
                                         str(props), "--ignore-formatted", heap="256m"),
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
