@@ -4,7 +4,8 @@ Why: drivers take Python scalars only (sqlite3 and psycopg2 reject numpy.int64),
 arrive as None/NaN/NA/NaT, and timestamps must be UTC. Rows reach the sink as pandas frames
 (a batch collected with ``toArrow().to_pandas()``) or lists of dicts. Conversion happens before the transaction
 starts, so a value that cannot be converted fails the call (SinkRefused) before any write: all or
-nothing. Values of other types are passed through and left to the database to judge.
+nothing. A number column refuses a value that is not one (SQLite would store the text as it
+is); other values are passed through and left to the database to judge.
 
 Why column-wise with fast paths by dtype: this runs on every row of every batch. On SQLite the
 converted tuples go straight to sqlite3's executemany, because SQLAlchemy's per-row parameter
@@ -57,7 +58,13 @@ def _conv_int(v: Any) -> Any:
         if not float(v).is_integer():
             raise ValueError(f"{v!r} is not an integer")
         return int(v)
-    return v
+    try:  # an integer literal ("42"), a Decimal; anything else is refused here, not by the database
+        number = float(v)
+        if number.is_integer():
+            return int(v) if isinstance(v, str) else int(number)
+    except (TypeError, ValueError):
+        pass
+    raise ValueError(f"{v!r} is not an integer")
 
 
 def _conv_double(v: Any) -> Any:
@@ -65,7 +72,10 @@ def _conv_double(v: Any) -> Any:
         return None
     if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
         return float(v)
-    return v
+    try:  # a numeric literal ("1.5"), a Decimal; anything else is refused here, not by the database
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{v!r} is not a number") from None
 
 
 def _conv_binary(v: Any) -> Any:
@@ -117,6 +127,9 @@ def _column_values(series: pd.Series, col: Column, sqlite_text: bool) -> list[An
     kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else "extension"  # Int64 etc. hold pd.NA
     if col.type in ("int", "bigint") and kind in ("i", "u"):
         return series.tolist()  # numpy ints -> Python ints, no nulls possible
+    if col.type in ("int", "bigint") and isinstance(series.dtype, pd.core.dtypes.dtypes.BaseMaskedDtype) \
+            and series.dtype.kind in ("i", "u"):
+        return series.to_numpy(dtype=object, na_value=None).tolist()  # Int64 & co: ints and None, 10x faster
     if col.type == "double" and kind == "f":
         return [None if v != v else v for v in series.tolist()]
     conv: Callable[[Any], Any]  # a local name: one lookup per column, not per value

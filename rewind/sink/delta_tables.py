@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from rewind.sink.convert import PreparedTable
+from rewind.sink.errors import SinkRefused
 from rewind.sink.kafka_ledger import LedgerEntry
 from rewind.sink.schema import TableSpec
 
@@ -49,7 +50,13 @@ def arrow_schema(spec: TableSpec) -> pa.Schema:
 def arrow_table(prepared: PreparedTable) -> pa.Table:
     """Prepared rows (converted, deduplicated by key) as an Arrow table of the spec's schema."""
     schema = arrow_schema(prepared.spec)
-    return pa.table({f.name: pa.array(prepared.columns[f.name], type=f.type) for f in schema}, schema=schema)
+    columns = {}
+    for f in schema:
+        try:
+            columns[f.name] = pa.array(prepared.columns[f.name], type=f.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            raise SinkRefused(f"table {prepared.spec.name!r}, column {f.name!r}: {exc}") from None
+    return pa.table(columns, schema=schema)
 
 
 def merge_clauses(spec: TableSpec | None, target: str = "t", source: str = "s") -> tuple[str, str | None, bool]:

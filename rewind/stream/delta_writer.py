@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 __all__ = ["DeltaBatchWriter", "SplitTask", "split_partition", "split_schema"]
 
 SEQ_BITS = 40
+#: A MERGE reads the whole table, so a replay's commit to it in between fails it (ConcurrentAppend):
+#: merged again, against the new version, as Delta's docs advise.
+MERGE_ATTEMPTS = 5
 _SPARK_TYPES = {"string": "string", "int": "int", "bigint": "bigint", "double": "double", "timestamp": "timestamp",
                 "binary": "binary"}
 
@@ -58,8 +61,6 @@ def split_partition(task: SplitTask, batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from rewind.sink.convert import prepare_table
-    from rewind.sink.delta_tables import arrow_table
     from rewind.stream.contract import load_transform
     from rewind.stream.late_routing import mark_behind
 
@@ -78,8 +79,7 @@ def split_partition(task: SplitTask, batches: Iterator[Any]) -> Iterator[Any]:
             continue
         frame = arrow_to_pandas(pa.Table.from_batches([batch]))
         routed += mark_behind(frame, task.watermark_ms)
-        for name, part in transform.split(frame, task.batch_id).items():
-            table = arrow_table(prepare_table(specs[index[name]], part, sqlite_text=False))
+        for name, table in _prepared(transform, specs, transform.split(frame, task.batch_id), task.batch_id):
             n = table.num_rows
             if n == 0:
                 continue
@@ -91,6 +91,25 @@ def split_partition(task: SplitTask, batches: Iterator[Any]) -> Iterator[Any]:
                                              schema=schema)
     yield pa.RecordBatch.from_arrays([pa.array([""]), pa.array([routed], pa.int64()),
                                       *[pa.nulls(1, f.type) for f in schema][2:]], schema=schema)
+
+
+def _prepared(transform: Any, specs: list[TableSpec], tables: dict[str, Any], batch_id: int) -> list[tuple[str, Any]]:
+    """Each table's rows as Arrow, checked like any sink write; rows whose values a column cannot
+    take become dead letters (``rewind.sink.unwritable``) when they carry Kafka coordinates."""
+    from rewind.sink.convert import prepare_table
+    from rewind.sink.delta_tables import arrow_table
+    from rewind.sink.errors import SinkRefused
+    from rewind.sink.unwritable import route_unwritable
+
+    by_name = {s.name: s for s in specs}
+    try:
+        return [(n, arrow_table(prepare_table(by_name[n], p, sqlite_text=False))) for n, p in tables.items()]
+    except SinkRefused:
+        routed = route_unwritable(by_name, tables, transform.dead_letter_table, batch_id)
+        if routed is None:
+            raise
+        log.warning("batch %d: rows the sink cannot take written as dead letters", batch_id)
+        return [(n, arrow_table(prepare_table(by_name[n], p, sqlite_text=False))) for n, p in routed.items()]
 
 
 def _arrow_fields(spec: TableSpec) -> list[Any]:
@@ -169,10 +188,18 @@ class DeltaBatchWriter(BatchWriter):
             spark.conf.set("spark.databricks.delta.write.txnAppId", self.sink.app_id)
             spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
         try:
-            merger = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), on)
-            if update:
-                merger = merger.whenMatchedUpdateAll(condition=update_if)
-            merger.whenNotMatchedInsertAll().execute()
+            for attempt in range(1, MERGE_ATTEMPTS + 1):
+                merger = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), on)
+                if update:
+                    merger = merger.whenMatchedUpdateAll(condition=update_if)
+                try:
+                    merger.whenNotMatchedInsertAll().execute()
+                    break
+                except Exception as exc:  # delta-spark's conflicts reach Python as a captured JVM exception
+                    if "concurrent" not in str(exc).lower() or attempt == MERGE_ATTEMPTS:
+                        raise
+                    log.warning("batch %d, table %s: a concurrent writer (a replay?) committed first; merging "
+                                "again (%d/%d)", batch_id, spec.name, attempt, MERGE_ATTEMPTS)
         finally:
             spark.conf.unset("spark.databricks.delta.write.txnAppId")
             spark.conf.unset("spark.databricks.delta.write.txnVersion")

@@ -69,9 +69,9 @@ def stage_partition(task: StageTask, batches: Iterator[Any]) -> Iterator[Any]:
             routed += mark_behind(frame, task.watermark_ms)
             tables = transform.split(frame, task.batch_id)
             for name, part in tables.items():
-                handed, kept = staging.stage(name, part, task.attempt, seq)
-                rows[name] += handed
-                staged[name] += kept
+                for n, (handed, kept) in _stage(staging, transform, name, part, task, seq):
+                    rows[n] += handed
+                    staged[n] += kept
             seq += max([batch.num_rows, *(len(p) for p in tables.values())])
     finally:
         sink.dispose()
@@ -79,6 +79,22 @@ def stage_partition(task: StageTask, batches: Iterator[Any]) -> Iterator[Any]:
     out.append({"table": "", "rows": routed, "staged": 0})
     yield pa.RecordBatch.from_pylist(out, schema=pa.schema([("table", pa.string()), ("rows", pa.int64()),
                                                             ("staged", pa.int64())]))
+
+
+def _stage(staging: Any, transform: Any, name: str, part: Any, task: StageTask, seq: int) -> list[tuple[str, Any]]:
+    """Stage one table's rows; rows whose values a column cannot take are staged as dead letters
+    instead when they carry Kafka coordinates (``rewind.sink.unwritable``), else the task fails."""
+    from rewind.sink.errors import SinkRefused
+    from rewind.sink.unwritable import route_unwritable
+
+    try:
+        return [(name, staging.stage(name, part, task.attempt, seq))]
+    except SinkRefused:  # prepare_table refused before anything of this table was staged
+        routed = route_unwritable(staging.sink.specs, {name: part}, transform.dead_letter_table, task.batch_id)
+        if routed is None:
+            raise
+        log.warning("batch %d, table %s: rows the sink cannot take staged as dead letters", task.batch_id, name)
+        return [(n, staging.stage(n, p, task.attempt, seq)) for n, p in routed.items()]
 
 
 @dataclass
