@@ -142,10 +142,11 @@ class Outcome:
                 for k in range(KEYS)}
 
 
-def run_restore_scenario(tmp_path: Path, platform: PlatformInfo, spark: Any, topic: str, name: str) -> Outcome:
+def run_restore_scenario(tmp_path: Path, platform: PlatformInfo, spark: Any, topic: str, name: str,
+                         sink: str | None = None) -> Outcome:
     bootstrap = platform.kafka_bootstrap
     entry = dict(partitions="1", window=f"{WINDOW_S} seconds", watermark_delay=f"{DELAY_S} seconds",
-                 allowed_lateness="5 seconds")
+                 allowed_lateness="5 seconds", **({"sink": sink} if sink else {}))
     old = load_registry(write_registry(tmp_path / "old.yaml", demo_stream(name, topic, tmp_path, max_offsets=OLD_LIMIT,
                                                                          **entry))).get(name)
     new = load_registry(write_registry(tmp_path / "new.yaml", demo_stream(name, topic, tmp_path, max_offsets=NEW_LIMIT,
@@ -211,6 +212,20 @@ def test_restore_replanned_no_data_batch_writes_its_windows(  # type: ignore[no-
         "watermark_ms": ms(event_time(out.base, 399)) - DELAY_S * 1000}
     assert out.ledger[3]["rows"]["window_results"] == 3 * KEYS and out.ledger[3]["rows"]["events"] == 0
     assert json.loads(out.old_ledger[3]["source_offsets"])["start"] == {topic: {"0": 300}}
+
+
+@pytest.mark.slow
+def test_restore_replanned_batch_into_delta(  # type: ignore[no-untyped-def]
+        tmp_path: Path, platform: PlatformInfo, spark, new_topic) -> None:
+    """The same savepoint restore with the Delta sink written from the executors: the re-planned
+    batches are merged again (the ledger row replaced), and every window and record is there once."""
+    sink = f'{{url: "delta://{tmp_path}/lake", table_prefix: rd_, write_from: executors}}'
+    out = run_restore_scenario(tmp_path, platform, spark, new_topic(1, "replan-delta"), "replan_delta", sink)
+    rep = out.report
+    assert rep.ok, str(rep)
+    assert rep.kafka_records == rep.distinct_events == rep.sink_events == 400 and rep.windows_checked == 3 * KEYS
+    assert json.loads(out.ledger[3]["source_offsets"])["start"] == {out.topic: {"0": 400}}
+    assert json.loads(out.old_ledger[3]["source_offsets"])["start"] == {out.topic: {"0": 300}}
 
 
 def end_offsets_only(self: Any, batch_id: int) -> str | None:
