@@ -4,7 +4,8 @@ Prints one JSON object. 1,000,000 demo events (``--events``) are produced once t
 topic; then, for each batch size (``--batches``, default 100,000 and 1,000,000 offsets per batch,
 as ``maxOffsetsPerTrigger``) and each ``sink.write_from`` (``driver``: ``toArrow()`` and the sink
 write in the driver; ``executors``: ``rewind.stream.staged_writer``), the demo stream runs
-``--available-now`` over the whole topic into a fresh SQLite sink, in a fresh process.
+``--available-now`` over the whole topic into a fresh sink, in a fresh process: SQLite, or Delta
+tables with ``--sinks delta`` (``executors``: ``rewind.stream.delta_writer``, delta-spark's MERGE).
 
 Measured per run: the Python driver's peak RSS (its own ``VmHWM``, read as it exits), the peak
 RSS of the JVM (sampled every 0.2 s; in ``local[2]`` it is driver and executor at once, with a
@@ -105,6 +106,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--batches", default="100000,1000000", help="offsets per batch (comma-separated)")
+    ap.add_argument("--sinks", default="sqlite", help="sqlite and/or delta (comma-separated)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -128,23 +130,25 @@ def main() -> None:
         produce(bootstrap, ProduceSpec(topic="bench-drivermem", count=args.events, partitions=4, keyless=True))
         produce_s = time.perf_counter() - t
         env = {**os.environ, **plat.info().env(), "PYTHONPATH": python_path(), "PYSPARK_PYTHON": sys.executable}
-        for size in sizes:
-            for mode in ("driver", "executors"):
-                name = f"m{mode[0]}{size}"
-                entry = demo_stream(name, "bench-drivermem", work, max_offsets=size,
-                                    sink=f'{{url: "sqlite:///{work}/{name}.db", table_prefix: {name}_, '
-                                         f'write_from: {mode}}}')
-                registry = write_registry(work / f"{name}.yaml", entry)
-                run = measure(work, registry, name, bootstrap, env)
-                report = verify_stream(load_registry(registry).get(name), bootstrap)
-                runs.append({"write_from": mode, "batch_offsets": size, **run, "sink_events": report.sink_events,
-                             "proof_ok": report.ok})
-    by = {(r["write_from"], r["batch_offsets"]): r["python_driver_peak_mb"] for r in runs}
+        for sink in args.sinks.split(","):
+            for size in sizes:
+                for mode in ("driver", "executors"):
+                    name = f"m{sink[0]}{mode[0]}{size}"
+                    url = f"sqlite:///{work}/{name}.db" if sink == "sqlite" else f"delta://{work}/{name}"
+                    entry = demo_stream(name, "bench-drivermem", work, max_offsets=size,
+                                        sink=f'{{url: "{url}", table_prefix: {name}_, write_from: {mode}}}')
+                    registry = write_registry(work / f"{name}.yaml", entry)
+                    run = measure(work, registry, name, bootstrap, env)
+                    report = verify_stream(load_registry(registry).get(name), bootstrap)
+                    runs.append({"sink": sink, "write_from": mode, "batch_offsets": size, **run,
+                                 "sink_events": report.sink_events, "proof_ok": report.ok})
+    by = {(r["sink"], r["write_from"], r["batch_offsets"]): r["python_driver_peak_mb"] for r in runs}
     small, large = sizes[0], sizes[-1]
     doc = {"bench": "driver_memory", "broker": broker_description(), "cpus": os.cpu_count(), "events": args.events,
            "produce_seconds": round(produce_s, 1), "runs": runs,
            "python_driver_peak_ratio_large_to_small": {
-               m: round(by[(m, large)] / max(by[(m, small)], 1e-9), 2) for m in ("driver", "executors")},
+               f"{k}/{m}": round(by[(k, m, large)] / max(by[(k, m, small)], 1e-9), 2)
+               for k in args.sinks.split(",") for m in ("driver", "executors")},
            "work": str(work)}
     print(json.dumps(doc, indent=1), file=out)
     out.flush()
