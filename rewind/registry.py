@@ -116,8 +116,8 @@ class SinkSpec(_Strict):
                 raise ValueError("write_from: executors is for SQL sinks: one Kafka transaction cannot span the "
                                  "executors' producers, so the Kafka sink writes from the driver; remove write_from")
         elif self.options:
-            raise ValueError(f"options {sorted(self.options)} are for a kafka:// or delta:// sink; a SQL sink takes its "
-                             "settings in its URL")
+            raise ValueError(f"options {sorted(self.options)} are for a kafka:// or delta:// sink; a SQL sink "
+                             "takes its settings in its URL")
         return self
 
     @field_validator("table_prefix")

@@ -54,7 +54,10 @@ def read_pointer(spec: StreamSpec) -> list[PointerEntry]:
 
 
 def active_checkpoint(spec: StreamSpec) -> str:
-    """The checkpoint location the stream must use: the pointer's, else the registry's."""
+    """The checkpoint location the stream must use: the pointer's, else the registry's (always the
+    registry's for an ``s3a://`` checkpoint: its pointer would need a home in S3, not written yet)."""
+    if "://" in spec.checkpoint:
+        return spec.checkpoint
     entries = read_pointer(spec)
     return entries[-1].path if entries else spec.checkpoint
 

@@ -118,6 +118,10 @@ def repair_checkpoint(path: str | Path, *, running: str | None = None, dry_run: 
     writing into what is being moved).
     """
     root = Path(path)
+    if str(path).startswith("s3a://"):
+        raise RepairRefused(f"{path}: repair works on a local checkpoint; repairing a stream's checkpoint in S3 "
+                            "(moving objects into a quarantine prefix) is not written yet: copy it to a local "
+                            "folder, repair that, and point the registry's checkpoint at it")
     if str(path).startswith("s3://"):
         raise RepairRefused("repair works on a local checkpoint; a checkpoint in S3 is a savepoint's copy: "
                             "restore it with `rewind savepoint restore`")

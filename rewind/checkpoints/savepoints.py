@@ -167,7 +167,11 @@ def create_savepoint(spec: StreamSpec, store: S3Store, *, checkpoint: str | Path
     """Copy the last complete batch of the stream's active checkpoint to S3; safe while it runs."""
     from rewind.checkpoints.pointer import active_checkpoint
 
-    root = Path(checkpoint or active_checkpoint(spec))
+    location = str(checkpoint or active_checkpoint(spec))
+    if "://" in location:
+        raise SavepointRefused(f"stream {spec.name}: its checkpoint {location} is not on local disk; savepoints copy "
+                               "local checkpoints only (copying an s3a:// checkpoint within S3 is not written yet)")
+    root = Path(location)
     if not (root / "commits").is_dir() or not any(p.name.isdigit() for p in (root / "commits").iterdir()):
         raise NothingToSave(f"stream {spec.name} has no committed batch in {root} yet: nothing to save")
     store.check()
@@ -284,6 +288,10 @@ class RestoreResult:
 
 def restore_destination(spec: StreamSpec, savepoint_id: str, to: str | Path | None) -> Path:
     """``--to`` (must not exist or be an empty directory), else a fresh sibling of the checkpoint."""
+    if "://" in spec.checkpoint:
+        raise SavepointRefused(f"stream {spec.name}: its checkpoint {spec.checkpoint} is in S3, and restoring "
+                               "one (a new s3a:// prefix and a pointer to it) is not written yet; to restore this "
+                               "savepoint, set the stream's checkpoint to a local folder in the registry first")
     if to is not None:
         dest = Path(to).resolve()
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):

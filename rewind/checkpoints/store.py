@@ -67,12 +67,12 @@ class LocalStore:
 
 
 class S3CheckpointStore:
-    """A checkpoint (or a savepoint's copy of one) under ``s3://bucket/prefix/``."""
+    """A checkpoint (or a savepoint's copy of one) under ``s3://bucket/prefix/`` (or ``s3a://``: a stream's)."""
 
-    def __init__(self, client: Any, bucket: str, prefix: str) -> None:
+    def __init__(self, client: Any, bucket: str, prefix: str, scheme: str = "s3") -> None:
         self.client, self.bucket = client, bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self.location = f"s3://{bucket}/{self.prefix}"
+        self.location = f"{scheme}://{bucket}/{self.prefix}"
         self.reads = 0
 
     def exists(self, rel: str = "") -> bool:
@@ -105,21 +105,32 @@ class S3CheckpointStore:
             return None
 
 
+#: URL schemes of a checkpoint in S3: ``s3://`` (boto3, savepoints) and ``s3a://`` (Hadoop's S3A, the
+#: scheme Spark writes a stream checkpoint through); the same bucket and key either way.
+S3_SCHEMES = ("s3://", "s3a://")
+
+
+def is_s3_url(location: str | Path) -> bool:
+    return str(location).startswith(S3_SCHEMES)
+
+
 def parse_s3_url(url: str) -> tuple[str, str]:
-    """'s3://bucket/some/prefix' -> ('bucket', 'some/prefix')."""
-    if not url.startswith("s3://") or len(url) <= 5:
-        raise ValueError(f"{url!r} is not an s3://BUCKET/PREFIX location")
-    bucket, _, prefix = url[5:].partition("/")
+    """'s3://bucket/some/prefix' (or 's3a://...') -> ('bucket', 'some/prefix')."""
+    scheme = next((s for s in S3_SCHEMES if url.startswith(s)), None)
+    if scheme is None or len(url) <= len(scheme):
+        raise ValueError(f"{url!r} is not an s3://BUCKET/PREFIX (or s3a://) location")
+    bucket, _, prefix = url[len(scheme):].partition("/")
     if not bucket:
         raise ValueError(f"{url!r} has no bucket")
     return bucket, prefix
 
 
 def open_store(location: str | Path, s3_client: Any = None) -> CheckpointStore:
-    """A store for a local path or an ``s3://`` URL (``s3_client`` is needed for the latter)."""
+    """A store for a local path or an ``s3://`` / ``s3a://`` URL (``s3_client`` is needed for the latter)."""
     text = str(location)
-    if text.startswith("s3://"):
+    if is_s3_url(text):
         if s3_client is None:
             raise ValueError(f"{text}: an S3 client is needed to read a checkpoint in S3")
-        return S3CheckpointStore(s3_client, *parse_s3_url(text))
+        return S3CheckpointStore(s3_client, *parse_s3_url(text), scheme=text.split("://", 1)[0])
     return LocalStore(text)
+

@@ -17,12 +17,12 @@ def stream_watermark(spec: Any, batch: int | None) -> tuple[datetime | None, int
     """
     from rewind.checkpoints.logs import parse_offsets_file
     from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.checkpoints.store import open_store
+    from rewind.checkpoints.store import is_s3_url, open_store
 
     try:
         location = active_checkpoint(spec)
         client = None
-        if str(location).startswith("s3://"):
+        if is_s3_url(location):
             from rewind.s3 import s3_client
 
             client = s3_client()

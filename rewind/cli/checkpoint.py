@@ -1,4 +1,4 @@
-"""`rewind checkpoint inspect|repair STREAM|PATH|s3://...`: what a checkpoint holds, and rolling it back."""
+"""`rewind checkpoint inspect|repair STREAM|PATH|s3://...|s3a://...`: what a checkpoint holds, and rolling it back."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rewind.errors import EXIT_FAILED, EXIT_OK, EXIT_PROOF_VIOLATION
 
 
 def add_parser(sub: Any) -> None:
-    cp = command(sub, "checkpoint", "inspect or repair a Spark checkpoint (stream name, path, s3:// URL)",
+    cp = command(sub, "checkpoint", "inspect or repair a Spark checkpoint (stream name, path, s3:// or s3a:// URL)",
                  "inspect: batches, offsets, state and every problem found. repair: roll back to the last complete "
                  "batch, moving later files into <checkpoint>.quarantine/ (never deleting).",
                  codes={EXIT_PROOF_VIOLATION: "inspect found problems (each is named)",
@@ -29,12 +29,13 @@ def add_parser(sub: Any) -> None:
 def resolve_target(target: str, registry: str | None) -> tuple[str, Any]:
     """STREAM|PATH -> (checkpoint location, the registry stream that owns it or None)."""
     from rewind.checkpoints.pointer import active_checkpoint
+    from rewind.checkpoints.store import is_s3_url
     from rewind.registry import NAME_RE, RegistryError, load_registry
 
     if NAME_RE.match(target) and not Path(target).exists():
         spec = load_registry(registry).get(target)
         return active_checkpoint(spec), spec
-    if target.startswith("s3://"):
+    if is_s3_url(target):
         return target, None
     try:
         streams = load_registry(registry).streams.values()
@@ -47,6 +48,7 @@ def resolve_target(target: str, registry: str | None) -> tuple[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from rewind.checkpoints.inspection import format_report, inspect_checkpoint
     from rewind.checkpoints.repair import format_record, repair_checkpoint, stream_running
+    from rewind.checkpoints.store import is_s3_url
 
     target, spec = resolve_target(args.target, args.registry)
     if args.action == "repair":
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         done = record["result"] in ("repaired", "healthy: nothing to repair") or args.dry_run
         return EXIT_OK if done else EXIT_FAILED
     s3 = None
-    if target.startswith("s3://"):
+    if is_s3_url(target):
         from rewind.s3 import s3_client
 
         s3 = s3_client()

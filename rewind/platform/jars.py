@@ -73,4 +73,34 @@ def connector_jars(required: bool = True) -> list[str]:
             return []
         raise JarsMissing(f"Spark's Kafka connector (format \"kafka\") is not in {folder} "
                           f"(missing {', '.join(m.rstrip('-_') for m in missing)}): {FETCH_HINT}")
+    return jars + delta_jars()
+
+
+def delta_jars() -> list[str]:
+    """delta-spark and delta-storage (``.jars/delta/*.jar``), for Delta sinks written from the executors;
+    [] when absent (``require_delta_jars`` says how to fetch them)."""
+    return sorted(str(p) for p in (jars_dir() / "delta").glob("*.jar"))
+
+
+def require_delta_jars() -> list[str]:
+    jars = delta_jars()
+    if not any(Path(j).name.startswith("delta-spark_") for j in jars):
+        raise JarsMissing(f"delta-spark is not in {jars_dir() / 'delta'} (a Delta sink with write_from: "
+                          f"executors needs it): {FETCH_HINT}")
+    return jars
+
+
+#: The jars of Hadoop's S3A file system (``s3a://``), by artifact name prefix: all must be present.
+S3A_ARTIFACTS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+
+
+def s3a_jars() -> list[str]:
+    """hadoop-aws, the AWS SDK v2 bundle and the analytics accelerator (``.jars/s3a/*.jar``), for
+    sessions whose checkpoint is ``s3a://``; a one-line error naming ``make jars`` when absent."""
+    folder = jars_dir() / "s3a"
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    missing = [a for a in S3A_ARTIFACTS if not any(Path(j).name.startswith(a) for j in jars)]
+    if missing:
+        raise JarsMissing(f"Hadoop's S3A jars (s3a:// checkpoints) are not in {folder} "
+                          f"(missing {', '.join(m.rstrip('-') for m in missing)}): {FETCH_HINT}")
     return jars

@@ -11,7 +11,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -42,6 +41,8 @@ class BatchWriter:
     #: batch id -> (records routed as behind the watermark, that watermark in ms), for the check
     #: against Spark's own count when the batch's progress arrives (see ``late_check``).
     late: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: the transform's dead-letter table: rows a sink cannot take go there (``rewind.sink.unwritable``)
+    dead_letter: str | None = None
 
     def late_filtered(self, df: Any, batch_id: int) -> tuple[Any, int | None]:
         """The batch with, of the transform's late candidates, exactly those Spark's state operators
@@ -67,12 +68,29 @@ class BatchWriter:
         self.late[batch_id] = (routed, watermark or 0)
         tables = self.split(frame, batch_id)
         t2 = time.perf_counter()
-        result = self.sink.write_batch(batch_id, tables, self.source_offsets(batch_id))
+        result = self.write(batch_id, tables)
         if self.phases is not None:
             self.phases.append({"batch_id": batch_id, "rows": table.num_rows, "collect_s": t1 - t0,
                                 "to_pandas_split_s": t2 - t1, "sink_write_s": time.perf_counter() - t2})
         log.info("batch %d %s rows=%s in %.2fs", batch_id, "skipped (already committed)" if result.skipped
                  else "re-planned, rewritten" if result.replanned else "committed", result.rows, result.seconds)
+
+    def write(self, batch_id: int, tables: dict[str, Any]) -> Any:
+        """The sink's write of the batch; if the sink refuses values some rows carry, those rows go to
+        the dead-letter table and the rest is written (``rewind.sink.unwritable``)."""
+        from rewind.sink.errors import SinkRefused
+        from rewind.sink.unwritable import route_unwritable
+
+        offsets = self.source_offsets(batch_id)
+        try:
+            return self.sink.write_batch(batch_id, tables, offsets)
+        except SinkRefused as exc:
+            routed = route_unwritable(self.sink.specs, tables, self.dead_letter, batch_id)
+            if routed is None or self.dead_letter is None:
+                raise
+            moved = len(routed[self.dead_letter]) - len(tables.get(self.dead_letter, ()))
+            log.warning("batch %d: %d rows the sink refused (%s) written as dead letters", batch_id, moved, exc)
+            return self.sink.write_batch(batch_id, routed, offsets)
 
     def source_offsets(self, batch_id: int) -> str | None:
         """The batch's identity as the sink ledger stores it: start offsets (batch N-1's end), end
@@ -85,18 +103,18 @@ class BatchWriter:
         rewritten, which the idempotent table writes make safe."""
         if self.checkpoint is None:
             return None
+        from rewind.checkpoints.files import read_text
         from rewind.checkpoints.logs import parse_offsets_file
 
-        offsets = Path(self.checkpoint) / "offsets"
         try:
-            meta, sources = parse_offsets_file((offsets / str(batch_id)).read_text())
+            meta, sources = parse_offsets_file(read_text(self.checkpoint, f"offsets/{batch_id}"))
         except (OSError, ValueError) as exc:
             log.warning("batch %d: offsets unreadable (%s); the ledger records no offsets", batch_id, exc)
             return None
         start: Any = None
         if batch_id > 0:
             try:
-                start = _one_or_all(parse_offsets_file((offsets / str(batch_id - 1)).read_text())[1])
+                start = _one_or_all(parse_offsets_file(read_text(self.checkpoint, f"offsets/{batch_id - 1}"))[1])
             except (OSError, ValueError):
                 start = "unknown"  # never equal to a recorded identity with a known start: rewritten
         return json.dumps({"start": start, "end": _one_or_all(sources),

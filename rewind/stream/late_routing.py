@@ -49,13 +49,14 @@ class WatermarkUnknown(Failed, RuntimeError):
 def late_events_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
     """The watermark (ms) Spark's stateful operators use for late rows in ``batch_id``:
     ``batchWatermarkMs`` of ``offsets/<batch_id - 1>``, 0 for the first batch."""
+    from rewind.checkpoints.files import read_text
     from rewind.checkpoints.logs import parse_offsets_file
 
     if batch_id <= 0:
         return 0
-    path = Path(checkpoint) / "offsets" / str(batch_id - 1)
+    path = f"{str(checkpoint).rstrip('/')}/offsets/{batch_id - 1}"
     try:
-        meta, _ = parse_offsets_file(path.read_text())
+        meta, _ = parse_offsets_file(read_text(checkpoint, f"offsets/{batch_id - 1}"))
     except (OSError, ValueError) as exc:
         raise WatermarkUnknown(f"batch {batch_id}: cannot read the previous batch's watermark from {path} ({exc}); "
                                "records behind the watermark could not be told apart") from exc

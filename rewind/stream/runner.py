@@ -57,6 +57,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
                 checkpoint: str | None = None, phases: list[dict[str, Any]] | None = None,
                 late: dict[int, tuple[int, int]] | None = None):
     """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter)."""
+    from rewind.sink.delta_target import is_delta_url
     from rewind.stream.contract import load_transform
 
     transform = load_transform(spec)
@@ -64,14 +65,21 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     sink.create_tables()
     checkpoint = checkpoint or spec.checkpoint
     writer: BatchWriter
-    if spec.sink.write_from == "executors":
+    if spec.sink.write_from == "executors" and is_delta_url(spec.sink.url):
+        from rewind.stream.delta_writer import DeltaBatchWriter
+
+        writer = DeltaBatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
+                                  late if late is not None else {}, spec=spec,
+                                  dead_letter=transform.dead_letter_table)
+    elif spec.sink.write_from == "executors":
         from rewind.stream.staged_writer import StagedBatchWriter
 
         writer = StagedBatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
-                                   late if late is not None else {}, spec=spec)
+                                   late if late is not None else {}, spec=spec,
+                                   dead_letter=transform.dead_letter_table)
     else:
         writer = BatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
-                             late if late is not None else {})
+                             late if late is not None else {}, dead_letter=transform.dead_letter_table)
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
     out = transform.build(source, spec)
     ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)
@@ -88,7 +96,10 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
 
     load_transform(spec)  # a transform that breaks the contract is refused before Spark starts
     check_source(spec, bootstrap)
-    Path(spec.checkpoint).parent.mkdir(parents=True, exist_ok=True)
+    from rewind.platform.s3a import apply_credentials, is_url, s3a_conf
+
+    if not is_url(spec.checkpoint):  # s3a://: Hadoop creates the "folders" (S3 has none)
+        Path(spec.checkpoint).parent.mkdir(parents=True, exist_ok=True)
     spath = status_path(spec.status_dir, spec.name)
     status = StreamStatus(stream=spec.name)
     write_status(spath, status)
@@ -100,7 +111,8 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    spark = build_session(f"rewind-{spec.name}", master)
+    spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint)})
+    apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
     late: dict[int, tuple[int, int]] = {}  # filled by the batch writer, checked when progress arrives
     late_log = late_checks_path(spath)
     spark.streams.addListener(make_listener(
@@ -176,11 +188,20 @@ def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
     progress event must still report the batch it is stuck behind, not "none".
     """
     from rewind.checkpoints.inspection import CheckpointError, NotACheckpoint, inspect_checkpoint
+    from rewind.checkpoints.store import is_s3_url, open_store
 
-    if not (Path(checkpoint) / "commits").is_dir():
-        return
     try:
-        report = inspect_checkpoint(checkpoint, recent=2)
+        if is_s3_url(checkpoint):
+            from rewind.s3 import s3_client
+
+            store = open_store(checkpoint, s3_client())
+            if not store.exists():  # a first run: nothing written yet
+                return
+            report = inspect_checkpoint(store, recent=2)
+        elif not (Path(checkpoint) / "commits").is_dir():
+            return
+        else:
+            report = inspect_checkpoint(checkpoint, recent=2)
     except (CheckpointError, NotACheckpoint, OSError) as exc:
         log.warning("cannot read the last committed batch from %s: %s", checkpoint, exc)
         return

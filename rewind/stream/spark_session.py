@@ -27,9 +27,13 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
 
     from rewind.platform.jars import connector_jars
 
+    builder = SparkSession.builder.appName(app_name)
+    # Under spark-submit (its JVM hands pyspark a gateway port) the master comes from --master (the
+    # Airflow connection: spark://... for a standalone cluster); setting one here would override it.
+    if master or os.environ.get("REWIND_SPARK_MASTER") or not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        builder = builder.master(master or settings.spark_master())
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master or settings.spark_master())
+        builder
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")

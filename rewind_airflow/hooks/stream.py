@@ -30,6 +30,9 @@ class RewindStreamHook(SparkSubmitHook):
         # Spark's Kafka connector: under spark-submit the JVM starts before the session's conf is
         # read, so spark.jars set in Python would not reach the driver's class path.
         kwargs.setdefault("jars", ",".join(connector_jars(required=False)) or None)
+        # An s3a:// checkpoint: the S3A jars on the driver's class path, which under spark-submit is
+        # fixed before the session's spark.driver.extraClassPath is read (rewind.platform.s3a).
+        kwargs.setdefault("driver_class_path", s3a_driver_class_path(stream, registry))
         super().__init__(conn_id=conn_id, application_args=args, **kwargs)
         self.stream = stream
 
@@ -49,6 +52,21 @@ class RewindStreamHook(SparkSubmitHook):
         pid = spawn_detached(self.submit_command(), log_path, full_env)
         self.log.info("launched %s detached: pid %d, log %s", self.stream, pid, log_path)
         return pid
+
+
+def s3a_driver_class_path(stream: str, registry: str | None) -> str | None:
+    """The S3A jars as a class path when the stream's checkpoint is ``s3a://``, else None (also when the
+    registry cannot be read here: the stream job then reports that itself)."""
+    from rewind.errors import Refused
+    from rewind.platform.jars import s3a_jars
+    from rewind.platform.s3a import is_s3a
+    from rewind.registry import load_registry
+
+    try:
+        checkpoint = load_registry(registry).get(stream).checkpoint
+    except (Refused, OSError):
+        return None
+    return ":".join(s3a_jars()) if is_s3a(checkpoint) else None
 
 
 def submit_env() -> dict[str, str]:
