@@ -30,10 +30,21 @@ class ServiceError(Failed, RuntimeError):
     """A service failed to start; the message names it, the cause when known, and its log."""
 
 
+#: Ports this process has handed out: the kernel may return a port again right after it was closed,
+#: and a platform picks several before anything listens (SeaweedFS's S3 and its gRPC port were once
+#: the same port, and a Kafka port once one of SeaweedFS's: "address already in use").
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on now and that this process has not handed out before."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
