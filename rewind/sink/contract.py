@@ -37,9 +37,9 @@ import numpy as np
 import pandas as pd
 
 from rewind.sink.errors import SinkRefused
-from rewind.sink.schema import TableSpec
+from rewind.sink.schema import TableSpec, check_table_name
 
-__all__ = ["BatchResult", "Rows", "Sink", "check_batch_id"]
+__all__ = ["BatchResult", "Rows", "Sink", "check_batch_id", "check_sink_tables"]
 
 Rows: TypeAlias = pd.DataFrame | Sequence[Mapping[str, Any]]
 
@@ -60,6 +60,19 @@ def check_batch_id(batch_id: Any) -> int:
     if isinstance(batch_id, bool) or not isinstance(batch_id, (int, np.integer)) or batch_id < 0:
         raise SinkRefused(f"batch_id must be a non-negative integer, not {batch_id!r}")
     return int(batch_id)
+
+
+def check_sink_tables(stream: Any, tables: Sequence[TableSpec], table_prefix: str) -> dict[str, TableSpec]:
+    """The tables of a sink by name, or SinkRefused for a bad stream name, prefix or table list (the
+    Kafka and Delta sinks' constructors)."""
+    if not isinstance(stream, str) or not stream or len(stream) > 200:
+        raise SinkRefused(f"stream must be a non-empty string of at most 200 characters, not {stream!r}")
+    if table_prefix:
+        check_table_name(table_prefix, "table prefix")
+    specs = list(tables)
+    if not specs or len({s.name for s in specs}) != len(specs):
+        raise SinkRefused(f"one TableSpec per table is needed, got {[s.name for s in specs]}")
+    return {s.name: s for s in specs}
 
 
 class Sink(abc.ABC):

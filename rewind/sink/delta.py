@@ -30,7 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import sqlalchemy as sa
 
-from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id
+from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id, check_sink_tables
 from rewind.sink.convert import prepare_rows
 from rewind.sink.delta_tables import (
     LEDGER_SCHEMA,
@@ -43,7 +43,7 @@ from rewind.sink.delta_tables import (
 from rewind.sink.delta_target import DeltaSinkTarget
 from rewind.sink.errors import SinkRefused, SinkWriteError
 from rewind.sink.kafka_ledger import LedgerEntry, ledger_frame
-from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_table_name
+from rewind.sink.schema import LEDGER_TABLE, TableSpec
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +57,11 @@ class DeltaSink(Sink):
 
     def __init__(self, target: DeltaSinkTarget, stream: str, tables: Sequence[TableSpec],
                  table_prefix: str = "") -> None:
-        if not isinstance(stream, str) or not stream or len(stream) > 200:
-            raise SinkRefused(f"stream must be a non-empty string of at most 200 characters, not {stream!r}")
-        if table_prefix:
-            check_table_name(table_prefix, "table prefix")
-        specs = list(tables)
-        if not specs or len({s.name for s in specs}) != len(specs):
-            raise SinkRefused(f"one TableSpec per table is needed, got {[s.name for s in specs]}")
+        specs = check_sink_tables(stream, tables, table_prefix)
         self.target = target
         self.stream = stream
         self.table_prefix = table_prefix
-        self.specs: dict[str, TableSpec] = {s.name: s for s in specs}
+        self.specs: dict[str, TableSpec] = specs
         self._mirror: Any = None
         self._mirror_dir: tempfile.TemporaryDirectory[str] | None = None
         self._mirrored: dict[str, int] = {}  # table -> Delta version in the copy

@@ -37,7 +37,7 @@ import pandas as pd
 
 from rewind.kafka.client_config import base_consumer_config, librdkafka_config
 from rewind.kafka.client_logs import librdkafka_logger
-from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id
+from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id, check_sink_tables
 from rewind.sink.convert import PreparedTable, prepare_rows, prepare_table
 from rewind.sink.errors import SinkRefused
 from rewind.sink.kafka_codec import encode_table
@@ -46,7 +46,7 @@ from rewind.sink.kafka_mirror import TopicMirror
 from rewind.sink.kafka_target import KafkaSinkTarget
 from rewind.sink.kafka_txn import Record, Transactions
 from rewind.sink.pause import pause_before_commit
-from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_table_name
+from rewind.sink.schema import LEDGER_TABLE, TableSpec
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +60,11 @@ class TransactionalKafkaSink(Sink):
 
     def __init__(self, target: KafkaSinkTarget, stream: str, tables: Sequence[TableSpec], table_prefix: str = "",
                  dead_letter_table: str | None = None) -> None:
-        if not isinstance(stream, str) or not stream or len(stream) > 200:
-            raise SinkRefused(f"stream must be a non-empty string of at most 200 characters, not {stream!r}")
-        if table_prefix:
-            check_table_name(table_prefix, "table prefix")
-        specs = list(tables)
-        if not specs or len({s.name for s in specs}) != len(specs):
-            raise SinkRefused(f"one TableSpec per table is needed, got {[s.name for s in specs]}")
+        specs = check_sink_tables(stream, tables, table_prefix)
         self.target = target
         self.stream = stream
         self.table_prefix = table_prefix
-        self.specs: dict[str, TableSpec] = {s.name: s for s in specs}
+        self.specs: dict[str, TableSpec] = specs
         self.dead_letter_table = dead_letter_table if dead_letter_table in self.specs else None
         self._bootstrap: str | None = target.bootstrap
         self._mirror: TopicMirror | None = None
