@@ -85,14 +85,16 @@ class DeltaSink(Sink):
             self._open(name, arrow_schema(spec))
         self._open(LEDGER_TABLE, LEDGER_SCHEMA)
 
-    def ensure_table(self, name: str) -> None:
-        self._open(name, arrow_schema(self.specs[name]))
+    def ensure_table(self, name: str) -> Any:
+        """Table ``name`` as a delta-rs ``DeltaTable``, created if missing."""
+        return self._open(name, arrow_schema(self.specs[name]))
 
-    def recorded_version(self, name: str) -> int | None:
-        """The highest batch id table ``name`` has a commit of (Delta's txnVersion for this stream's app id)."""
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.path(name)).transaction_version(self.app_id)
+    def tags(self, table: Any, batch_id: int | None) -> bool:
+        """Whether a commit of ``batch_id`` to ``table`` carries the app transaction (rewind.<stream>, batch id).
+        A version at or below the one recorded is a re-run or a re-plan: merged again, untagged
+        (Delta keeps the highest version per app id)."""
+        recorded = table.transaction_version(self.app_id)
+        return batch_id is not None and (recorded is None or recorded < batch_id)
 
     def _open(self, name: str, schema: pa.Schema) -> Any:
         """The Delta table, created if missing (a concurrent creator's table is taken as is)."""
@@ -171,10 +173,7 @@ class DeltaSink(Sink):
         for attempt in range(1, COMMIT_RETRIES + 1):
             table = self._open(name, schema)
             props = None
-            # A version at or below the one recorded is a re-run or a re-plan: merged again, untagged
-            # (Delta keeps the highest version per app id).
-            recorded = table.transaction_version(self.app_id)
-            if batch_id is not None and (recorded is None or recorded < batch_id):
+            if batch_id is not None and self.tags(table, batch_id):
                 props = CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
             merger = table.merge(data, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
             if update:

@@ -180,10 +180,8 @@ class DeltaBatchWriter(BatchWriter):
         source = one.select(*[F.col(_col(index, c.name)).alias(c.name) for c in spec.columns])
         spark = split.sparkSession
         path = self.sink.path(spec.name)
-        self.sink.ensure_table(spec.name)
-        recorded = self.sink.recorded_version(spec.name)
-        tag = recorded is None or recorded < batch_id  # a re-run or re-plan is merged untagged (see DeltaSink)
         on, update_if, update = merge_clauses(spec)
+        tag = self.sink.tags(self.sink.ensure_table(spec.name), batch_id)
         if tag:
             spark.conf.set("spark.databricks.delta.write.txnAppId", self.sink.app_id)
             spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
