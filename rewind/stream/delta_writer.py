@@ -61,6 +61,7 @@ def split_partition(task: SplitTask, batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
     from pyspark import TaskContext
 
+    from rewind.sink.delta_tables import arrow_schema
     from rewind.stream.contract import load_transform
     from rewind.stream.late_routing import mark_behind
 
@@ -71,7 +72,7 @@ def split_partition(task: SplitTask, batches: Iterator[Any]) -> Iterator[Any]:
     index = {s.name: i for i, s in enumerate(specs)}
     fields = [pa.field("__table", pa.string()), pa.field("__seq", pa.int64())]
     for i, s in enumerate(specs):
-        fields.extend(pa.field(_col(i, f.name), f.type) for f in _arrow_fields(s))
+        fields.extend(pa.field(_col(i, f.name), f.type) for f in arrow_schema(s))
     schema = pa.schema(fields)
     routed = 0
     for batch in batches:
@@ -110,12 +111,6 @@ def _prepared(transform: Any, specs: list[TableSpec], tables: dict[str, Any], ba
             raise
         log.warning("batch %d: rows the sink cannot take written as dead letters", batch_id)
         return [(n, arrow_table(prepare_table(by_name[n], p, sqlite_text=False))) for n, p in routed.items()]
-
-
-def _arrow_fields(spec: TableSpec) -> list[Any]:
-    from rewind.sink.delta_tables import arrow_schema
-
-    return list(arrow_schema(spec))
 
 
 @dataclass
