@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 from test_exactly_once_crash import StreamProcess, run_crash_scenario
 
+from rewind.demo.producer import ProduceSpec, produce
 from rewind.platform.processes import pid_alive
 from rewind.platform.services import PlatformInfo
 from rewind.testing.spark_cluster import Executor, StandaloneCluster, spark_home
@@ -106,12 +108,18 @@ def running_tasks(stderr: Path) -> set[str]:
     return tids
 
 
-def executor_killer(cluster: StandaloneCluster, at_run: int) -> Callable[[StreamProcess, int], dict | None]:
+def executor_killer(cluster: StandaloneCluster, at_run: int, bootstrap: str,
+                    topic: str) -> Callable[[StreamProcess, int], dict | None]:
     """In run ``at_run``: SIGKILL an executor JVM while its log shows a task of a batch running,
     then wait until the killed pid is gone and the worker has launched a replacement. Its log can
     lag the task's end (the CI rehearsal once killed an executor whose "Running" line was the last
     one, and Spark lost no task), so when the driver logs no lost task, another busy executor is
-    killed, up to 3 times; the test then asserts that a task was lost."""
+    killed, up to 3 times; the test then asserts that a task was lost.
+
+    While it hunts, it sends its own load (well-formed events, ids of their own) to the topic:
+    the scenario's producer may have finished by then (CI: the Kafka case's pause run plus two
+    application starts outlasted its 40 s, the stream had caught up, and no executor ran a task
+    for 120 s). The proof counts these events like any other."""
 
     def kill_one(stream: StreamProcess, deadline: float) -> dict:
         victim: Executor | None = None
@@ -149,16 +157,27 @@ def executor_killer(cluster: StandaloneCluster, at_run: int) -> Callable[[Stream
     def kill(stream: StreamProcess, run: int) -> dict | None:
         if run != at_run:
             return None
+        stop = threading.Event()
+        sent: dict = {}
+        load = threading.Thread(target=lambda: sent.update(produce(
+            bootstrap, ProduceSpec(topic=topic, count=1_000_000, rate=400, partitions=3, id_prefix="load"),
+            should_stop=stop.is_set).summary()), daemon=True)
+        load.start()
         kills = []
-        for _ in range(3):
-            done = kill_one(stream, time.monotonic() + 120)
-            kills.append(done)
-            wait = time.monotonic() + 10
-            while time.monotonic() < wait and not task_lost(stream, done["executor_killed"]):
-                time.sleep(0.5)
-            if task_lost(stream, done["executor_killed"]):
-                break
-        return {**kills[-1], "executor_kills": len(kills)}
+        try:
+            for _ in range(3):
+                done = kill_one(stream, time.monotonic() + 120)
+                kills.append(done)
+                wait = time.monotonic() + 10
+                while time.monotonic() < wait and not task_lost(stream, done["executor_killed"]):
+                    time.sleep(0.5)
+                if task_lost(stream, done["executor_killed"]):
+                    break
+        finally:
+            stop.set()
+            load.join(timeout=60)
+        assert not load.is_alive(), "the killer's load producer did not stop"
+        return {**kills[-1], "executor_kills": len(kills), "load_sent": sent.get("sent", sent)}
 
     return kill
 
@@ -194,10 +213,11 @@ def test_exactly_once_on_cluster_with_s3a_checkpoint(cluster: StandaloneCluster,
     prefix = f"out{uuid.uuid4().hex[:8]}."
     sink_url = {"sqlite": f"sqlite:///{tmp_path}/sink.db", "kafka": f"kafka://{platform.kafka_bootstrap}/{prefix}",
                 "delta": f"delta://{tmp_path}/lake"}  # Delta: the executors write the files, the driver commits
+    topic = new_topic(3, f"cl{sink}")
     summary = run_crash_scenario(
-        tmp_path, platform, new_topic(3, f"cl{sink}"), sink_url[sink], name, checkpoint=checkpoint,
+        tmp_path, platform, topic, sink_url[sink], name, checkpoint=checkpoint,
         env={"REWIND_SPARK_MASTER": cluster.master_url, "SPARK_LOCAL_IP": "127.0.0.1"},
-        mid_run=executor_killer(cluster, at_run=1), events=EVENTS, driver_kills=1,
+        mid_run=executor_killer(cluster, 1, platform.kafka_bootstrap, topic), events=EVENTS, driver_kills=1,
         pause_batch=2 if sink in ("kafka", "delta") else None,
         write_from="executors" if sink == "delta" else "driver")
     kills = summary["kills"]
