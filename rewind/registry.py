@@ -160,6 +160,9 @@ class SupervisionSpec(_Strict):
     startup_grace: Duration = "3 min"  # a starting stream is left alone this long
     max_lag: int | None = Field(None, ge=1)  # records behind that raise an alarm (no restart)
     alert_every: Duration = "10 min"  # an alert that lasts (lag) is raised again after this long
+    # Keep a warm standby driver beside the running one (rewind.stream.standby): a second Spark
+    # driver's memory, for a takeover in seconds instead of a relaunch's start-up.
+    standby: bool = False
 
     def thresholds(self) -> dict[str, Any]:
         """Keyword arguments of ``rewind.supervision.health.Thresholds`` (plain JSON: the trigger serializes them)."""

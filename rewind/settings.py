@@ -93,6 +93,11 @@ def lag_probe_interval_s() -> float:
     return float(os.environ.get("REWIND_LAG_PROBE_S", "10"))
 
 
+def driver_lock_wait_s() -> float:
+    """How long a driver waits for another driver of its stream to end before it is refused."""
+    return float(os.environ.get("REWIND_DRIVER_WAIT_S", "60"))
+
+
 def fail_on_batch() -> int | None:
     value = os.environ.get("REWIND_FAIL_ON_BATCH")
     return int(value) if value else None

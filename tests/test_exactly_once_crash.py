@@ -67,14 +67,14 @@ class StreamProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
 
-    def start(self, **extra_env: str) -> None:
+    def start(self, *args: str, **extra_env: str) -> None:
         self.runs += 1
         log = open(self.log_dir / f"stream-run{self.runs}.log", "wb")
         env = {**os.environ, **self.platform.env(), "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable,
                **extra_env}
         self.proc = subprocess.Popen([sys.executable, str(STREAM_JOB), self.name,
                                       "--registry", str(self.registry), "--bootstrap",
-                                      self.platform.kafka_bootstrap],
+                                      self.platform.kafka_bootstrap, *args],
                                      stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
 

@@ -23,12 +23,16 @@ def add_parser(sub: Any) -> None:
                     "Kafka -> the stream's transform -> its exactly-once sink, until SIGTERM/Ctrl-C (which stops "
                     "after the batch in flight) or, with --available-now, until what is in Kafka now is processed.",
                     codes={1: "failed: the query stopped with an exception (the status file and the log say which)",
-                           3: "refused: an unknown stream, a missing topic, an unreachable Kafka, a driver already "
-                              "holding the checkpoint, a missing connector jar"})
+                           3: "refused: an unknown stream, a missing topic, an unreachable Kafka, another driver of "
+                              "the stream still running after 60 s (its pid is named), a missing connector jar"})
     run_p.add_argument("stream")
     add_registry(run_p)
     add_bootstrap(run_p)
     run_p.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    run_p.add_argument("--standby", action="store_true",
+                       help="a warm standby: start and warm Spark now, wait for the stream's running driver to end "
+                            "(the kernel frees its lock when its process dies, SIGKILL included), then take over "
+                            "from the checkpoint; `<status_dir>/STREAM.standby.json` says when it is ready")
     run_p.set_defaults(func=run)
 
     new_p = command(actions, "new", "write a new stream's package and add it to the registry",
@@ -55,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from rewind.stream.runner import run_stream
 
     spec = load_registry(args.registry).get(args.stream)
-    return run_stream(spec, resolve_bootstrap(args.bootstrap), available_now=args.available_now)
+    return run_stream(spec, resolve_bootstrap(args.bootstrap), available_now=args.available_now,
+                      standby=args.standby)
 
 
 def new(args: argparse.Namespace) -> int:

@@ -15,8 +15,9 @@ from typing import Any
 from rewind.kafka.types import offsets_json_text
 from rewind.replay.planner import consumer_config
 from rewind.replay.report import ReplayReport
-from rewind.replay.setup import RECOMPUTED, Ranges, ReplaySetup, batch_options, plan_chunks
+from rewind.replay.setup import RECOMPUTED, Ranges, ReplaySetup, plan_chunks
 from rewind.stream.batch_writer import arrow_to_pandas
+from rewind.stream.source import bounded_options
 
 log = logging.getLogger("rewind.replay.run")
 
@@ -98,7 +99,7 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
                               "written": {t: 0 for t in written}, "already_present": {t: 0 for t in written}}
     report.counts = counts
     padding = _other_partitions(setup, bootstrap)
-    options = batch_options(spec, bootstrap, sorted({p.topic for p in plan.partitions}))
+    options = bounded_options(spec, bootstrap, sorted({p.topic for p in plan.partitions}))
     chunks = plan_chunks(setup.ranges, chunk_offsets)
     pairs: set[Any] = set()
     bar = tqdm(total=plan.total_records, unit="rec", unit_scale=True, disable=not progress, file=sys.stderr,

@@ -3,7 +3,8 @@
 ``prepare_replay`` checks everything that needs neither Spark nor the sink (the mode, the replay
 id, a plan of this stream without errors and with records to replay) and returns a
 ``ReplaySetup``; a refusal here (``ReplayRefused``) means nothing was read or written.
-``plan_chunks`` and ``batch_options`` are the pure decisions the Spark job works from.
+``plan_chunks`` is the pure decision the Spark job works from (its read options are
+``rewind.stream.source.bounded_options``, shared with a standby's warm-up).
 
 Why a module of its own: both the orchestration (``rewind.replay.run``) and the Spark work
 (``rewind.replay.job``) need the setup; with it here, the arrows go one way: run -> job -> setup.
@@ -26,9 +27,6 @@ DEFAULT_CHUNK_OFFSETS = 200_000
 #: Tables the replay recomputes instead of writing the transform's rows (see rewind.replay.windows).
 RECOMPUTED = "window_results"
 #: Source options that position or pace a stream; a replay's range replaces them.
-_POSITION_KEYS = ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp",
-                  "startingoffsetsbytimestampstrategy", "endingoffsets", "endingtimestamp",
-                  "endingoffsetsbytimestamp", "maxoffsetspertrigger")
 Ranges = dict[TP, tuple[int, int]]
 
 
@@ -44,16 +42,6 @@ def plan_chunks(ranges: Mapping[TP, tuple[int, int]], chunk_offsets: int) -> lis
     n = max(1, math.ceil(total / chunk_offsets))
     return [{tp: (s + (e - s) * i // n, s + (e - s) * (i + 1) // n) for tp, (s, e) in sorted(ranges.items())}
             for i in range(n)]
-
-
-def batch_options(spec: Any, bootstrap: str, topics: list[str]) -> dict[str, str]:
-    """The stream's own source options for a bounded batch read of ``topics`` (its positioning and
-    pacing options dropped: the chunk's startingOffsets/endingOffsets replace them)."""
-    from rewind.stream.runner import source_options
-
-    opts = {k: v for k, v in source_options(spec, bootstrap).items() if k.lower() not in _POSITION_KEYS}
-    opts["subscribe"] = ",".join(topics)
-    return opts
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,15 @@ def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
     Returns False when no stream was running. The signal goes to the driver process only
     (not its group): the runner then stops after the current batch commits and stops
     Spark itself. Raises StreamControlError if it is still alive after ``timeout``.
+    A standby (``rewind stream run --standby``) is stopped first: else it would take over the
+    moment the driver ends, and a stop would be a restart.
     """
+    from rewind.stream.driver_lock import read_standby
+
+    standby = read_standby(spec.status_dir, spec.name)
+    if standby and not _sigterm_and_wait(int(standby["pid"]), timeout):
+        raise StreamControlError(f"stream {spec.name}: its standby (pid {standby['pid']}) did not stop within "
+                                 f"{timeout:.0f}s of SIGTERM; the driver was left running")
     live = stream_liveness(spec)
     if not live.running or live.pid is None:
         return False

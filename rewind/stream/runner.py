@@ -21,36 +21,15 @@ from rewind.paths import late_checks_path, status_path
 from rewind.registry import StreamSpec
 from rewind.stream.batch_writer import BatchWriter, arrow_to_pandas
 from rewind.stream.sink_factory import open_sink
+from rewind.stream.source import check_source, source_options
 from rewind.stream.status import StreamStatus, make_listener, write_status
 
-__all__ = ["BatchWriter", "arrow_to_pandas", "build_query", "open_sink", "run_stream", "source_options"]
+__all__ = ["BatchWriter", "arrow_to_pandas", "build_query", "check_source", "open_sink", "run_stream", "source_options"]
 
 log = logging.getLogger(__name__)
 #: How long a stop request waits for the running batch to commit. Stopping mid-batch is safe
 #: (the batch re-runs on restart and the sink skips what it already holds), just slower.
 GRACEFUL_STOP_S = 20.0
-
-
-def check_source(spec: StreamSpec, bootstrap: str) -> None:
-    """Refuse before Spark starts: an unreachable bootstrap, a missing topic, a missing connector."""
-    from rewind.kafka.client_config import kafka_options
-    from rewind.kafka.lookups import check_reachable
-
-    if spec.source.format == "kafka":
-        from rewind.platform.jars import connector_jars, spark_packages_name_connector
-
-        if not spark_packages_name_connector():  # else Spark resolves the connector (compose)
-            connector_jars(required=True)
-    check_reachable(bootstrap, spec.topics, kafka_options(spec.source.options))
-
-
-def source_options(spec: StreamSpec, bootstrap: str) -> dict[str, str]:
-    """The source's options: the registry's, with the bootstrap, the topics, and ``read_committed``
-    unless the registry says otherwise. Why that default: Spark's connector reads
-    ``read_uncommitted`` (the Java client's default), so records of aborted transactions would reach
-    the sink, while every proof (librdkafka, ``read_committed`` by default) counts only committed ones."""
-    return {"kafka.bootstrap.servers": bootstrap, "subscribe": ",".join(spec.topics),
-            "kafka.isolation.level": "read_committed", **spec.source.options}
 
 
 def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
@@ -89,9 +68,14 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     return ws.start()
 
 
-def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False, master: str | None = None) -> int:
-    """Run until the query ends or SIGTERM/SIGINT asks for a stop after the current batch."""
+def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False, master: str | None = None,
+               standby: bool = False) -> int:
+    """Run until the query ends or SIGTERM/SIGINT asks for a stop after the current batch.
+
+    One driver per stream (``rewind.stream.driver_lock``). ``standby``: start and warm the session
+    first, then wait for the running driver to end and take over (``rewind.stream.standby``)."""
     from rewind.stream.contract import load_transform
+    from rewind.stream.driver_lock import acquire_driver_lock
     from rewind.stream.spark_session import build_session
 
     load_transform(spec)  # a transform that breaks the contract is refused before Spark starts
@@ -100,9 +84,6 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
 
     if not is_url(spec.checkpoint):  # s3a://: Hadoop creates the "folders" (S3 has none)
         Path(spec.checkpoint).parent.mkdir(parents=True, exist_ok=True)
-    spath = status_path(spec.status_dir, spec.name)
-    status = StreamStatus(stream=spec.name)
-    write_status(spath, status)
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -111,8 +92,41 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    lock = None if standby else acquire_driver_lock(spec.status_dir, spec.name)
+    if standby:
+        from rewind.stream.driver_lock import mark_standby
+
+        mark_standby(spec.status_dir, spec.name, "warming")
+    status = StreamStatus(stream=spec.name)
+    if lock is not None:  # the supervisor sees the new pid before the session's start-up
+        write_status(status_path(spec.status_dir, spec.name), status)
+    started = time.perf_counter()
     spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint)})
-    apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
+    try:
+        apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
+        if lock is None:
+            from rewind.stream.standby import become_driver
+
+            lock = become_driver(spark, spec, bootstrap, stop_requested, time.perf_counter() - started)
+            if lock is None:
+                log.info("standby %s stopped before it was needed", spec.name)
+                return 0
+            status = StreamStatus(stream=spec.name)  # started now, as the driver
+        return _drive(spark, spec, bootstrap, available_now, stop_requested, status)
+    finally:
+        if standby:
+            from rewind.stream.driver_lock import clear_standby
+
+            clear_standby(spec.status_dir, spec.name)
+        spark.stop()
+        if lock is not None:
+            lock.release()
+
+
+def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, stop_requested: threading.Event,
+           status: StreamStatus) -> int:
+    """The driver's part once it holds the lock: status, listener, query, graceful stop."""
+    spath = status_path(spec.status_dir, spec.name)
     late: dict[int, tuple[int, int]] = {}  # filled by the batch writer, checked when progress arrives
     late_log = late_checks_path(spath)
     spark.streams.addListener(make_listener(
@@ -152,7 +166,6 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
         return 0
     finally:
         probe.stop()
-        spark.stop()
 
 
 def record_late_check(status: StreamStatus, late: dict[int, tuple[int, int]], progress: Any,

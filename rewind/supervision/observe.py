@@ -17,6 +17,7 @@ from typing import Any
 from rewind.paths import status_path
 from rewind.platform.processes import pid_alive
 from rewind.registry import StreamSpec
+from rewind.stream.driver_lock import driver_lock_held
 from rewind.stream.status import StreamStatus, read_status
 from rewind.supervision.failures import read_failures
 
@@ -26,7 +27,7 @@ class Observation:
     stream: str
     at: float
     status: StreamStatus | None
-    driver_alive: bool  # the pid in the status runs (a driver, hung or not)
+    driver_alive: bool  # the pid in the status runs (a driver, hung or not), or a driver holds the stream's lock
     gave_up: dict[str, Any] | None = None
     last_alert_at: dict[str, float] = field(default_factory=dict)  # cause -> when it was last alerted
     failures: tuple[dict[str, Any], ...] = ()
@@ -38,5 +39,7 @@ def observe(spec: StreamSpec, now: float | None = None) -> Observation:
     alerts: dict[str, float] = {}
     for a in doc["alerts"]:
         alerts[a["cause"]] = max(alerts.get(a["cause"], 0.0), float(a["at"]))
-    return Observation(spec.name, time.time() if now is None else now, status,
-                       bool(status and pid_alive(status.pid)), doc["gave_up"], alerts, tuple(doc["failures"]))
+    # The lock: a standby that has just taken over holds it before it has written its status.
+    alive = bool(status and pid_alive(status.pid)) or driver_lock_held(spec.status_dir, spec.name)
+    return Observation(spec.name, time.time() if now is None else now, status, alive, doc["gave_up"], alerts,
+                       tuple(doc["failures"]))

@@ -21,11 +21,11 @@ class RewindStreamHook(SparkSubmitHook):
     """
 
     def __init__(self, stream: str, registry: str | None = None, bootstrap: str | None = None,
-                 conn_id: str = "spark_default", **kwargs: Any) -> None:
+                 conn_id: str = "spark_default", standby: bool = False, **kwargs: Any) -> None:
         from rewind.platform.jars import connector_jars
 
         args = [stream] + (["--registry", registry] if registry else []) + \
-            (["--bootstrap", bootstrap] if bootstrap else [])
+            (["--bootstrap", bootstrap] if bootstrap else []) + (["--standby"] if standby else [])
         kwargs.setdefault("name", f"rewind-{stream}")
         # Spark's Kafka connector: under spark-submit the JVM starts before the session's conf is
         # read, so spark.jars set in Python would not reach the driver's class path.

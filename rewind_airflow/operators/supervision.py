@@ -36,8 +36,29 @@ def launch(stream: str, registry: str | None, conn_id: str, wait_s: float) -> di
             "log": str(log_path)}
 
 
+def launch_standby(stream: str, registry: str | None, conn_id: str) -> dict[str, Any]:
+    """spark-submit a warm standby (``rewind stream run --standby``, detached) when the registry asks
+    for one (``supervision.standby``) and none is there; it takes over when the driver's process dies."""
+    from rewind.paths import paths_of
+    from rewind.registry import load_registry
+    from rewind.stream.driver_lock import read_standby
+    from rewind_airflow.hooks.stream import RewindStreamHook
+
+    spec = load_registry(registry).get(stream)
+    if not spec.supervision.standby:
+        return {}
+    there = read_standby(spec.status_dir, spec.name)
+    if there:
+        return {"standby_pid": there["pid"], "standby_launched": False}
+    log_path = paths_of(spec).log.with_suffix(".standby.log")
+    pid = RewindStreamHook(stream, registry, RewindKafkaHook().bootstrap(), conn_id=conn_id,
+                           standby=True).launch_detached(log_path)
+    return {"standby_submit_pid": pid, "standby_launched": True, "standby_log": str(log_path)}
+
+
 class LaunchStreamOperator(BaseOperator):
-    """Make sure the stream runs: leave a running one alone, otherwise spark-submit it (detached).
+    """Make sure the stream runs: leave a running one alone, otherwise spark-submit it (detached);
+    then, when the registry asks for it (``supervision.standby``), a warm standby beside it.
 
     :param stream: the registry stream
     :param registry: the registry file (default: ``$REWIND_REGISTRY``)
@@ -63,9 +84,14 @@ class LaunchStreamOperator(BaseOperator):
             live = stream_liveness(spec)
             if live.running:
                 self.log.info("%s already running (%s): nothing to launch", self.stream, live.why)
-                return {"pid": live.pid, "launched": False}
-            self.log.info("%s is not running (%s): launching", self.stream, live.why)
-            return {**launch(self.stream, self.registry, self.conn_id, self.wait_s), "launched": True}
+                done = {"pid": live.pid, "launched": False}
+            else:
+                self.log.info("%s is not running (%s): launching", self.stream, live.why)
+                done = {**launch(self.stream, self.registry, self.conn_id, self.wait_s), "launched": True}
+        standby = launch_standby(self.stream, self.registry, self.conn_id)
+        if standby:
+            self.log.info("%s: standby %s", self.stream, standby)
+        return {**done, **standby}
 
 
 def reset_if_asked(name: str, registry: str, params: dict[str, Any]) -> None:
@@ -135,7 +161,7 @@ def relaunch(name: str, registry: str, failure: dict[str, Any], checkpoint: dict
                "detect_to_first_batch_s": time.time() - failure["detected_at"]}
     print(f"recovered after {failure['cause']}: {timings}, first batch {started['first_batch']}, "
           f"{started['relaunches']} launch(es)")
-    return {**started, **timings, "checkpoint_action": checkpoint["action"]}
+    return {**started, **timings, "checkpoint_action": checkpoint["action"], **launch_standby(name, registry, conn_id)}
 
 
 def chain_enabled(name: str, registry: str, params: dict[str, Any]) -> bool:
