@@ -134,7 +134,7 @@ def main() -> None:
                 if way == "standby":
                     n += 1
                     standby = Driver(work, reg, name, info.kafka_bootstrap, env, n, standby=True)
-                    ready = wait(lambda: read_standby(spec.status_dir, name).get("pid") == standby.proc.pid,  # noqa: B023
+                    ready = wait(lambda: read_standby(spec.status_dir, name).get("state") == "ready",
                                  300, "the standby ready")
                     assert ready
                 start = read_status(spath)

@@ -38,7 +38,8 @@ from rewind.replay.problems import ReplayRefused
 from rewind.replay.report import ReplayReport
 from rewind.replay.request import ReplayRequest
 from rewind.replay.run import run_replay
-from rewind.replay.setup import batch_options, plan_chunks, prepare_replay
+from rewind.replay.setup import plan_chunks, prepare_replay
+from rewind.stream.source import bounded_options
 from rewind.testing.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +150,7 @@ def test_replay_ids_and_shadow_prefixes() -> None:
 
 def test_batch_options_drop_the_streams_position_and_pace(tmp_path: Path) -> None:
     reg = load_registry(write_registry(tmp_path / "s.yaml", demo_stream("bo", ["t1", "t2"], tmp_path)))
-    opts = batch_options(reg.get("bo"), "k:9092", ["t2"])
+    opts = bounded_options(reg.get("bo"), "k:9092", ["t2"])
     assert opts["subscribe"] == "t2" and opts["kafka.bootstrap.servers"] == "k:9092"
     assert not {k.lower() for k in opts} & {"startingoffsets", "maxoffsetspertrigger"}
 

@@ -87,10 +87,17 @@ def execute(setup: ReplaySetup, bootstrap: str, spark: Any, report: ReplayReport
 
 def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, transform: Any,
                    report: ReplayReport, *, progress: bool, chunk_offsets: int) -> set[Any]:
-    """Read, transform and write each chunk; returns the (window_start, key) pairs its events touch."""
-    from tqdm import tqdm
+    """Read, transform and write each chunk; returns the (window_start, key) pairs its events touch.
 
-    from rewind.replay.windows import pairs_of
+    The sink write of chunk i overlaps the Spark work of chunk i+1: one writer thread takes each
+    chunk's Arrow result (pandas conversion, split, dead-letter check, ``write_rows``) while this
+    thread runs the next chunk's job. At most two chunks are in memory, the sink is only touched
+    by the writer (one chunk at a time, in order), and a failure waits for the write in flight,
+    so whole chunks are written or none.
+    """
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from tqdm import tqdm
 
     spec, plan = setup.spec, setup.plan
     written = [t for t in target.specs if t != RECOMPUTED]
@@ -104,6 +111,36 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
     pairs: set[Any] = set()
     bar = tqdm(total=plan.total_records, unit="rec", unit_scale=True, disable=not progress, file=sys.stderr,
                desc=f"replay {setup.replay_id}")
+
+    def write(i: int, chunk: Ranges, arrow: Any, read: int, read_s: float, t: float) -> None:
+        from rewind.replay.windows import pairs_of
+
+        w = time.perf_counter()
+        tables = transform.split(arrow_to_pandas(arrow), None)  # batch_id NULL: written by a replay
+        tables = _keep_dead_letters_dead(target, tables, chunk, transform)
+        pairs.update(pairs_of(tables.get(RECOMPUTED)))
+        inserted: dict[str, int] = {}
+        target.write_rows({t: tables[t] for t in written if t in tables}, replay_id=setup.replay_id,
+                          inserted=inserted)
+        out = {t: int(len(tables.get(t, ()))) for t in written}
+        row = {"chunk": i, "offsets": sum(e - s for s, e in chunk.values()), "records": read, "out": out,
+               "inserted": inserted, "read_s": round(read_s, 3), "write_s": round(time.perf_counter() - w, 3),
+               "seconds": round(time.perf_counter() - t, 3)}
+        report.chunks.append(row)
+        counts["records_read"] += read
+        counts["events_out"] += out.get(transform.identity.table, 0)
+        counts["dead_letters_out"] += out.get(transform.dead_letter_table, 0)
+        for name in written:
+            new = inserted.get(name, out.get(name, 0))
+            counts["written"][name] += new
+            counts["already_present"][name] += out.get(name, 0) - new
+        bar.update(read)
+        log.info("replay %s chunk %d/%d: %d offsets, %d records read in %.2fs, written in %.2fs (beside the next "
+                 "chunk's read), out %s, new %s", setup.replay_id, i, len(chunks), row["offsets"], read,
+                 row["read_s"], row["write_s"], out, inserted)
+
+    pending: Future[None] | None = None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"replay-{setup.replay_id}-writer")
     try:
         for i, chunk in enumerate(chunks, 1):
             t = time.perf_counter()
@@ -115,31 +152,17 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
             src = src.persist()  # read Kafka once: the transform scans its input once per output branch
             try:
                 read = src.count()
-                frame = arrow_to_pandas(transform.build(src, spec).toArrow())
+                arrow = transform.build(src, spec).toArrow()
             finally:
                 src.unpersist()
-            tables = transform.split(frame, None)  # batch_id NULL: written by a replay
-            tables = _keep_dead_letters_dead(target, tables, chunk, transform)
-            pairs |= pairs_of(tables.get(RECOMPUTED))
-            inserted: dict[str, int] = {}
-            target.write_rows({t: tables[t] for t in written if t in tables}, replay_id=setup.replay_id,
-                              inserted=inserted)
-            out = {t: int(len(tables.get(t, ()))) for t in written}
-            row = {"chunk": i, "offsets": sum(e - s for s, e in chunk.values()), "records": read, "out": out,
-                   "inserted": inserted, "seconds": round(time.perf_counter() - t, 3)}
-            report.chunks.append(row)
-            counts["records_read"] += read
-            counts["events_out"] += out.get(transform.identity.table, 0)
-            counts["dead_letters_out"] += out.get(transform.dead_letter_table, 0)
-            for name in written:
-                new = inserted.get(name, out.get(name, 0))
-                counts["written"][name] += new
-                counts["already_present"][name] += out.get(name, 0) - new
-            bar.update(read)
-            log.info("replay %s chunk %d/%d: %d offsets, %d records read, out %s, new %s in %.2fs (%.0f rec/s)",
-                     setup.replay_id, i, len(chunks), row["offsets"], read, out, inserted, row["seconds"],
-                     read / max(row["seconds"], 1e-9))
+            read_s = time.perf_counter() - t
+            if pending is not None:
+                pending.result()  # the previous chunk is written (or its error raised) before the next starts
+            pending = pool.submit(write, i, chunk, arrow, read, read_s, t)
+        if pending is not None:
+            pending.result()
     finally:
+        pool.shutdown(wait=True)  # a failed read still lets the write in flight finish: whole chunks only
         bar.close()
     counts["duplicates_collapsed"] = counts["records_read"] - counts["events_out"] - counts["dead_letters_out"]
     return pairs
