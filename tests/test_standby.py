@@ -203,3 +203,53 @@ def test_the_supervisor_submits_a_standby_when_asked(tmp_path: Path, monkeypatch
     command = RewindStreamHook("warm", str(warm), "127.0.0.1:9092", standby=True).submit_command()
     assert command[-1] == "--standby" and "warm" in command
     assert "--standby" not in RewindStreamHook("warm", str(warm), "127.0.0.1:9092").submit_command()
+
+
+def test_the_supervisor_learns_of_a_driver_exit_from_the_kernel() -> None:
+    """``wait_exit`` (what the health trigger awaits between polls) returns when the process exits,
+    not when its timeout runs out; a live process keeps it waiting the whole timeout."""
+    import asyncio
+
+    from rewind.platform.processes import wait_exit
+
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert asyncio.run(wait_exit(proc.pid, 0.3)) is False
+
+        async def kill_then_wait() -> tuple[bool, float]:
+            asyncio.get_running_loop().call_later(0.5, proc.kill)
+            t = time.monotonic()
+            exited = await wait_exit(proc.pid, 30.0)
+            return exited, time.monotonic() - t
+
+        exited, took = asyncio.run(kill_then_wait())
+        assert exited and took < 30.0, "the exit was not noticed before the timeout"
+        print(json.dumps({"kill_at_s": 0.5, "exit_noticed_after_s": round(took, 3)}))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert asyncio.run(wait_exit(proc.pid, 0.1)) is True  # gone already
+
+
+def test_a_dead_driver_with_a_live_standby_is_a_takeover_not_a_failure(tmp_path: Path) -> None:
+    """The supervisor's observer counts a live standby (warming, ready, or holding the lock before
+    its first status) as a live driver: a takeover must not start a restart beside it."""
+    from rewind.stream.driver_lock import mark_standby, standby_path
+    from rewind.stream.status import StreamStatus, write_status
+    from rewind.supervision.observe import observe
+
+    registry = write_registry(tmp_path / "s.yaml", "obs", "t", f"sqlite:///{tmp_path}/x.db", tmp_path)
+    spec = load_registry(registry).get("obs")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    write_status(status_path(spec.status_dir, "obs"), StreamStatus(stream="obs", state="running", pid=dead.pid))
+    assert not observe(spec).driver_alive
+    mark_standby(spec.status_dir, "obs", "warming")  # this test process plays the standby
+    assert observe(spec).driver_alive
+    standby_path(spec.status_dir, "obs").unlink()
+    lock = acquire_driver_lock(spec.status_dir, "obs", wait_s=0)  # a standby that took over, no status yet
+    try:
+        assert observe(spec).driver_alive
+    finally:
+        lock.release()
+    assert not observe(spec).driver_alive

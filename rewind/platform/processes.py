@@ -192,3 +192,38 @@ def terminate_group(pid: int, grace: float = 10.0) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+async def wait_exit(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for process ``pid`` to exit; True when it has (or was gone already).
+
+    Linux's pidfd (``os.pidfd_open``) becomes readable when the process exits, so an event loop
+    learns of the exit from the kernel at once instead of at its next poll. Where pidfd is missing
+    (another OS, or a pid of another namespace), it sleeps out the timeout and says False; the
+    caller's own check then decides.
+    """
+    import asyncio
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except (OSError, AttributeError):
+        await asyncio.sleep(timeout)
+        return False
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[bool] = loop.create_future()
+
+    def readable() -> None:
+        if not exited.done():
+            exited.set_result(True)
+
+    loop.add_reader(fd, readable)
+    try:
+        done, _ = await asyncio.wait([exited], timeout=timeout)
+        return bool(done)
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+        if not exited.done():
+            exited.cancel()

@@ -17,7 +17,7 @@ from typing import Any
 from rewind.paths import status_path
 from rewind.platform.processes import pid_alive
 from rewind.registry import StreamSpec
-from rewind.stream.driver_lock import driver_lock_held
+from rewind.stream.driver_lock import driver_lock_held, read_standby
 from rewind.stream.status import StreamStatus, read_status
 from rewind.supervision.failures import read_failures
 
@@ -39,7 +39,9 @@ def observe(spec: StreamSpec, now: float | None = None) -> Observation:
     alerts: dict[str, float] = {}
     for a in doc["alerts"]:
         alerts[a["cause"]] = max(alerts.get(a["cause"], 0.0), float(a["at"]))
-    # The lock: a standby that has just taken over holds it before it has written its status.
-    alive = bool(status and pid_alive(status.pid)) or driver_lock_held(spec.status_dir, spec.name)
+    # A dead driver with a live standby is a takeover in progress, not a failure: the standby holds
+    # the lock before it writes its status, or is still warming up and takes over after that.
+    alive = (bool(status and pid_alive(status.pid)) or driver_lock_held(spec.status_dir, spec.name)
+             or bool(read_standby(spec.status_dir, spec.name)))
     return Observation(spec.name, time.time() if now is None else now, status, alive, doc["gave_up"], alerts,
                        tuple(doc["failures"]))

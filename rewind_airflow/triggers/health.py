@@ -12,7 +12,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 class StreamHealthTrigger(BaseTrigger):
-    """Observes the stream every ``poll_s`` and fires once the supervisor has something to do.
+    """Observes the stream every ``poll_s``, and at once when the driver's process exits (the
+    kernel says so through a pidfd: ``rewind.platform.processes.wait_exit``); fires once the
+    supervisor has something to do.
 
     It runs the supervision loop's observer and evaluator (``rewind.supervision.observe``,
     ``rewind.supervision.health.evaluate``) with the registry's thresholds: it fires when the
@@ -57,4 +59,10 @@ class StreamHealthTrigger(BaseTrigger):
             if time.time() - self.since > self.watch_s:
                 yield TriggerEvent({**verdict, "watch_ended": True})
                 return
-            await asyncio.sleep(self.poll_s)
+            pid = (verdict.get("status") or {}).get("pid")
+            if isinstance(pid, int) and pid > 0:
+                from rewind.platform.processes import wait_exit
+
+                await wait_exit(pid, self.poll_s)
+            else:
+                await asyncio.sleep(self.poll_s)
