@@ -292,7 +292,7 @@ def targets_chart(rows: list[tuple[str, float, str]], out: Path) -> Path | None:
     ax.set_xscale("log")
     ax.set_xlim(min(min(values) / 2, 0.1), max(max(values) * 15, 5))  # room for the labels
     ax.set_xlabel("cost relative to the target's limit (log scale; <= 1 is met)")
-    ax.set_title("Issue targets, one run", fontsize=10)
+    ax.set_title("Issue targets, each from its bench's latest result (dates in docs/benchmarks.md)", fontsize=10)
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3, which="both")
     return _save(fig, out / "targets.png")
