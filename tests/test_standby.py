@@ -233,7 +233,9 @@ def test_the_supervisor_learns_of_a_driver_exit_from_the_kernel() -> None:
 
 def test_a_dead_driver_with_a_live_standby_is_a_takeover_not_a_failure(tmp_path: Path) -> None:
     """The supervisor's observer counts a live standby (warming, ready, or holding the lock before
-    its first status) as a live driver: a takeover must not start a restart beside it."""
+    its first status) as a live driver: a takeover must not start a restart beside it; and a
+    checkpoint repair (or restore) is refused while either is there."""
+    from rewind.checkpoints.repair import stream_running
     from rewind.stream.driver_lock import mark_standby, standby_path
     from rewind.stream.status import StreamStatus, write_status
     from rewind.supervision.observe import observe
@@ -243,13 +245,15 @@ def test_a_dead_driver_with_a_live_standby_is_a_takeover_not_a_failure(tmp_path:
     dead = subprocess.Popen(["true"])
     dead.wait()
     write_status(status_path(spec.status_dir, "obs"), StreamStatus(stream="obs", state="running", pid=dead.pid))
-    assert not observe(spec).driver_alive
+    assert not observe(spec).driver_alive and stream_running(spec) is None
     mark_standby(spec.status_dir, "obs", "warming")  # this test process plays the standby
     assert observe(spec).driver_alive
+    assert "standby" in (stream_running(spec) or ""), "a repair must not run under a standby about to start"
     standby_path(spec.status_dir, "obs").unlink()
     lock = acquire_driver_lock(spec.status_dir, "obs", wait_s=0)  # a standby that took over, no status yet
     try:
         assert observe(spec).driver_alive
+        assert f"pid {os.getpid()}" in (stream_running(spec) or "")
     finally:
         lock.release()
-    assert not observe(spec).driver_alive
+    assert not observe(spec).driver_alive and stream_running(spec) is None

@@ -37,8 +37,8 @@ from rewind.errors import Refused
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DriverBusy", "DriverLock", "acquire_driver_lock", "clear_standby", "driver_lock_held", "driver_lock_path",
-           "mark_standby", "read_holder", "read_standby", "standby_path", "wait_for_driver_lock"]
+__all__ = ["DriverBusy", "DriverLock", "acquire_driver_lock", "checkpoint_in_use", "clear_standby", "driver_lock_held",
+           "driver_lock_path", "mark_standby", "read_holder", "read_standby", "standby_path", "wait_for_driver_lock"]
 
 class DriverBusy(Refused):
     """Another live driver runs this stream (exit code 3: a refusal, nothing was started)."""
@@ -212,3 +212,16 @@ def clear_standby(status_dir: str | Path, stream: str) -> None:
     path = standby_path(status_dir, stream)
     if _read(path).get("pid") == os.getpid():
         path.unlink(missing_ok=True)
+
+
+def checkpoint_in_use(status_dir: str | Path, stream: str) -> str | None:
+    """Why the stream's checkpoint must not be changed now (a driver holds the lock, or a standby
+    would take over mid-change), or None. Repair and restore refuse on it."""
+    if driver_lock_held(status_dir, stream):
+        holder = read_holder(status_dir, stream)
+        return f"a driver of stream {stream!r} holds its lock (pid {holder.get('pid', '?')})"
+    standby = read_standby(status_dir, stream)
+    if standby:
+        return (f"a standby of stream {stream!r} (pid {standby['pid']}, {standby.get('state')}) would start on the "
+                "checkpoint mid-change; stop it first (`rewind supervisor stop` or SIGTERM to its pid)")
+    return None
