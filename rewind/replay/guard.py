@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import secrets
 import socket
@@ -23,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from rewind.platform.lockfile import describe_holder, held_by_another, read_description, release
 from rewind.replay.problems import Problem, ReplayRefused, refuse
 
 MODES = ("into-sink", "shadow")
@@ -85,16 +85,9 @@ class ReplayLock:
     _file: IO[str] | None = field(default=None, repr=False)
 
     def release(self) -> None:
-        if self._file is None:
-            return
-        try:
-            self._file.seek(0)
-            self._file.truncate()  # a stale description would only confuse whoever reads it
-            self._file.flush()
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-        finally:
-            self._file.close()
-            self._file = None
+        if self._file is not None:
+            file, self._file = self._file, None
+            release(file)
 
     def __enter__(self) -> "ReplayLock":
         return self
@@ -115,11 +108,7 @@ class ReplayBusy(ReplayRefused):
 
 
 def read_holder(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-        return json.loads(text) if text.strip() else {}
-    except (OSError, ValueError):
-        return {}
+    return read_description(path)
 
 
 def acquire_lock(status_dir: str | Path, stream: str, replay_id: str, range_doc: Any = None,
@@ -137,10 +126,7 @@ def acquire_lock(status_dir: str | Path, stream: str, replay_id: str, range_doc:
     holder = {"replay_id": replay_id, "stream": stream, "mode": mode, "pid": os.getpid(),
               "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat(),
               "started_at_epoch": time.time(), "range": range_doc}
-    f.seek(0)
-    f.truncate()
-    f.write(json.dumps(holder))
-    f.flush()
+    describe_holder(f, holder)
     return ReplayLock(path, holder, f)
 
 
@@ -158,12 +144,4 @@ def busy_message(stream: str, holder: dict[str, Any], path: Path) -> str:
 def current_holder(status_dir: str | Path, stream: str) -> dict[str, Any] | None:
     """Who holds the stream's replay lock now (None: nobody), without taking it for long."""
     path = lock_path(status_dir, stream)
-    if not path.exists():
-        return None
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return read_holder(path) or {"replay_id": None}
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return None
+    return (read_holder(path) or {"replay_id": None}) if held_by_another(path) else None

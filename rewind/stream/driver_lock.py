@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rewind.errors import Refused
+from rewind.platform.lockfile import describe_holder, held_by_another, read_description, release
 
 log = logging.getLogger(__name__)
 
@@ -62,33 +63,15 @@ class DriverLock:
     _file: IO[str] | None = field(default=None, repr=False)
 
     def release(self) -> None:
-        if self._file is None:
-            return
-        try:
-            self._file.seek(0)
-            self._file.truncate()
-            self._file.flush()
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-        finally:
-            self._file.close()
-            self._file = None
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-        return json.loads(text) if text.strip() else {}
-    except (OSError, ValueError):
-        return {}
+        if self._file is not None:
+            file, self._file = self._file, None
+            release(file)
 
 
 def _held(f: IO[str], path: Path, stream: str, role: str, waited: float) -> DriverLock:
     holder = {"stream": stream, "role": role, "pid": os.getpid(), "host": socket.gethostname(),
               "since": datetime.now(UTC).isoformat()}
-    f.seek(0)
-    f.truncate()
-    f.write(json.dumps(holder))
-    f.flush()
+    describe_holder(f, holder)
     return DriverLock(path, holder, round(waited, 3), f)
 
 
@@ -96,7 +79,7 @@ def busy_message(stream: str, holder: dict[str, Any], path: Path, waited_s: floa
     who = (f"pid {holder.get('pid')} on {holder.get('host')} (a {holder.get('role', 'driver')} since "
            f"{holder.get('since')})" if holder else "another process (it has not described itself yet)")
     return (f"stream {stream!r} is already run by {who}; waited {waited_s:.0f}s for it. One driver per stream: "
-            f"stop that one first (`rewind supervisor stop` or SIGTERM to its pid), or start this one with "
+            f"stop that one first (SIGTERM to its pid stops it after its batch in flight), or start this one with "
             f"--standby to take over when it ends (the lock {path} is freed the moment its process dies)")
 
 
@@ -120,27 +103,17 @@ def acquire_driver_lock(status_dir: str | Path, stream: str, wait_s: float | Non
             waited = time.monotonic() - started
             if waited >= wait_s:
                 f.close()
-                raise DriverBusy(busy_message(stream, _read(path), path, waited)) from None
+                raise DriverBusy(busy_message(stream, read_description(path), path, waited)) from None
             if not logged:
                 log.warning("stream %s: waiting up to %.0fs for the driver holding %s to end: %s", stream, wait_s,
-                            path, _read(path) or "holder unknown")
+                            path, read_description(path) or "holder unknown")
                 logged = True
             time.sleep(0.2)
 
 
 def driver_lock_held(status_dir: str | Path, stream: str) -> bool:
-    """Whether a live process holds the stream's driver lock (a test-and-release: a waiting standby
-    is delayed by microseconds at most)."""
-    path = driver_lock_path(status_dir, stream)
-    if not path.exists():
-        return False
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
+    """Whether a live process holds the stream's driver lock."""
+    return held_by_another(driver_lock_path(status_dir, stream))
 
 
 def wait_for_driver_lock(status_dir: str | Path, stream: str, stop: threading.Event) -> DriverLock | None:
@@ -175,7 +148,7 @@ def wait_for_driver_lock(status_dir: str | Path, stream: str, stop: threading.Ev
 
 def read_holder(status_dir: str | Path, stream: str) -> dict[str, Any]:
     """What the driver holding the lock wrote about itself ({}: nobody, or not yet)."""
-    return _read(driver_lock_path(status_dir, stream))
+    return read_description(driver_lock_path(status_dir, stream))
 
 
 def mark_standby(status_dir: str | Path, stream: str, state: str, warm_up_s: float | None = None,
@@ -194,7 +167,7 @@ def mark_standby(status_dir: str | Path, stream: str, state: str, warm_up_s: flo
 
 def read_standby(status_dir: str | Path, stream: str) -> dict[str, Any]:
     """The standby's description ({} when none); a dead standby's file is ignored."""
-    doc = _read(standby_path(status_dir, stream))
+    doc = read_description(standby_path(status_dir, stream))
     pid = doc.get("pid")
     if not isinstance(pid, int):
         return {}
@@ -210,7 +183,7 @@ def read_standby(status_dir: str | Path, stream: str) -> dict[str, Any]:
 def clear_standby(status_dir: str | Path, stream: str) -> None:
     """Remove the standby file if it is this process's."""
     path = standby_path(status_dir, stream)
-    if _read(path).get("pid") == os.getpid():
+    if read_description(path).get("pid") == os.getpid():
         path.unlink(missing_ok=True)
 
 
@@ -223,5 +196,5 @@ def checkpoint_in_use(status_dir: str | Path, stream: str) -> str | None:
     standby = read_standby(status_dir, stream)
     if standby:
         return (f"a standby of stream {stream!r} (pid {standby['pid']}, {standby.get('state')}) would start on the "
-                "checkpoint mid-change; stop it first (`rewind supervisor stop` or SIGTERM to its pid)")
+                "checkpoint mid-change; stop it first (SIGTERM to its pid)")
     return None
