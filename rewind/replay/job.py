@@ -12,12 +12,11 @@ import sys
 import time
 from typing import Any
 
-from rewind.kafka.types import offsets_json_text
 from rewind.replay.planner import consumer_config
 from rewind.replay.report import ReplayReport
 from rewind.replay.setup import RECOMPUTED, Ranges, ReplaySetup, plan_chunks
 from rewind.stream.batch_writer import arrow_to_pandas
-from rewind.stream.source import bounded_options
+from rewind.stream.source import bounded_options, bounded_read
 
 log = logging.getLogger("rewind.replay.run")
 
@@ -146,10 +145,8 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
             t = time.perf_counter()
             full = {**padding, **chunk}
             spark.sparkContext.setJobDescription(f"rewind replay {setup.replay_id} chunk {i}/{len(chunks)}")
-            src = (spark.read.format(spec.source.format).options(**options)
-                   .option("startingOffsets", offsets_json_text({tp: s for tp, (s, _) in full.items()}))
-                   .option("endingOffsets", offsets_json_text({tp: e for tp, (_, e) in full.items()})).load())
-            src = src.persist()  # read Kafka once: the transform scans its input once per output branch
+            # read Kafka once: the transform scans its input once per output branch
+            src = bounded_read(spark, spec, options, full).persist()
             try:
                 read = src.count()
                 arrow = transform.build(src, spec).toArrow()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["POSITION_KEYS", "bounded_options", "check_source", "source_options"]
+__all__ = ["POSITION_KEYS", "bounded_options", "bounded_read", "check_source", "source_options"]
 
 #: Options that position or pace a stream; a bounded read's own offsets replace them.
 POSITION_KEYS = ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp",
@@ -41,3 +41,14 @@ def bounded_options(spec: Any, bootstrap: str, topics: list[str]) -> dict[str, s
     opts = {k: v for k, v in source_options(spec, bootstrap).items() if k.lower() not in POSITION_KEYS}
     opts["subscribe"] = ",".join(topics)
     return opts
+
+
+def bounded_read(spark: Any, spec: Any, options: dict[str, str], ranges: dict[Any, tuple[int, int]]) -> Any:
+    """A batch DataFrame of exactly ``[start, end)`` per partition with the stream's source format and
+    ``options`` (``bounded_options``); a batch read with per-partition offsets must name every
+    partition of its topics."""
+    from rewind.kafka.types import offsets_json_text
+
+    return (spark.read.format(spec.source.format).options(**options)
+            .option("startingOffsets", offsets_json_text({tp: s for tp, (s, _) in ranges.items()}))
+            .option("endingOffsets", offsets_json_text({tp: e for tp, (_, e) in ranges.items()})).load())

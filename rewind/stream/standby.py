@@ -48,15 +48,12 @@ def _last_records(spec: StreamSpec, bootstrap: str) -> dict[Any, tuple[int, int]
 
 def warm_up(spark: Any, spec: StreamSpec, bootstrap: str) -> dict[str, Any]:
     """Run the stream's transform over the last record of each partition; returns what it did."""
-    from rewind.kafka.types import offsets_json_text
     from rewind.stream.contract import load_transform
-    from rewind.stream.source import bounded_options
+    from rewind.stream.source import bounded_options, bounded_read
 
     started = time.perf_counter()
     ranges = _last_records(spec, bootstrap)
-    src = (spark.read.format(spec.source.format).options(**bounded_options(spec, bootstrap, list(spec.topics)))
-           .option("startingOffsets", offsets_json_text({tp: s for tp, (s, _) in ranges.items()}))
-           .option("endingOffsets", offsets_json_text({tp: e for tp, (_, e) in ranges.items()})).load())
+    src = bounded_read(spark, spec, bounded_options(spec, bootstrap, list(spec.topics)), ranges)
     spark.sparkContext.setJobDescription(f"rewind standby warm-up of {spec.name} (nothing is written)")
     try:
         rows = load_transform(spec).build(src, spec).toArrow().num_rows

@@ -27,7 +27,7 @@ class Observation:
     stream: str
     at: float
     status: StreamStatus | None
-    driver_alive: bool  # the pid in the status runs (a driver, hung or not), or a driver holds the stream's lock
+    driver_alive: bool  # the status's pid runs (hung or not), a driver holds the lock, or a standby is there
     gave_up: dict[str, Any] | None = None
     last_alert_at: dict[str, float] = field(default_factory=dict)  # cause -> when it was last alerted
     failures: tuple[dict[str, Any], ...] = ()
