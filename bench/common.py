@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -24,3 +26,27 @@ def broker_description() -> str:
     jars = sorted((jars_dir() / "kafka").glob("kafka_2.13-*.jar"))
     version = jars[-1].stem.split("-", 1)[1] if jars else "?"
     return f"Apache Kafka {version} (KRaft), one embedded broker"
+
+
+class SteadyProducer(threading.Thread):
+    """Keeps data arriving (``rate`` demo events/s in one-second bursts) so every restart has work
+    waiting; ``stop`` ends it, ``sent`` counts what it sent."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: int, *, partitions: int, id_prefix: str,
+                 first_seq: int = 0, keyless: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
+        self.partitions, self.id_prefix, self.first_seq, self.keyless = partitions, id_prefix, first_seq, keyless
+        self.stop = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        from rewind.demo.producer import ProduceSpec, produce
+
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            produce(self.bootstrap, ProduceSpec(topic=self.topic, count=self.rate, partitions=self.partitions,
+                                                id_prefix=self.id_prefix, start_seq=self.first_seq + self.sent,
+                                                keyless=self.keyless))
+            self.sent += self.rate
+            self.stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))

@@ -32,27 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import keep_stdout_for_json  # noqa: E402
-
-
-class Producer(threading.Thread):
-    """Keeps data arriving (`rate` events/s in small bursts) so every restart has work waiting."""
-
-    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
-        self.stop = threading.Event()
-        self.sent = 0
-
-    def run(self) -> None:
-        from rewind.demo.producer import ProduceSpec, produce
-
-        while not self.stop.is_set():
-            t0 = time.monotonic()
-            produce(self.bootstrap, ProduceSpec(topic=self.topic, count=self.rate, partitions=2,
-                                                id_prefix="rec", start_seq=1_000_000 + self.sent))
-            self.sent += self.rate
-            self.stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+from common import SteadyProducer, keep_stdout_for_json  # noqa: E402
 
 
 def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
@@ -137,7 +117,8 @@ def main() -> None:
         from rewind_airflow.dags.factory import build_dags
 
         dag = build_dags(str(reg))["rewind_rec_supervisor"]
-        producer = Producer(info.kafka_bootstrap, topic, args.rate)
+        producer = SteadyProducer(info.kafka_bootstrap, topic, args.rate, partitions=2, id_prefix="rec",
+                                  first_seq=1_000_000)
         producer.start()
         runs: list[dict[str, Any]] = []
         cold: dict[str, float] = {}

@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,27 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import broker_description, keep_stdout_for_json  # noqa: E402
-
-
-class Producer(threading.Thread):
-    """Keeps data arriving (``rate`` events/s in one-second bursts) so every restart has work."""
-
-    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
-        self.stop = threading.Event()
-        self.sent = 0
-
-    def run(self) -> None:
-        from rewind.demo.producer import ProduceSpec, produce
-
-        while not self.stop.is_set():
-            t0 = time.monotonic()
-            produce(self.bootstrap, ProduceSpec(topic=self.topic, count=self.rate, partitions=3, id_prefix="sb",
-                                                start_seq=self.sent, keyless=True))
-            self.sent += self.rate
-            self.stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+from common import SteadyProducer, broker_description, keep_stdout_for_json  # noqa: E402
 
 
 class Driver:
@@ -118,7 +97,7 @@ def main() -> None:
         spath = status_path(spec.status_dir, name)
         env = {**os.environ, **info.env(), "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
         produce(info.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=3, id_prefix="seed"))
-        producer = Producer(info.kafka_bootstrap, topic, args.rate)
+        producer = SteadyProducer(info.kafka_bootstrap, topic, args.rate, partitions=3, id_prefix="sb", keyless=True)
         producer.start()
         n = 0
         launched = time.time()
