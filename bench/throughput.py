@@ -244,10 +244,15 @@ def main() -> None:
                          f"(default {','.join(SOURCES)})")
     ap.add_argument("--skip-rate", action="store_true", help="leave out the rate-source reference")
     ap.add_argument("--event-log", help="write Spark's event log here (per-stage task times, for profiling)")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra Spark conf for the session (repeatable): to measure a setting against the default")
     args = ap.parse_args()
     sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
     if not sources or set(sources) - set(SOURCES) or len(set(sources)) != len(sources) or args.repeat < 1:
         ap.error(f"--sources takes distinct names among {', '.join(SOURCES)}; --repeat must be >= 1")
+    extra_conf = dict(kv.split("=", 1) for kv in args.conf if "=" in kv)
+    if len(extra_conf) != len(args.conf):
+        ap.error("--conf takes KEY=VALUE")
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-"))
     out = keep_stdout_for_json(work / "bench.log")
     load_start = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure: say how much
@@ -276,7 +281,8 @@ def main() -> None:
         registry = load_registry(write_registry(work / "streams.yaml", *entries,
                                                 demo_stream("rate", "unused", work)))
         t0 = time.perf_counter()
-        conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log} if args.event_log else None
+        conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": args.event_log} if args.event_log else {}
+        conf.update(extra_conf)
         spark = build_session("rewind-bench", conf=conf)
         startup_s = time.perf_counter() - t0
         try:
@@ -296,6 +302,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "benchmark": "throughput", "events": args.events, "partitions": args.partitions,
         "max_offsets_per_trigger": args.max_offsets_per_trigger, "repeat": args.repeat, "order": order,
+        "conf": extra_conf,
         "machine": {"cores": os.cpu_count(), "spark_master": os.environ.get("REWIND_SPARK_MASTER", "local[2]"),
                     "kafka": broker_description(),
                     "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},

@@ -134,7 +134,8 @@ def test_plan_keeps_a_readable_planned_batch(copy) -> None:  # type: ignore[no-u
     moved = {m.file for m in plan.moves}
     assert plan.rolled_back_to == last - 1 and plan.keeps_planned_batch == last
     assert f"commits/{last}" in moved and f"offsets/{last}" not in moved, "batch re-runs with the same range"
-    assert any(f.endswith(f"/{last + 1}.zip") for f in moved), "state written by the uncommitted batch moves"
+    assert any(f.endswith((f"/{last + 1}.zip", f"/{last + 1}.changelog")) for f in moved), \
+        "state written by the uncommitted batch moves"
 
 
 def test_cli_repair_dry_run_then_repair(copy) -> None:  # type: ignore[no-untyped-def]

@@ -211,7 +211,7 @@ def test_online_savepoint_restore_resume_exactly_once(online: dict[str, Any], sp
                                            for v in parts.values())
     paths = {f.path for f in manifest.files}
     assert {"metadata", f"offsets/{manifest.batch_id}", f"commits/{manifest.batch_id}"} <= paths
-    assert any(p.endswith(".zip") for p in paths) and not any(p.endswith(".crc") for p in paths)
+    assert any(p.endswith((".zip", ".changelog")) for p in paths) and not any(p.endswith(".crc") for p in paths)
     assert [m.savepoint_id for m in list_savepoints(store, spec.name).complete] == [manifest.savepoint_id]
     assert load_manifest(store, spec.name, manifest.savepoint_id) == manifest
 
@@ -243,7 +243,7 @@ def test_tampered_savepoint_is_refused_naming_the_file(online: dict[str, Any]) -
     store, manifest = online["store"], online["manifest"]
     ctl: StreamSpec = online["reg"].get("sp_ctl")
     bad = copy_savepoint(store, manifest, ctl.name, "tampered-1")
-    victim = next(f.path for f in bad.files if f.path.endswith(".zip"))
+    victim = next(f.path for f in bad.files if f.path.endswith((".zip", ".changelog")))
     key = savepoint_prefix(ctl.name, bad.savepoint_id) + FILES_DIR + victim
     data = bytearray(store.get_bytes(key) or b"")
     data[len(data) // 2] ^= 0xFF  # same size, one byte changed

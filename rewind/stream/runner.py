@@ -38,6 +38,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter)."""
     from rewind.sink.delta_target import is_delta_url
     from rewind.stream.contract import load_transform
+    from rewind.stream.spark_session import use_checkpoint_file_manager
 
     transform = load_transform(spec)
     sink = open_sink(spec, transform)
@@ -59,6 +60,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     else:
         writer = BatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
                              late if late is not None else {}, dead_letter=transform.dead_letter_table)
+    use_checkpoint_file_manager(spark, checkpoint)
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
     out = transform.build(source, spec)
     ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)

@@ -19,14 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rewind.stream.spark_session import FILE_MANAGER, FS_MANAGER
+
 _RETAIN = "spark.sql.streaming.minBatchesToRetain"
 _PARTITIONS = "spark.sql.shuffle.partitions"
 # Spark's default checkpoint file manager on file:// is the FileContext one; without Hadoop's native
 # library each of its creates/renames forks `chmod` and `readlink` from the JVM (measured: ~9
 # readlink + ~3 chmod processes per batch, besides RocksDB's own `rm -rf`), which made this query
 # 2x slower. The FileSystem based manager writes the same files (same names, same .crc files).
-_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
-_FS_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+_FILE_MANAGER, _FS_MANAGER = FILE_MANAGER, FS_MANAGER  # rewind.stream.spark_session: why
 _CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 # Per batch the driver re-plans and re-generates code for ten rows; interpreted execution cut the
 # JVM's CPU per batch by ~20% (measured: ~120 -> ~100 ms). It changes no file in the checkpoint.
@@ -64,9 +65,10 @@ def generate_checkpoint(spark: Any, path: Path, batches: int, *, partitions: int
 
     Uses the caller's session (never creates one). The query's settings (``shuffle.partitions`` =
     state partitions, fixed into the checkpoint at first start; ``minBatchesToRetain``; the file
-    manager; RocksDB changelog checkpointing, off by default as in Rewind's streams: one ``N.zip``
-    per state version; interpreted execution) are set only while it starts: the query keeps its own copy, the session
-    gets its old values back at once.
+    manager; RocksDB changelog checkpointing, off by default here so that every state version has
+    its own ``N.zip``, the layout with the most files (Rewind's streams turn it on); interpreted
+    execution) are set only while it starts: the query keeps its own copy, the session gets its old
+    values back at once.
 
     ``batches_per_s`` is measured up to the target, before the stop and the drain. Stopping
     interrupts whatever batch is in flight, so the tail would depend on timing (one
