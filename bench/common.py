@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import threading
 import time
@@ -50,3 +51,17 @@ class SteadyProducer(threading.Thread):
                                                 keyless=self.keyless))
             self.sent += self.rate
             self.stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+
+
+def add_conf_option(ap: argparse.ArgumentParser) -> None:
+    """``--conf KEY=VALUE`` (repeatable): an extra Spark session setting, to measure it against the default."""
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra Spark session setting (repeatable), to measure a change without editing rewind/")
+
+
+def conf_pairs(ap: argparse.ArgumentParser, items: list[str]) -> dict[str, str]:
+    """The ``--conf`` items as a dict (a later key wins); refuses an item without ``=``."""
+    bad = [c for c in items if "=" not in c]
+    if bad:
+        ap.error(f"--conf takes KEY=VALUE, got {bad[0]!r}")
+    return dict(c.split("=", 1) for c in items)

@@ -61,7 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import broker_description, keep_stdout_for_json  # noqa: E402
+from common import add_conf_option, broker_description, conf_pairs, keep_stdout_for_json  # noqa: E402
 
 PHASES = ("triggerExecution", "addBatch", "queryPlanning", "walCommit", "commitOffsets", "latestOffset",
           "getBatch")
@@ -585,16 +585,15 @@ def main() -> None:
     ap.add_argument("--realtime-sink", choices=("kafka", "foreach"), default="kafka",
                     help="real-time mode's sink: Spark's Kafka sink into a LogAppendTime topic (default), or a "
                          "Python foreach writer")
-    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra Spark session setting (repeatable), to try a change without editing rewind/")
+    add_conf_option(ap)
     ap.add_argument("--drain-timeout", type=float, default=120.0,
                     help="seconds to wait after the producer ends for the query to read everything (default 120)")
     args = ap.parse_args()
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
-    if (set(queries) - {"demo", "floor", "realtime"} or not rates or args.warmup >= args.seconds
-            or any("=" not in c for c in args.conf)):
-        ap.error("--queries takes demo, floor, realtime; --warmup must be below --seconds; --conf takes KEY=VALUE")
+    if set(queries) - {"demo", "floor", "realtime"} or not rates or args.warmup >= args.seconds:
+        ap.error("--queries takes demo, floor, realtime; --warmup must be below --seconds")
+    extra = conf_pairs(ap, args.conf)
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-"))
     out = keep_stdout_for_json(work / "bench.log")
     load_start = round(os.getloadavg()[0], 2)
@@ -626,7 +625,6 @@ def main() -> None:
         entries.append(demo_stream("warmup", "latency-warmup", work, source=source))
         registry = load_registry(write_registry(work / "streams.yaml", *entries))
         t0 = time.perf_counter()
-        extra = dict(c.split("=", 1) for c in args.conf)
         spark = build_session("rewind-bench-latency",
                               conf={"spark.sql.streaming.numRecentProgressUpdates": 100000, **extra})
         startup_s = time.perf_counter() - t0
@@ -662,7 +660,7 @@ def main() -> None:
                     "kafka": broker_description(), "load_avg_1m_at_start": load_start,
                     "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
         "spark_startup_s": round(startup_s, 2), "session_warm_up_s": round(warmup_s, 2),
-        "extra_spark_conf": dict(c.split("=", 1) for c in args.conf),
+        "extra_spark_conf": extra,
         "realtime_mode": {**realtime_api(), "demo_stream": demo_in_realtime},
         "target": {"rate": TARGET_RATE, "p99_limit_s": TARGET_P99_S,
                    "best_demo_trigger": best["trigger"] if best else None,

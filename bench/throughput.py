@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import broker_description, keep_stdout_for_json  # noqa: E402
+from common import add_conf_option, broker_description, conf_pairs, keep_stdout_for_json  # noqa: E402
 
 PHASES = ("addBatch", "getBatch", "latestOffset", "queryPlanning", "walCommit", "commitOffsets",
           "triggerExecution")
@@ -244,15 +244,12 @@ def main() -> None:
                          f"(default {','.join(SOURCES)})")
     ap.add_argument("--skip-rate", action="store_true", help="leave out the rate-source reference")
     ap.add_argument("--event-log", help="write Spark's event log here (per-stage task times, for profiling)")
-    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                    help="an extra Spark conf for the session (repeatable): to measure a setting against the default")
+    add_conf_option(ap)
     args = ap.parse_args()
     sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
     if not sources or set(sources) - set(SOURCES) or len(set(sources)) != len(sources) or args.repeat < 1:
         ap.error(f"--sources takes distinct names among {', '.join(SOURCES)}; --repeat must be >= 1")
-    extra_conf = dict(kv.split("=", 1) for kv in args.conf if "=" in kv)
-    if len(extra_conf) != len(args.conf):
-        ap.error("--conf takes KEY=VALUE")
+    extra_conf = conf_pairs(ap, args.conf)
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-"))
     out = keep_stdout_for_json(work / "bench.log")
     load_start = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure: say how much
