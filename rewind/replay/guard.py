@@ -107,10 +107,6 @@ class ReplayBusy(ReplayRefused):
         return (type(self), (self.problems, self.holder))
 
 
-def read_holder(path: Path) -> dict[str, Any]:
-    return read_description(path)
-
-
 def acquire_lock(status_dir: str | Path, stream: str, replay_id: str, range_doc: Any = None,
                  mode: str | None = None) -> ReplayLock:
     """Take the stream's replay lock now or raise ReplayBusy naming the running replay."""
@@ -121,7 +117,7 @@ def acquire_lock(status_dir: str | Path, stream: str, replay_id: str, range_doc:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.close()
-        holder = read_holder(path)
+        holder = read_description(path)
         raise ReplayBusy([Problem("replay_running", busy_message(stream, holder, path))], holder) from None
     holder = {"replay_id": replay_id, "stream": stream, "mode": mode, "pid": os.getpid(),
               "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat(),
@@ -144,4 +140,4 @@ def busy_message(stream: str, holder: dict[str, Any], path: Path) -> str:
 def current_holder(status_dir: str | Path, stream: str) -> dict[str, Any] | None:
     """Who holds the stream's replay lock now (None: nobody), without taking it for long."""
     path = lock_path(status_dir, stream)
-    return (read_holder(path) or {"replay_id": None}) if held_by_another(path) else None
+    return (read_description(path) or {"replay_id": None}) if held_by_another(path) else None
