@@ -137,3 +137,65 @@ def test_one_duplicate_behind_the_watermark_other_copy_an_event() -> None:
     rep = check_exactly_once(records, ev, _behind(dead, records, dup.offset, T0 + timedelta(hours=1)), win, **KW)
     assert rep.ok, rep
     assert rep.behind_watermark == 1
+
+
+def _per_value(values) -> list:
+    """The reference: ``_ts`` value by value, as recompute_windows did before it was vectorised."""
+    from rewind.proof.verify import _ts
+
+    return [_ts(v) for v in values]
+
+
+def test_utc_ns_equals_the_per_value_conversion_for_every_kind_of_time() -> None:
+    from zoneinfo import ZoneInfo
+
+    from rewind.proof.verify import utc_ns
+
+    berlin, ny = ZoneInfo("Europe/Berlin"), ZoneInfo("America/New_York")
+    naive = datetime(2026, 3, 29, 1, 59, 59, 123456)  # the night Berlin's clocks go forward
+    columns = {
+        "naive datetimes": [naive + timedelta(seconds=7 * i) for i in range(40)],
+        "aware, two zones": [(naive + timedelta(minutes=13 * i)).replace(tzinfo=berlin if i % 2 else ny)
+                             for i in range(40)],
+        "pandas, us unit, UTC": pd.Series(pd.date_range(T0, periods=40, freq="1500ms")).dt.as_unit("us"),
+        "pandas, naive ns": pd.Series(pd.date_range("2026-11-21 12:00", periods=40, freq="37s")),
+        "pandas, Berlin": pd.Series(pd.date_range("2026-10-25 00:30", periods=40, freq="5min", tz=berlin)),
+        "strings with offsets": [f"2026-11-21T12:{i:02d}:05.25{'+01:00' if i % 3 else 'Z'}" for i in range(40)],
+        "strings, mixed formats": ["2026-11-21 12:00:01", "2026-11-21T12:00:02.5+02:00", "21 Nov 2026 12:00:03"],
+        "with missing values": [naive, None, pd.NaT, naive + timedelta(days=400)],
+        "integers (ns)": [1_795_000_000_000_000_000 + 999_999_937 * i for i in range(40)],
+    }
+    for name, values in columns.items():
+        got = utc_ns(values)
+        want = _per_value(values)
+        assert str(got.dtype) == "datetime64[ns, UTC]", name
+        assert len(got) == len(want), name
+        for g, w in zip(got, want):
+            assert (pd.isna(g) and pd.isna(w)) or g == w, (name, g, w)
+
+
+def test_recompute_windows_across_zones_matches_a_per_event_count() -> None:
+    """Events whose times come naive, in UTC and in other zones land in the same UTC windows."""
+    import random
+    from zoneinfo import ZoneInfo
+
+    rng = random.Random(11)
+    zones = [None, UTC, ZoneInfo("Asia/Kolkata"), ZoneInfo("America/Los_Angeles")]
+    rows = []
+    for i in range(3000):
+        t = T0 + timedelta(milliseconds=rng.randrange(0, 600_000))
+        zone = zones[i % len(zones)]
+        shown = t.replace(tzinfo=None) if zone is None else t.astimezone(zone)
+        rows.append({"event_id": f"e{i}", "key": f"k{rng.randrange(5)}", "amount": rng.random(), "event_time": shown,
+                     "utc": t})
+    events = pd.DataFrame(rows)
+    got = recompute_windows(events[["event_id", "key", "amount", "event_time"]], timedelta(seconds=10))
+    want: dict = {}
+    for r in rows:
+        start = r["utc"] - timedelta(microseconds=(r["utc"] - T0) // timedelta(microseconds=1) % 10_000_000)
+        count, total = want.get((pd.Timestamp(start), r["key"]), (0, 0.0))
+        want[(pd.Timestamp(start), r["key"])] = (count + 1, total + r["amount"])
+    assert len(got) == len(want)
+    for row in got.itertuples():
+        count, total = want[(row.window_start, row.key)]
+        assert row.event_count == count and abs(row.amount_sum - total) < 1e-9

@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from rewind.proof.verify import recompute_windows
+from rewind.proof.verify import recompute_windows, utc_ns
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class WindowOutcome:
 
 def utc(values: Any) -> pd.Series:
     """UTC timestamps in nanoseconds, so pairs from Spark (us) and from the sink compare and hash alike."""
-    return pd.to_datetime(pd.Series(values), utc=True).dt.as_unit("ns")
+    return utc_ns(values)
 
 
 def pairs_of(window_rows: pd.DataFrame) -> set[Pair]:
