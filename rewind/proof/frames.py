@@ -41,7 +41,7 @@ import pandas as pd
 
 from rewind.proof.checks import COORDS, FRAMES, SUM_TOLERANCE
 from rewind.proof.classify import classify
-from rewind.proof.verify import KafkaRecord, recompute_windows
+from rewind.proof.verify import KafkaRecord, recompute_windows, utc_ns
 
 Bounds = Mapping[Any, Any]
 
@@ -138,10 +138,6 @@ def range_mask(frame: pd.DataFrame, bounds: dict[tuple[str, int], tuple[int, int
     return mask & (off >= start) if from_start else mask
 
 
-def _utc(series: pd.Series) -> pd.Series:
-    return pd.to_datetime(series, utc=True)
-
-
 def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, windows: pd.DataFrame, *,
                  bounds: dict[tuple[str, int], tuple[int, int]] | None, window: timedelta,
                  watermark_delay: timedelta, stream_watermark: datetime | None = None,
@@ -223,9 +219,9 @@ def _dead_letter_check(dl: pd.DataFrame) -> np.ndarray:
 
     verdict = dl["kafka_verdict"].astype(object).fillna("absent").to_numpy()
     reason = (dl["reason"] if "reason" in dl else pd.Series([None] * len(dl))).astype(object).to_numpy()
-    wm = _utc(dl["watermark"]) if "watermark" in dl else pd.Series(pd.NaT, index=dl.index, dtype="datetime64[ns, UTC]")
-    et = _utc(dl["kafka_event_time"]) if "kafka_event_time" in dl else pd.Series(pd.NaT, index=dl.index,
-                                                                                    dtype="datetime64[ns, UTC]")
+    no_times = pd.Series(pd.NaT, index=dl.index, dtype="datetime64[ns, UTC]")
+    wm = utc_ns(dl["watermark"]) if "watermark" in dl else no_times
+    et = utc_ns(dl["kafka_event_time"]) if "kafka_event_time" in dl else no_times
     is_behind = (et <= wm).fillna(False).to_numpy(dtype=bool)
     late_reason = reason == BEHIND_WATERMARK
     return np.select([verdict == "dead", (verdict == "event") & late_reason & is_behind,
@@ -281,21 +277,21 @@ def _windows(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, *,
     every = kafka[kafka["verdict"] == "event"].drop_duplicates("event_id")
     expected = recompute_windows(every[["event_id", "key", "amount", "event_time"]], window)
     expected = expected.rename(columns={"event_count": "expected_count", "amount_sum": "expected_sum"})
-    expected["window_start"] = _utc(expected["window_start"])
+    expected["window_start"] = utc_ns(expected["window_start"])
     sink = sink.copy()
     if "batch_id" not in sink:
         sink["batch_id"] = pd.NA
     if last_batch is not None and len(sink):
         sink = sink[~(pd.to_numeric(sink["batch_id"], errors="coerce") > last_batch).fillna(False)]
     sink = sink.rename(columns={"event_count": "sink_count", "amount_sum": "sink_sum"})
-    sink["window_start"] = _utc(sink["window_start"])
+    sink["window_start"] = utc_ns(sink["window_start"])
     sink = sink[["window_start", "key", "sink_count", "sink_sum", "batch_id"]]
     # a bounded range (one that starts after the beginning, ends before the end, or covers some
     # partitions only) judges only the windows its own events fall in
     if bounds is not None:
         own = recompute_windows(rng[rng["verdict"] == "event"][["event_id", "key", "amount", "event_time"]],
                                 window)[["window_start", "key"]]
-        own["window_start"] = _utc(own["window_start"])
+        own["window_start"] = utc_ns(own["window_start"])
         expected = expected.merge(own, on=["window_start", "key"])
         sink = sink.merge(own, on=["window_start", "key"])
     win = sink.merge(expected, on=["window_start", "key"], how="outer")
@@ -310,7 +306,7 @@ def _windows(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, *,
 
     horizon = None
     if len(valid):
-        horizon = _utc(valid["event_time"]).max() - pd.Timedelta(watermark_delay)
+        horizon = utc_ns(valid["event_time"]).max() - pd.Timedelta(watermark_delay)
         if stream_watermark is not None:
             horizon = min(horizon, pd.Timestamp(stream_watermark).tz_convert("UTC"))
     closed = (win["window_end"] <= horizon).to_numpy() if horizon is not None else np.zeros(len(win), dtype=bool)

@@ -20,7 +20,8 @@ import pandas as pd
 import sqlalchemy as sa
 
 from rewind.kafka.types import TP
-from rewind.replay.windows import SUM_TOLERANCE, pairs_of, read_window_rows, utc
+from rewind.proof.verify import utc_ns
+from rewind.replay.windows import SUM_TOLERANCE, pairs_of, read_window_rows
 from rewind.sink.dialects import coordinates_in
 
 EXAMPLES = 5
@@ -85,7 +86,7 @@ def compare_windows(main: Any, shadow: Any) -> dict[str, Any]:
     pairs = pairs_of(sh)
     mn = read_window_rows(main, pairs) if pairs else sh.iloc[0:0].copy()
     for frame in (sh, mn):
-        frame["window_start"] = utc(frame["window_start"])
+        frame["window_start"] = utc_ns(frame["window_start"])
     merged = sh.merge(mn, on=["window_start", "key"], how="left", suffixes=("_shadow", "_main"), indicator=True)
     only_shadow = merged[merged["_merge"] == "left_only"]
     both = merged[merged["_merge"] == "both"]

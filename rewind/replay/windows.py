@@ -60,16 +60,11 @@ class WindowOutcome:
         return dict(self.__dict__)
 
 
-def utc(values: Any) -> pd.Series:
-    """UTC timestamps in nanoseconds, so pairs from Spark (us) and from the sink compare and hash alike."""
-    return utc_ns(values)
-
-
 def pairs_of(window_rows: pd.DataFrame) -> set[Pair]:
     """The ``(window_start, key)`` pairs of window rows (the transform's partial ones, or the sink's)."""
     if window_rows is None or not len(window_rows):
         return set()
-    return set(zip(utc(window_rows["window_start"]), window_rows["key"].astype(str)))
+    return set(zip(utc_ns(window_rows["window_start"]), window_rows["key"].astype(str)))
 
 
 def closing_horizon(spec: Any, events_sink: Any) -> tuple[pd.Timestamp | None, str]:
@@ -107,7 +102,7 @@ def read_window_rows(sink: Any, pairs: set[Pair]) -> pd.DataFrame:
     rows = pd.concat(out, ignore_index=True) if out else sink.read_rows("window_results", lambda t: t.c.key.in_([]))
     if not len(rows):
         return rows
-    keep = [(s, k) in pairs for s, k in zip(utc(rows["window_start"]), rows["key"])]
+    keep = [(s, k) in pairs for s, k in zip(utc_ns(rows["window_start"]), rows["key"])]
     return rows[keep].reset_index(drop=True)
 
 
@@ -151,12 +146,12 @@ def recompute_pairs(pairs: set[Pair], *, target: Any, sources: Sequence[Any], pr
         return out
     events = read_events(sources, todo, window)
     fresh = recompute_windows(events, window)
-    fresh["window_start"] = utc(fresh["window_start"])
+    fresh["window_start"] = utc_ns(fresh["window_start"])
     fresh = fresh[[(s, k) in todo for s, k in zip(fresh["window_start"], fresh["key"])]].reset_index(drop=True)
     out.recomputed = len(fresh)
     current = read_window_rows(target, todo)
     have = {(s, k): (int(c), float(a) if a == a else 0.0)
-            for s, k, c, a in zip(utc(current["window_start"]), current["key"],
+            for s, k, c, a in zip(utc_ns(current["window_start"]), current["key"],
                                   current["event_count"], current["amount_sum"])}
     changed = []
     for row in fresh.itertuples(index=False):
