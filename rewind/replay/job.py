@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
+
 from rewind.replay.planner import consumer_config
 from rewind.replay.report import ReplayReport
 from rewind.replay.setup import RECOMPUTED, Ranges, ReplaySetup, plan_chunks
@@ -88,6 +90,9 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
                    report: ReplayReport, *, progress: bool, chunk_offsets: int) -> set[Any]:
     """Read, transform and write each chunk; returns the (window_start, key) pairs its events touch.
 
+    A record sent twice whose copies fall in different chunks leaves a row in each chunk's output:
+    the second is counted as a duplicate collapsed, not as a row already present (``_repeats``).
+
     The sink write of chunk i overlaps the Spark work of chunk i+1: one writer thread takes each
     chunk's Arrow result (pandas conversion, split, dead-letter check, ``write_rows``) while this
     thread runs the next chunk's job. At most two chunks are in memory, the sink is only touched
@@ -108,6 +113,8 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
     options = bounded_options(spec, bootstrap, sorted({p.topic for p in plan.partitions}))
     chunks = plan_chunks(setup.ranges, chunk_offsets)
     pairs: set[Any] = set()
+    identity = transform.identity
+    earlier = np.empty(0, dtype=np.uint64)  # hashes of the identities earlier chunks output
     bar = tqdm(total=plan.total_records, unit="rec", unit_scale=True, disable=not progress, file=sys.stderr,
                desc=f"replay {setup.replay_id}")
 
@@ -118,21 +125,25 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
         tables = transform.split(arrow_to_pandas(arrow), None)  # batch_id NULL: written by a replay
         tables = _keep_dead_letters_dead(target, tables, chunk, transform)
         pairs.update(pairs_of(tables.get(RECOMPUTED)))
+        nonlocal earlier
+        repeats, earlier = _repeats(tables.get(identity.table), identity.columns, earlier)
         inserted: dict[str, int] = {}
         target.write_rows({t: tables[t] for t in written if t in tables}, replay_id=setup.replay_id,
                           inserted=inserted)
         out = {t: int(len(tables.get(t, ()))) for t in written}
+        again = {identity.table: repeats}
         row = {"chunk": i, "offsets": sum(e - s for s, e in chunk.values()), "records": read, "out": out,
-               "inserted": inserted, "read_s": round(read_s, 3), "write_s": round(time.perf_counter() - w, 3),
+               "inserted": inserted, "repeats_of_earlier_chunks": repeats,
+               "read_s": round(read_s, 3), "write_s": round(time.perf_counter() - w, 3),
                "seconds": round(time.perf_counter() - t, 3)}
         report.chunks.append(row)
         counts["records_read"] += read
-        counts["events_out"] += out.get(transform.identity.table, 0)
+        counts["events_out"] += out.get(identity.table, 0) - repeats
         counts["dead_letters_out"] += out.get(transform.dead_letter_table, 0)
         for name in written:
             new = inserted.get(name, out.get(name, 0))
             counts["written"][name] += new
-            counts["already_present"][name] += out.get(name, 0) - new
+            counts["already_present"][name] += max(0, out.get(name, 0) - new - again.get(name, 0))
         bar.update(read)
         log.info("replay %s chunk %d/%d: %d offsets, %d records read in %.2fs, written in %.2fs (beside the next "
                  "chunk's read), out %s, new %s", setup.replay_id, i, len(chunks), row["offsets"], read,
@@ -163,6 +174,21 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
         bar.close()
     counts["duplicates_collapsed"] = counts["records_read"] - counts["events_out"] - counts["dead_letters_out"]
     return pairs
+
+
+def _repeats(rows: Any, columns: tuple[str, ...], earlier: Any) -> tuple[int, Any]:
+    """How many ``rows`` carry an identity an earlier chunk output, and the hashes seen so far.
+
+    Counting only: every row is still written (a ``latest`` table may need the later copy). The
+    identities are kept as 64-bit hashes (8 bytes each, 8 MB for a million): a collision would
+    count one row as a repeat instead of already present, never drop it.
+    """
+    import pandas as pd
+
+    if rows is None or not len(rows) or not set(columns) <= set(rows.columns):
+        return 0, earlier
+    hashes = pd.util.hash_pandas_object(rows[list(columns)], index=False).to_numpy(dtype=np.uint64)
+    return int(np.isin(hashes, earlier).sum()), np.concatenate([earlier, hashes])
 
 
 def _keep_dead_letters_dead(target: Any, tables: dict[str, Any], chunk: Ranges, transform: Any) -> dict[str, Any]:
