@@ -401,3 +401,27 @@ def test_cli_bad_input_exits_2_with_the_message_and_needs_no_kafka(tmp_path: Pat
     res = run_cli(tmp_path, "rp", "--from", "9", "--to", "3", "--registry", str(reg), "--json")
     assert res.returncode == 3 and "swap" in res.stderr
     assert json.loads(res.stdout)["problems"][0]["kind"] == "from_after_to"
+
+
+def test_repeats_counts_identities_an_earlier_chunk_output() -> None:
+    """A duplicate whose copies fall in different chunks is a repeat in the later chunk, once per copy;
+    identities new to the replay are not, whatever their order or the columns' types."""
+    import numpy as np
+    import pandas as pd
+
+    from rewind.replay.job import _repeats
+
+    earlier = np.empty(0, dtype=np.uint64)
+    first = pd.DataFrame({"event_id": ["a", "b", "c"], "amount": [1.0, 2.0, 3.0]})
+    n, earlier = _repeats(first, ("event_id",), earlier)
+    assert n == 0 and len(earlier) == 3
+    second = pd.DataFrame({"event_id": ["d", "b", "e", "a"], "amount": [4.0, 9.0, 5.0, 1.0]})
+    n, earlier = _repeats(second, ("event_id",), earlier)
+    assert n == 2 and len(earlier) == 7
+    coords = ("topic", "partition", "offset")
+    rows = pd.DataFrame({"topic": ["t", "t"], "partition": [0, 1], "offset": [5, 5]})
+    n, seen = _repeats(rows, coords, np.empty(0, dtype=np.uint64))
+    n2, _ = _repeats(pd.DataFrame({"topic": ["t", "t"], "partition": [1, 2], "offset": [5, 5]}), coords, seen)
+    assert (n, n2) == (0, 1)
+    assert _repeats(None, ("event_id",), earlier) == (0, earlier)
+    assert _repeats(first.iloc[0:0], ("event_id",), earlier)[0] == 0
