@@ -38,7 +38,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter)."""
     from rewind.sink.delta_target import is_delta_url
     from rewind.stream.contract import load_transform
-    from rewind.stream.spark_session import use_checkpoint_file_manager
+    from rewind.stream.spark_session import ensure_source, use_checkpoint_file_manager
 
     transform = load_transform(spec)
     sink = open_sink(spec, transform)
@@ -61,6 +61,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
         writer = BatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
                              late if late is not None else {}, dead_letter=transform.dead_letter_table)
     use_checkpoint_file_manager(spark, checkpoint)
+    ensure_source(spark, spec.source.format)
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
     out = transform.build(source, spec)
     ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)
@@ -103,7 +104,7 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     if lock is not None:  # the supervisor sees the new pid before the session's start-up
         write_status(status_path(spec.status_dir, spec.name), status)
     started = time.perf_counter()
-    spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint)})
+    spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint)}, sources=False)
     try:
         apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
         if lock is None:

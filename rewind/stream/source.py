@@ -48,7 +48,9 @@ def bounded_read(spark: Any, spec: Any, options: dict[str, str], ranges: dict[An
     ``options`` (``bounded_options``); a batch read with per-partition offsets must name every
     partition of its topics."""
     from rewind.kafka.types import offsets_json_text
+    from rewind.stream.spark_session import ensure_source
 
+    ensure_source(spark, spec.source.format)
     return (spark.read.format(spec.source.format).options(**options)
             .option("startingOffsets", offsets_json_text({tp: s for tp, (s, _) in ranges.items()}))
             .option("endingOffsets", offsets_json_text({tp: e for tp, (_, e) in ranges.items()})).load())
