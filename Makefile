@@ -43,11 +43,14 @@ lint: venv
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy rewind rewind_airflow
 
+# Two pytest-xdist workers, a module never split (tests/conftest.py: groups, longest first).
+PYTEST_WORKERS ?= 2
+XDIST = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: java jars venv lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: java jars venv lint
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # Each bench prints one JSON object: saved to bench/results/NAME.json (via .tmp, so a failed run
 # leaves the previous result), then the charts go to docs/img/. See docs/benchmarks.md.

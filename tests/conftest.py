@@ -15,7 +15,42 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from rewind.platform.processes import PORT_CLASS_ENV  # noqa: E402
 from rewind.platform.services import EmbeddedPlatform, PlatformInfo  # noqa: E402
+
+# -- the whole run ---------------------------------------------------------------------------------
+# `make test` runs the suite in 2 pytest-xdist workers (a module never splits: --dist loadgroup, one
+# group per module). The workers share nothing but the machine: each starts its own platform, Spark
+# session and, if it needs them, Airflow and PostgreSQL; they hand out ports of disjoint classes.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw"):
+    os.environ[PORT_CLASS_ENV] = f"{int(_WORKER[2:])}/{os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1')}"
+
+# Every Spark JVM the tests start (this process's session, the stream and replay drivers they launch,
+# spark-submit from Airflow) compiles with C1 only and collects with the serial collector. The tests'
+# JVMs live seconds to minutes on small batches, where C2's compile threads cost more CPU on 2 cores
+# than its code saves. Measured 2026-11-25 (2-core EPYC, quiet): a stream driver's restart 19.5 s ->
+# 15.8 s; test_checkpoint_scaling + test_late_routing's skew test 321.7 s -> 269.3 s. Rewind itself
+# does not set these: a long-running stream wants C2.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+#: Modules handed out first, longest first, so the workers finish together (the rest follow in file
+#: order). Estimated from CI's durations (serial, 2026-11-24/25).
+LONGEST_FIRST = ["test_airflow_e2e", "test_ops_api", "test_chaos", "test_ui_browser", "test_exactly_once_crash",
+                 "test_replay_run", "test_late_routing", "test_broker_failover", "test_make_up", "test_standby",
+                 "test_spark_cluster", "test_savepoint_roundtrip", "test_restore_replan", "test_checkpoint_scaling",
+                 "test_inventory", "test_scaffold", "test_install", "test_dq", "test_delta_sink", "test_dags",
+                 "test_source_conformance", "test_airflow_local", "test_kafka_sink", "test_sink", "test_staging"]
+#: Modules that must share a worker: they use the session's Airflow (~30 s to start), started once.
+SAME_WORKER = {"test_airflow_e2e": "airflow", "test_ops_api": "airflow"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: a module keeps its order
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(item.path.stem, item.path.stem)))
 
 if TYPE_CHECKING:
     from rewind.platform.airflow_local import LocalAirflow

@@ -36,8 +36,51 @@ class ServiceError(Failed, RuntimeError):
 _HANDED_OUT: set[int] = set()
 
 
+#: ``REWIND_PORT_CLASS=i/n``: this process and its children hand out only ports ``p`` with
+#: ``p % n == i``, from below the kernel's ephemeral range (32768-60999 by default), so ``n``
+#: processes running side by side (the test suite's pytest-xdist workers, tests/conftest.py) never
+#: pick the same port, and no outgoing connection takes a port between its pick and its bind.
+PORT_CLASS_ENV = "REWIND_PORT_CLASS"
+_CLASS_PORTS = range(20000, 32768)
+
+
+def _port_class() -> tuple[int, int] | None:
+    raw = os.environ.get(PORT_CLASS_ENV, "")
+    if not raw:
+        return None
+    try:
+        index, count = (int(x) for x in raw.split("/"))
+    except ValueError:
+        raise ValueError(f"{PORT_CLASS_ENV}={raw!r}: expected INDEX/COUNT, e.g. 0/2") from None
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"{PORT_CLASS_ENV}={raw!r}: INDEX must be in 0..COUNT-1")
+    return index, count
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A port nothing listens on now and that this process has not handed out before."""
+    """A port nothing listens on now and that this process has not handed out before (within this
+    process's port class, if ``REWIND_PORT_CLASS`` sets one)."""
+    cls = _port_class()
+    if cls is not None:
+        import random
+
+        index, count = cls
+        for _ in range(10_000):
+            first = _CLASS_PORTS.start + (index - _CLASS_PORTS.start) % count  # the first p with p % n == i
+            port = random.randrange(first, _CLASS_PORTS.stop, count)
+            if port not in _HANDED_OUT and _bindable(port):
+                _HANDED_OUT.add(port)
+                return port
+        raise ServiceError(f"no free port of class {index}/{count} in {_CLASS_PORTS.start}-{_CLASS_PORTS.stop - 1}")
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
