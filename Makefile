@@ -43,9 +43,9 @@ lint: venv
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy rewind rewind_airflow
 
-# Two pytest-xdist workers, a module never split (tests/conftest.py: groups, longest first).
+# Two pytest-xdist workers, a module never split, the longest modules first (tests/conftest.py).
 PYTEST_WORKERS ?= 2
-XDIST = -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: java jars venv lint
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 

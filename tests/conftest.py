@@ -19,9 +19,9 @@ from rewind.platform.processes import PORT_CLASS_ENV  # noqa: E402
 from rewind.platform.services import EmbeddedPlatform, PlatformInfo  # noqa: E402
 
 # -- the whole run ---------------------------------------------------------------------------------
-# `make test` runs the suite in 2 pytest-xdist workers (a module never splits: --dist loadgroup, one
-# group per module). The workers share nothing but the machine: each starts its own platform, Spark
-# session and, if it needs them, Airflow and PostgreSQL; they hand out ports of disjoint classes.
+# `make test` runs the suite in 2 pytest-xdist workers (a module never splits: --dist loadfile). The
+# workers share nothing but the machine: each starts its own platform, Spark session and, if it needs
+# them, Airflow and PostgreSQL; they hand out ports of disjoint classes.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw"):
     os.environ[PORT_CLASS_ENV] = f"{int(_WORKER[2:])}/{os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1')}"
@@ -41,16 +41,12 @@ LONGEST_FIRST = ["test_airflow_e2e", "test_ops_api", "test_chaos", "test_ui_brow
                  "test_spark_cluster", "test_savepoint_roundtrip", "test_restore_replan", "test_checkpoint_scaling",
                  "test_inventory", "test_scaffold", "test_install", "test_dq", "test_delta_sink", "test_dags",
                  "test_source_conformance", "test_airflow_local", "test_kafka_sink", "test_sink", "test_staging"]
-#: Modules that must share a worker: they use the session's Airflow (~30 s to start), started once.
-SAME_WORKER = {"test_airflow_e2e": "airflow", "test_ops_api": "airflow"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: a module keeps its order
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(item.path.stem, item.path.stem)))
+
 
 if TYPE_CHECKING:
     from rewind.platform.airflow_local import LocalAirflow
