@@ -561,3 +561,58 @@ def test_rows_lost_from_a_delta_sink_are_restored_by_a_replay(platform: Any, spa
     with open_sink(spec) as out:
         events = out.read_table("events")
         assert len(events) == before and events["event_id"].is_unique
+
+
+def test_a_record_sent_twice_across_a_chunk_boundary_is_counted_once(platform: Any, spark: Any,
+                                                                      tmp_path: Path) -> None:
+    """Copies of one event on both sides of a chunk boundary, on purpose (a producer's retry can put
+    them anywhere): each chunk's deduplication sees one copy, so the replay must recognise the later
+    one as a repeat of what an earlier chunk output, not count it as a row already present, and
+    must not write it as a second row. Two such pairs, one partition, chunks of 100 offsets."""
+    from confluent_kafka import Producer
+
+    from rewind.demo.events import make_event
+    from rewind.demo.producer import ensure_topic
+    from rewind.stream.runner import build_query, open_sink
+
+    topic = f"rsplit-{uuid.uuid4().hex[:8]}"
+    ensure_topic(platform.kafka_bootstrap, topic, 1)
+    base = pd.Timestamp.now(tz="UTC").to_pydatetime()
+    events = [make_event("split", i, base + pd.Timedelta(milliseconds=i)) for i in range(300)]
+    # offset -> event sent there: 0..299 in order, with event 50 sent again at offset 150 (chunk 2 of
+    # [0,100) [100,200) ...) and event 120 again at offset 250 (chunk 3): 302 records
+    order = [*events[:150], events[50], *events[150:250], events[120], *events[250:]]
+    producer = Producer({"bootstrap.servers": platform.kafka_bootstrap, "enable.idempotence": True})
+    for ev in order:
+        producer.produce(topic, value=ev.encode(), key=ev.key.encode(), partition=0)
+    assert producer.flush(30) == 0
+    reg_path = write_registry(tmp_path / "s.yaml", demo_stream("rsplit", topic, tmp_path, **WINDOW_KEYS))
+    registry = load_registry(reg_path)
+    spec = registry.get("rsplit")
+    query = build_query(spark, spec, platform.kafka_bootstrap, available_now=True)
+    assert query.awaitTermination(240), "the available_now run did not finish"
+    assert verify_stream(spec, platform.kafka_bootstrap).ok
+    db = sqlite3.connect(db_path(spec))
+    try:
+        deleted = db.execute(f"DELETE FROM {spec.sink.table_prefix}events WHERE \"offset\" % 7 = 3").rowcount
+        db.commit()
+    finally:
+        db.close()
+    assert deleted > 30
+    plan = plan_of(spec, registry, platform.kafka_bootstrap, "earliest", "latest")
+    assert plan.total_records == len(order) == 302
+    report = run_replay(spec, plan, platform.kafka_bootstrap, spark=spark, run_dir=tmp_path / "fix",
+                        replay_id="split-1", chunk_offsets=100, progress=False)
+    c = report.counts
+    print(json.dumps({"counts": c, "chunks": report.chunks}, default=str))
+    assert report.ok, report.to_json()
+    assert len(report.chunks) == 4
+    assert sum(int(ch.get("repeats_of_earlier_chunks", 0)) for ch in report.chunks) == 2, report.chunks
+    assert c["events_out"] == 300, c  # each of the 300 events once, whatever chunk its copies fell in
+    assert c["duplicates_collapsed"] == 2, c
+    assert c["written"]["events"] == deleted
+    assert c["already_present"]["events"] == 300 - deleted
+    assert verify_stream(spec, platform.kafka_bootstrap).ok
+    with open_sink(spec) as out:
+        rows = out.read_table("events")
+    assert len(rows) == 300 and rows["event_id"].is_unique
