@@ -92,17 +92,8 @@ def airflow_factory(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFac
     try:
         yield make
     finally:
-        for af in started:
+        for af in started:  # a test stops its own when done (an idle Airflow still takes CPU); these are left
             af.stop()
-
-
-@pytest.fixture(scope="session")
-def airflow(airflow_factory: Callable[..., "LocalAirflow"]) -> "LocalAirflow":
-    """One shared Airflow for the run, with the repo's DAGs and the platform's connections.
-
-    Scheduled runs are off: only the runs a test triggers run (DAG files may unpause themselves).
-    """
-    return airflow_factory(schedules=False)
 
 
 @pytest.fixture(scope="session")

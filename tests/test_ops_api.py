@@ -109,6 +109,7 @@ def env(airflow_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
         http.close()
         admin.close()
         viewer.close()
+        af.stop()  # an idle Airflow would take CPU for the rest of the run
 
 
 def _bearer(client: Any) -> dict[str, str]:
