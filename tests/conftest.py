@@ -26,6 +26,20 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw"):
     os.environ[PORT_CLASS_ENV] = f"{int(_WORKER[2:])}/{os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1')}"
 
+# Airflow reads its home when first imported. Several modules import it into this process (hooks,
+# DAG factories); without a home set first it loads ~/airflow, and test_dags' dag.test() then finds
+# no tables (CI rehearsal 2026-11-25: the modules ran in another order in a worker). One throwaway
+# home per process, set before any test module is imported; test_dags migrates its database.
+if not os.environ.get("AIRFLOW_HOME"):
+    import atexit
+    import shutil
+    import tempfile
+
+    _AIRFLOW_HOME = tempfile.mkdtemp(prefix="rewind-tests-airflow-")
+    os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    atexit.register(shutil.rmtree, _AIRFLOW_HOME, True)
+
 # Every Spark JVM the tests start (this process's session, the stream and replay drivers they launch,
 # spark-submit from Airflow) compiles with C1 only and collects with the serial collector. The tests'
 # JVMs live seconds to minutes on small batches, where C2's compile threads cost more CPU on 2 cores
@@ -35,12 +49,16 @@ if _WORKER.startswith("gw"):
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 #: Modules handed out first, longest first, so the workers finish together (the rest follow in file
-#: order). Estimated from CI's durations (serial, 2026-11-24/25).
-LONGEST_FIRST = ["test_airflow_e2e", "test_ops_api", "test_chaos", "test_ui_browser", "test_exactly_once_crash",
-                 "test_replay_run", "test_late_routing", "test_broker_failover", "test_make_up", "test_standby",
-                 "test_spark_cluster", "test_savepoint_roundtrip", "test_restore_replan", "test_checkpoint_scaling",
-                 "test_inventory", "test_scaffold", "test_install", "test_dq", "test_delta_sink", "test_dags",
-                 "test_source_conformance", "test_airflow_local", "test_kafka_sink", "test_sink", "test_staging"]
+#: order). From the CI rehearsal of 2026-11-25 (2 workers, 69 min): test_exactly_once_crash 28 min,
+#: test_spark_cluster 14, test_chaos 15 (before it was cut to 60,000 events), test_late_routing 9.4.
+#: test_dags goes first of all: its dag.test() runs need Airflow imported into the process after its
+#: settings (the DAGs folder is read once, at import), and other modules import Airflow (hooks).
+LONGEST_FIRST = ["test_dags", "test_exactly_once_crash", "test_spark_cluster", "test_chaos", "test_late_routing",
+                 "test_airflow_e2e", "test_broker_failover", "test_replay_run", "test_ui_browser",
+                 "test_checkpoint_scaling", "test_make_up", "test_restore_replan", "test_savepoint_roundtrip",
+                 "test_install", "test_inventory", "test_standby", "test_delta_sink", "test_kafka_sasl", "test_dq",
+                 "test_ops_api", "test_airflow_local", "test_scaffold", "test_source_conformance", "test_kafka_sink",
+                 "test_sink", "test_staging"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

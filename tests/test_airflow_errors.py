@@ -42,6 +42,10 @@ def test_refusal_fails_without_retry_and_failure_is_retried(tmp_path: Path) -> N
 
 
 def test_no_test_module_imports_airflow_into_the_pytest_process() -> None:
-    """Guard for the above: Airflow must not be imported by collection (test_dags sets its home first)."""
-    assert "airflow" not in sys.modules or os.environ.get("AIRFLOW_HOME"), \
-        "a test module imported Airflow at collection without an AIRFLOW_HOME"
+    """Guard for the above: Airflow, if this process imported it, loaded the throwaway home conftest.py
+    set, never the user's ~/airflow."""
+    if "airflow" in sys.modules:
+        from airflow.configuration import AIRFLOW_HOME
+
+        assert os.path.realpath(AIRFLOW_HOME) == os.path.realpath(os.environ["AIRFLOW_HOME"]), AIRFLOW_HOME
+        assert os.path.realpath(AIRFLOW_HOME) != os.path.realpath(os.path.expanduser("~/airflow"))

@@ -1,7 +1,7 @@
 """The CI-sized chaos run: `rewind chaos demo` with the default seed, for real.
 
-100,000 events (duplicates, malformed and late records included) into the demo stream under
-the in-process supervisor, while the seeded schedule SIGKILLs it 10 times (some between the
+60,000 events (duplicates, malformed and late records included) into the demo stream under
+the in-process supervisor, while the seeded schedule SIGKILLs it 6 times (some between the
 sink's commit and Spark's), restarts the Kafka broker, cuts S3 in the middle of a savepoint,
 empties every offsets file while the stream is down (a restore from the savepoint), replays
 an already-processed range beside the live stream, and stops it while a segment arrives as
@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["--seed", os.environ.get("REWIND_CHAOS_SEED", "7"), "--events", "100000", "--kills", "10",
+EVENTS, KILLS = 60_000, 6  # 100,000 and 10 took 877 s of a 69-minute CI rehearsal (2 workers, 2026-11-25)
+ARGS = ["--seed", os.environ.get("REWIND_CHAOS_SEED", "7"), "--events", str(EVENTS), "--kills", str(KILLS),
         "--broker-restarts", "1", "--corruptions", "1", "--replays", "1", "--s3-outages", "1", "--skewed-restarts", "1"]
 
 
@@ -48,14 +49,14 @@ def test_ci_sized_chaos_run_passes(tmp_path: Path) -> None:
     assert run.returncode == 0 and report["ok"] and not failed, (failed, run.stderr[-4000:])
 
     by_kind = report["faults_by_kind"]
-    assert by_kind["kill"]["count"] >= 10 and by_kind["broker_restart"]["count"] >= 1
+    assert by_kind["kill"]["count"] >= KILLS and by_kind["broker_restart"]["count"] >= 1
     assert by_kind["corruption"]["count"] >= 1 and by_kind["replay"]["count"] >= 1
-    assert by_kind["s3_outage"]["count"] >= 1 and by_kind["sigkills_total"] >= 11
+    assert by_kind["s3_outage"]["count"] >= 1 and by_kind["sigkills_total"] >= KILLS + 1
     assert by_kind["skewed_restart"]["count"] >= 1
     known = report["facts"]["known"]
     assert known["missing"] == 0 and known["duplicate_rows"] == 0 and known["unexpected"] == 0
     # a known event is in the events table, or every record carrying its id is a behind_watermark dead letter
-    assert known["sink_events"] + known["behind_events"] == known["expected_events"] > 90_000
+    assert known["sink_events"] + known["behind_events"] == known["expected_events"] > 0.9 * EVENTS
     assert known["other_dead_letters"] == known["expected_dead_letters"] > 0
     assert known["events_also_dead"] == 0 and known["behind_not_known"] == 0
     late = report["facts"]["late_checks"]

@@ -22,8 +22,9 @@ DAG_FILE = ROOT / "dags" / "rewind_streams.py"
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A throwaway AIRFLOW_HOME with a migrated SQLite DB; set before Airflow is first imported."""
-    home = tmp_path_factory.mktemp("airflow")
+    """The process's throwaway AIRFLOW_HOME (conftest.py sets it before Airflow is first imported,
+    whichever module imports it) with a migrated SQLite DB."""
+    home = Path(os.environ["AIRFLOW_HOME"])
     env = {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
            "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}

@@ -176,7 +176,7 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
         marker = tmp_path / "precommitted"
         if pause_batch is not None:
             stream.start(REWIND_PAUSE_BEFORE_COMMIT=f"{pause_batch}:{marker}", **(env or {}))
-            wait_for(marker.exists, 240, f"the pre-commit of batch {pause_batch}", stream)
+            wait_for(marker.exists, 480, f"the pre-commit of batch {pause_batch}", stream)
             stream.kill()
             kills.append({"run": 0, "killed_between_pre_commit_and_commit": json.loads(marker.read_text())})
         master = {**({"REWIND_SPARK_MASTER": "local[2,4]"} if kill_workers else {}), **(env or {})}
