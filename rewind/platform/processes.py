@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -71,11 +72,9 @@ def free_port() -> int:
     process's port class, if ``REWIND_PORT_CLASS`` sets one)."""
     cls = _port_class()
     if cls is not None:
-        import random
-
         index, count = cls
+        first = _CLASS_PORTS.start + (index - _CLASS_PORTS.start) % count  # the first p with p % n == i
         for _ in range(10_000):
-            first = _CLASS_PORTS.start + (index - _CLASS_PORTS.start) % count  # the first p with p % n == i
             port = random.randrange(first, _CLASS_PORTS.stop, count)
             if port not in _HANDED_OUT and _bindable(port):
                 _HANDED_OUT.add(port)
