@@ -6,11 +6,9 @@ One streaming query, one output: dead letters (stateless), deduplicated events
 ones behind the watermark: ``rewind.stream.late_routing``) are unioned into rows tagged by
 ``kind``, so a single ``foreachBatch`` call commits them all in one sink transaction.
 
-Each Kafka record is read and parsed once: the parsed rows go through one shuffle, by event id,
-that every branch shares (Spark's ReuseExchange), see ``_shared_by_every_branch``. Without it Spark
-plans one source scan and one parse per branch, three per record. Being by event id, it is also the
-clustering both deduplications need, so Spark shuffles the rows once where it shuffled them three
-times (a batch of 300,000 rows moved through 4 exchanges, now 2: ``bench/throughput.py``).
+Each Kafka record is read and parsed once: the parsed rows go through one shuffle that all
+three branches share (Spark's ReuseExchange), see ``_shared_by_every_branch``. Without it Spark
+plans one source scan and one parse per branch, three per record.
 
 The same ``build`` serves a replay's bounded batch read (``rewind.replay.run``): there the
 watermark is ignored, duplicates are dropped over the batch, and window rows are partial
@@ -141,10 +139,10 @@ def build(source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
     ddl = ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in PARSED_SCHEMA)
     parsed = source.select("value", "topic", "partition", "offset", "timestamp").mapInArrow(
         functools.partial(parse_batches, allowed_lateness_s=d["allowed_lateness"].total_seconds()), ddl)
-    parsed = parsed.withWatermark("event_time", f"{int(d['watermark_delay'].total_seconds())} seconds")
     parsed, branch = _shared_by_every_branch(parsed)
     dead = parsed.filter(branch(F.col("status") == "dead"))
-    valid = valid_rows = parsed.filter(branch(F.col("status") == "ok"))
+    valid_rows = parsed.filter(branch(F.col("status") == "ok"))
+    valid = valid_rows.withWatermark("event_time", f"{int(d['watermark_delay'].total_seconds())} seconds")
     # A replay runs this same plan as a bounded batch read, where Spark refuses
     # dropDuplicatesWithinWatermark; a batch deduplicates over the whole range instead.
     events = (valid.dropDuplicatesWithinWatermark(["event_id"]) if source.isStreaming
@@ -167,14 +165,8 @@ def _shared_by_every_branch(parsed: "DataFrame") -> tuple["DataFrame", Callable[
     Why: the plan branches three ways (dead letters, events, windows) and Spark has no shared
     subtrees in a streaming plan except through ReuseExchange: an exchange whose subtree is
     identical in every branch is computed once and read by all. So the parsed rows are
-    repartitioned by ``event_id``: that is exactly the clustering the two deduplications require
-    (``hash(event_id) mod n``, the state partitioning they had behind their own exchanges, so
-    checkpoints written before keep their state where it was), and Spark adds no exchange of its own
-    before them. The watermark is set below this exchange, because Spark's watermark operator does
-    not pass its child's partitioning on; dead letters have no event time, so the watermark (the
-    maximum event time less the delay) is the valid rows' as before. Dead letters, which have no
-    event id, all land in one partition, the same one every batch. Two optimizer rules must be kept
-    from making the copies of the shared exchange differ:
+    repartitioned (by Kafka coordinates: spread evenly, deterministic), and two optimizer rules
+    must be kept from making the three copies of that exchange differ:
 
     - predicate pushdown moves a branch's deterministic filter (``status = 'dead'``) below the
       repartition, into its own copy of the exchange. A filter condition that is not deterministic
@@ -189,7 +181,7 @@ def _shared_by_every_branch(parsed: "DataFrame") -> tuple["DataFrame", Callable[
     """
     from pyspark.sql import functions as F
 
-    shared = parsed.repartition("event_id")
+    shared = parsed.repartition("partition", "offset")
     barrier = F.spark_partition_id() >= 0
     every_column = F.hash(*[F.col(c) for c in PARSED_SCHEMA.names]) >= F.lit(-(2 ** 31))
 
