@@ -178,6 +178,12 @@ def _shared_by_every_branch(parsed: "DataFrame") -> tuple["DataFrame", Callable[
       the branch's own condition keeps (AND short-circuits).
 
     ``tests/test_demo_plan.py`` checks on a real stream that each record is read and parsed once.
+
+    Not by ``event_id``, although that is the clustering both deduplications need and would spare
+    Spark's two exchanges in front of them (a warm run 8.5% faster, docs/benchmarks.md): the
+    watermark would have to sit below the shared exchange, and Spark propagates watermarks to
+    stateful operators through each operator's children, which a ``ReusedExchange`` does not have.
+    Tried on 2026-11-25: the reused branches got no watermark and no window ever closed.
     """
     from pyspark.sql import functions as F
 
