@@ -47,8 +47,26 @@ def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
         time.sleep(0.1)
 
 
-def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any]) -> None:
-    """Wait for progress past `after_batch`, SIGKILL the driver, then time the recovery."""
+def watching(dag_id: str) -> bool:
+    """True once a run of the supervisor has launched and its ``watch`` task is under way (under
+    ``dag.test()`` a watch on its trigger shows as queued, not deferred).
+
+    Why: a kill before that is not what the bench measures. The run's ``launch`` task would find the
+    driver dead and start a new one as it does for a stream that is not running, with no failure
+    recorded, and the watch would then wait out its 900 s (seen on 2026-11-25: run 2 of 3 killed the
+    driver while its DAG run was still starting)."""
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.query(TaskInstance).filter(
+            TaskInstance.dag_id == dag_id, TaskInstance.task_id == "watch",
+            TaskInstance.state.in_(("queued", "running", "deferred"))).count() > 0
+
+
+def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any], dag_id: str) -> None:
+    """Wait for progress past `after_batch` and for the supervisor to watch, SIGKILL the driver, then
+    time the recovery."""
     from rewind.paths import status_path
     from rewind.stream.status import read_status
 
@@ -57,7 +75,7 @@ def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any]) -> No
     while time.monotonic() < deadline:
         st = read_status(path)
         if st and st.state == "running" and st.last_batch_id is not None and \
-                (after_batch is None or st.last_batch_id >= after_batch + 2):
+                (after_batch is None or st.last_batch_id >= after_batch + 2) and watching(dag_id):
             break
         time.sleep(0.2)
     else:
@@ -128,7 +146,7 @@ def main() -> None:
             for i in range(args.runs):
                 timing: dict[str, Any] = {}
                 killer = threading.Thread(target=kill_and_time, args=(spec, runs[-1]["batch"] if runs else None,
-                                                                      timing), daemon=True)
+                                                                      timing, dag.dag_id), daemon=True)
                 killer.start()
                 run = dag.test(run_conf={"chain": False, "watch_s": 900})
                 killer.join(timeout=300)

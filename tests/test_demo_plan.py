@@ -3,7 +3,9 @@
 Spark plans one source scan and one parse per output branch (dead letters, events, windows, and the
 late candidates of ``rewind.stream.late_routing``) unless
 the branches share the parse's exchange (``rewind.demo.transform._shared_by_every_branch``); this
-guards that sharing, and that the stream's output stays exactly-once with it.
+guards that sharing, and that the stream's output stays exactly-once with it; and that the windows
+close and the ids expire when the watermark passes them (a plan whose watermark sat below the shared
+exchange ran exactly once but never closed a window: ``_shared_by_every_branch``).
 """
 
 from __future__ import annotations
@@ -55,3 +57,29 @@ def test_each_record_is_read_and_parsed_once(  # type: ignore[no-untyped-def]
     assert contract.counts["records_in_range"] == sent
     assert contract.counts["expected_dead_letters"] == rep.expected_dead_letters
     assert contract.counts["identities"] == rep.distinct_events
+
+
+def test_windows_close_and_ids_expire_when_the_watermark_passes_them(  # type: ignore[no-untyped-def]
+        tmp_path: Path, platform, spark, new_topic) -> None:
+    from rewind.proof.verify import verify_stream
+    from rewind.stream.runner import build_query
+
+    topic = new_topic(partitions=3, prefix="close")
+    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=3, malformed_every=40,
+                                                  duplicate_every=15))
+    # Then events two minutes ahead: the watermark (max event time - 30 s) passes every earlier window.
+    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=500, partitions=3, start_seq=5000,
+                                                  late_every=1, late_by=timedelta(seconds=-120)))
+    spec = load_registry(write_registry(tmp_path / "s.yaml", demo_stream("close", topic, tmp_path,
+                                                                         max_offsets=1000))).get("close")
+    query = build_query(spark, spec, platform.kafka_bootstrap, available_now=True)
+    query.awaitTermination(300)
+    assert query.exception() is None
+    removed = {}
+    for p in query.recentProgress:
+        for i, op in enumerate(json.loads(p.json)["stateOperators"]):
+            removed[i] = removed.get(i, 0) + op["numRowsRemoved"]
+    assert len(removed) == 3 and all(n > 0 for n in removed.values()), removed  # both deduplications and the windows
+    rep = verify_stream(spec, platform.kafka_bootstrap)
+    assert rep.windows_checked > 0, rep
+    assert not (rep.missing_windows or rep.window_mismatches or rep.missing_events or rep.duplicate_event_rows), rep

@@ -181,9 +181,10 @@ def _shared_by_every_branch(parsed: "DataFrame") -> tuple["DataFrame", Callable[
 
     Not by ``event_id``, although that is the clustering both deduplications need and would spare
     Spark's two exchanges in front of them (a warm run 8.5% faster, docs/benchmarks.md): the
-    watermark would have to sit below the shared exchange, and Spark propagates watermarks to
-    stateful operators through each operator's children, which a ``ReusedExchange`` does not have.
-    Tried on 2026-11-25: the reused branches got no watermark and no window ever closed.
+    watermark would have to sit below the shared exchange (Spark's watermark operator does not pass
+    its child's partitioning on), and then the stateful operators behind a ``ReusedExchange`` never
+    acted on it. Tried on 2026-11-25: exactly once, but no window ever closed and no id expired
+    (``tests/test_demo_plan.py`` guards it).
     """
     from pyspark.sql import functions as F
 
