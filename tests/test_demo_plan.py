@@ -68,14 +68,16 @@ def test_windows_close_and_ids_expire_when_the_watermark_passes_them(  # type: i
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=3, malformed_every=40,
                                                   duplicate_every=15))
     # Then events two minutes ahead: the watermark (max event time - 30 s) passes every earlier window.
-    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=500, partitions=3, start_seq=5000,
+    # 1,500 of them, so that data batches follow the one that moves the watermark (no reliance on the
+    # no-data batch).
+    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1500, partitions=3, start_seq=5000,
                                                   late_every=1, late_by=timedelta(seconds=-120)))
     spec = load_registry(write_registry(tmp_path / "s.yaml", demo_stream("close", topic, tmp_path,
                                                                          max_offsets=1000))).get("close")
     query = build_query(spark, spec, platform.kafka_bootstrap, available_now=True)
     query.awaitTermination(300)
     assert query.exception() is None
-    removed = {}
+    removed: dict[int, int] = {}
     for p in query.recentProgress:
         for i, op in enumerate(json.loads(p.json)["stateOperators"]):
             removed[i] = removed.get(i, 0) + op["numRowsRemoved"]
