@@ -168,13 +168,15 @@ def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[
                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """dag.test() of the supervisor against real Kafka/SeaweedFS/Spark: the stream is launched through
     spark-submit, SIGKILLed after its first batches, detected by the deferred trigger, relaunched,
-    and the proof passes; then every Kafka record is checked against the sink."""
+    and the proof passes; SIGKILLed again between two supervisor runs, found dead by the next run's
+    launch, recorded and relaunched; then every Kafka record is checked against the sink."""
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.paths import status_path
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.stream.control import stop_stream, wait_caught_up
     from rewind.stream.status import read_status
+    from rewind.supervision.failures import read_failures
 
     topic = "sup-demo"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch)
@@ -207,12 +209,29 @@ def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[
         assert st and st.pid != killed["pid"] and st.state == "running"
         print(f"[recovery] killed pid {killed['pid']} at batch {killed['batch']}; now pid {st.pid}, "
               f"batch {st.last_batch_id}, detected+recovered in {st.started_at - killed['at']:.1f}s to relaunch")
+        assert len(read_failures(spec)["failures"]) == 1  # the one the watch saw
+
+        # Killed between supervisor runs, with records behind it: the next run's launch finds it dead,
+        # records the failure (it counts towards the restart strategy) and relaunches.
+        wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
+        produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1000, partitions=2, id_prefix="s3"))
+        st = read_status(status_path(spec.status_dir, "sup"))
+        assert st and st.state == "running"
+        _kill_hard(st.pid)
+        run = dag.test(run_conf={"chain": False, "watch_s": 5})
+        states = _states(run)
+        assert states["launch"] == "success", states
+        failures = read_failures(spec)["failures"]
+        assert len(failures) == 2 and failures[-1]["cause"] == "process_gone", failures
+        assert "found gone at launch" in failures[-1]["detail"] and failures[-1]["batch_id"] == st.last_batch_id
+        now = read_status(status_path(spec.status_dir, "sup"))
+        assert now and now.pid != st.pid and now.state == "running", now
         wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
     finally:
         stop_stream(spec, timeout=90)
     report = verify_stream(spec, platform.kafka_bootstrap)
     assert report.ok, str(report)
-    assert report.kafka_records >= 4500
+    assert report.kafka_records >= 5500
 
 
 @pytest.mark.slow

@@ -175,3 +175,77 @@ def test_lag_alerts_once_per_period_and_never_restarts() -> None:
     assert (v.action, v.stop_first) == ("restart", True)
     gave_up = evaluate(Observation("s", now, None, False, gave_up={"at": now, "reason": "crash loop"}), t)
     assert gave_up.action == "none" and "gave up" in gave_up.reason
+
+
+def _observed(st: StreamStatus | None, alive: bool = False, failures: tuple = (), reset_at: float | None = None):  # type: ignore[no-untyped-def,type-arg]
+    from rewind.supervision.observe import Observation
+
+    return Observation("s", NOW, st, alive, None, {}, failures, reset_at)
+
+
+@pytest.mark.parametrize("obs,dead", [
+    (_observed(status()), True),  # said running, process gone, nothing recorded
+    (_observed(status(state="starting")), True),
+    (_observed(status(state="stopping")), True),  # SIGTERMed, then killed before it could say stopped
+    (_observed(status(), failures=({"at": NOW - 60},)), True),  # an earlier death, before this heartbeat
+    (_observed(status(), failures=({"at": NOW - 1},)), False),  # the watch recorded this one
+    (_observed(status(), reset_at=NOW - 0.5), False),  # a person reset after it died
+    (_observed(status(), alive=True), False),  # alive, or a standby taking over
+    (_observed(status(state="stopped")), False),
+    (_observed(status(state="failed")), False),  # the query failed and said so: the watch's case
+    (_observed(None), False),
+])
+def test_a_death_no_watch_saw_is_found_once(obs, dead) -> None:  # type: ignore[no-untyped-def]
+    from rewind.supervision.health import unrecorded_death
+
+    found = unrecorded_death(obs)
+    assert (found is not None) == dead
+    if found:
+        assert found.cause == "process_gone" and "found gone at launch" in found.detail and "batch 7" in found.detail
+
+
+def test_a_launch_records_a_death_no_watch_saw_and_a_crash_loop_of_them_gives_up(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A driver that dies between supervisor runs, again and again at the same batch, reaches the
+    restart strategy's limit like deaths the watch sees; each is counted once; a reset forgets it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from rewind.paths import status_path
+    from rewind.registry import StreamSpec
+    from rewind.stream.status import write_status
+    from rewind.supervision.failures import CrashLoop, read_failures, reset
+    from rewind.supervision.reconcile import recover_unseen_death
+
+    spec = StreamSpec.model_construct(name="s", status_dir=str(tmp_path), checkpoint=str(tmp_path / "cp"),
+                                      restart=RestartSpec(strategy="fixed-delay", max_attempts=2, delay="3 seconds"))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    path = status_path(tmp_path, "s")
+    slept: list[float] = []
+
+    def died() -> None:  # a driver of this stream said running at batch 4, then its process vanished
+        write_status(path, status(pid=gone.pid, heartbeat=time.time() - 0.01, started_at=time.time() - 5,
+                                  last_batch_id=4, end_offsets={"t": {"0": 40}}))
+
+    assert recover_unseen_death(spec, sleep=slept.append) is None  # no status: a first launch
+    died()
+    first = recover_unseen_death(spec, sleep=slept.append)
+    assert first and first["cause"] == "process_gone" and first["checkpoint"]["action"] == "none", first
+    assert slept == [3.0] and "restart 1/2" in first["decision"]
+    assert recover_unseen_death(spec, sleep=slept.append) is None  # counted once, however many launches look
+    assert [f["batch_id"] for f in read_failures(spec)["failures"]] == [4]
+    time.sleep(0.02)
+    died()
+    assert recover_unseen_death(spec, sleep=slept.append)
+    time.sleep(0.02)
+    died()
+    with pytest.raises(CrashLoop, match="3 failures in a row without committing past batch 4"):
+        recover_unseen_death(spec, sleep=slept.append)
+    assert read_failures(spec)["gave_up"] is not None and slept == [3.0, 3.0]
+    reset(spec)
+    assert recover_unseen_death(spec, sleep=slept.append) is None  # the person who reset has seen it
+    assert read_failures(spec)["failures"] == []
+    write_status(path, status(pid=os.getpid(), heartbeat=time.time() - 0.01))
+    assert recover_unseen_death(spec, sleep=slept.append) is None  # alive

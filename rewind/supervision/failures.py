@@ -36,12 +36,13 @@ def failures_path(spec: StreamSpec) -> Path:
 
 
 def read_failures(spec: StreamSpec) -> dict[str, Any]:
-    """``{"failures": [...], "alerts": [...], "gave_up": {...} | None}``."""
+    """``{"failures": [...], "alerts": [...], "gave_up": {...} | None, "reset_at": float | None}``."""
     try:
         doc = json.loads(failures_path(spec).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         doc = {}
-    return {"failures": doc.get("failures", []), "alerts": doc.get("alerts", []), "gave_up": doc.get("gave_up")}
+    return {"failures": doc.get("failures", []), "alerts": doc.get("alerts", []), "gave_up": doc.get("gave_up"),
+            "reset_at": doc.get("reset_at")}
 
 
 def _write(spec: StreamSpec, doc: dict[str, Any]) -> None:
@@ -92,8 +93,12 @@ def check_not_given_up(spec: StreamSpec) -> None:
                         "reset=true)")
 
 
-def reset(spec: StreamSpec) -> dict[str, Any]:
-    """Forget failures, alerts and the give-up verdict; returns what was there."""
+def reset(spec: StreamSpec, now: float | None = None) -> dict[str, Any]:
+    """Forget failures, alerts and the give-up verdict; returns what was there.
+
+    The time of the reset is kept: a driver that died before it was seen by a person, and is not
+    counted again by the next launch (``rewind.supervision.health.unrecorded_death``).
+    """
     before = read_failures(spec)
-    _write(spec, {"failures": [], "alerts": [], "gave_up": None})
+    _write(spec, {"failures": [], "alerts": [], "gave_up": None, "reset_at": time.time() if now is None else now})
     return before

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from rewind.stream.control import ACTIVE_STATES
 from rewind.stream.status import StreamStatus
 
 if TYPE_CHECKING:
@@ -122,3 +123,23 @@ def evaluate(obs: "Observation", t: Thresholds) -> Verdict:
         return Verdict(health, "alert", reason=f"{health.cause}: {health.detail}; the stream keeps running")
     stop_first = health.cause in ("heartbeat_stale", "stalled") and obs.driver_alive
     return Verdict(health, "restart", stop_first, reason=f"{health.cause}: {health.detail}")
+
+
+def unrecorded_death(obs: "Observation") -> Health | None:
+    """A driver that died while no watch looked (between supervisor runs, or while a run was still
+    launching), as the launch finds it; None when there is none.
+
+    Its status says it runs, no process (nor standby, nor lock holder) is there, and no failure or
+    reset is recorded since its last heartbeat. Why it matters: a launch that simply started a new
+    driver left such deaths out of the failure history, so a stream dying that way forever never
+    reached the restart strategy's limit. A death a watch saw is already recorded after the heartbeat
+    and is not counted twice.
+    """
+    st = obs.status
+    if st is None or st.state not in ACTIVE_STATES or obs.driver_alive:
+        return None
+    if any(float(f["at"]) >= st.heartbeat for f in obs.failures) or (obs.reset_at or 0.0) >= st.heartbeat:
+        return None
+    return Health(False, "process_gone", f"process {st.pid} was found gone at launch while its status said "
+                                         f"{st.state} (last heartbeat {obs.at - st.heartbeat:.0f}s before; last "
+                                         f"batch {st.last_batch_id}, offsets {st.end_offsets}); no watch saw it")

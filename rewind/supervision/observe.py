@@ -31,6 +31,7 @@ class Observation:
     gave_up: dict[str, Any] | None = None
     last_alert_at: dict[str, float] = field(default_factory=dict)  # cause -> when it was last alerted
     failures: tuple[dict[str, Any], ...] = ()
+    reset_at: float | None = None  # when a person last cleared the failures (``rewind supervisor reset``)
 
 
 def observe(spec: StreamSpec, now: float | None = None) -> Observation:
@@ -44,4 +45,4 @@ def observe(spec: StreamSpec, now: float | None = None) -> Observation:
     alive = (bool(status and pid_alive(status.pid)) or driver_lock_held(spec.status_dir, spec.name)
              or bool(read_standby(spec.status_dir, spec.name)))
     return Observation(spec.name, time.time() if now is None else now, status, alive, doc["gave_up"], alerts,
-                       tuple(doc["failures"]))
+                       tuple(doc["failures"]), doc["reset_at"])

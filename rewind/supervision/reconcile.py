@@ -137,6 +137,29 @@ def begin_restart(spec: StreamSpec, verdict: Verdict, now: float | None = None) 
     return fail(spec, str(verdict.health.cause), verdict.health.detail, now)
 
 
+def recover_unseen_death(spec: StreamSpec, store_of: Callable[[], Any] = lambda: None,
+                         sleep: Callable[[float], None] = time.sleep) -> dict[str, Any] | None:
+    """Before a launch: a driver that died while no watch looked (``health.unrecorded_death``) is
+    recorded as a failure, the restart strategy asked (``CrashLoop`` when it gives up), its delay
+    waited, and the checkpoint brought back, as after a death the watch saw. None when there is none.
+    ``store_of`` opens the savepoint storage, only when a restore may be needed."""
+    from rewind.supervision.health import unrecorded_death
+    from rewind.supervision.observe import observe
+
+    obs = observe(spec)
+    health = unrecorded_death(obs)
+    if health is None:
+        return None
+    decision = fail(spec, str(health.cause), health.detail, obs.at)
+    log.warning("%s: %s; %s", spec.name, health.detail, decision.reason)
+    if not decision.restart:
+        raise CrashLoop(f"{spec.name}: {decision.reason}")
+    if decision.delay_s > 0:
+        sleep(decision.delay_s)
+    return {"cause": health.cause, "detail": health.detail, "decision": decision.reason,
+            "checkpoint": recover_checkpoint(spec, store_of())}
+
+
 def alert(spec: StreamSpec, verdict: Verdict, now: float | None = None) -> str:
     """Record an alert (never a failure, never a restart); returns the text to show."""
     record_alert(spec, str(verdict.health.cause), verdict.health.detail, now)

@@ -77,6 +77,7 @@ class LaunchStreamOperator(BaseOperator):
         from rewind.registry import load_registry
         from rewind.stream.control import stream_liveness
         from rewind.supervision.failures import check_not_given_up
+        from rewind.supervision.reconcile import recover_unseen_death
 
         spec = load_registry(self.registry).get(self.stream)
         with fail_without_retry_on_refusal():
@@ -84,10 +85,15 @@ class LaunchStreamOperator(BaseOperator):
             live = stream_liveness(spec)
             if live.running:
                 self.log.info("%s already running (%s): nothing to launch", self.stream, live.why)
-                done = {"pid": live.pid, "launched": False}
+                done: dict[str, Any] = {"pid": live.pid, "launched": False}
             else:
+                found = recover_unseen_death(spec, _savepoint_store)
+                if found:
+                    self.log.warning("%s died with no watch looking: recorded (%s); checkpoint: %s", self.stream,
+                                     found["decision"], found["checkpoint"]["action"])
                 self.log.info("%s is not running (%s): launching", self.stream, live.why)
-                done = {**launch(self.stream, self.registry, self.conn_id, self.wait_s), "launched": True}
+                done = {**launch(self.stream, self.registry, self.conn_id, self.wait_s), "launched": True,
+                        **({"found_dead": found} if found else {})}
         standby = launch_standby(self.stream, self.registry, self.conn_id)
         if standby:
             self.log.info("%s: standby %s", self.stream, standby)
@@ -129,18 +135,21 @@ def diagnose(name: str, registry: str, event: dict[str, Any]) -> dict[str, Any]:
             "attempt": decision.attempt, "after_batch": st.get("last_batch_id")}
 
 
+def _savepoint_store() -> Any:
+    try:
+        return RewindS3Hook().store()
+    except Exception as exc:  # noqa: BLE001 - repair needs no S3; a restore would say so
+        print(f"no savepoint storage ({exc}): a restore will not be possible")
+        return None
+
+
 def recover_checkpoint(name: str, registry: str) -> dict[str, Any]:
     """Nothing, repair in place, or restore the newest valid savepoint."""
     from rewind.registry import load_registry
     from rewind.supervision.reconcile import recover_checkpoint as recover
 
-    try:
-        store = RewindS3Hook().store()
-    except Exception as exc:  # noqa: BLE001 - repair needs no S3; a restore would say so
-        print(f"no savepoint storage ({exc}): a restore will not be possible")
-        store = None
     with fail_without_retry_on_refusal():
-        result = recover(load_registry(registry).get(name), store)
+        result = recover(load_registry(registry).get(name), _savepoint_store())
     print(f"checkpoint: {result['action']}: {result}")
     return result
 
