@@ -104,3 +104,31 @@ def test_parsers_refuse_garbage() -> None:
     with pytest.raises(ValueError, match="truncated"):
         parse_offsets_file("v1\n{}")
     assert parse_commit_file('v1\n{"nextBatchWatermarkMs":0}') == {"nextBatchWatermarkMs": 0}
+
+
+def test_a_launch_that_finds_the_driver_died_unseen_repairs_its_checkpoint(cp: Path, tmp_path: Path) -> None:
+    """The driver died between supervisor runs while writing its newest offsets file: the next
+    launch records the death and rolls the checkpoint back to its last complete batch before the
+    relaunch, as the watch's path does (``recover_checkpoint``)."""
+    import time
+
+    from rewind.paths import status_path
+    from rewind.registry import RestartSpec, StreamSpec
+    from rewind.stream.status import StreamStatus, write_status
+    from rewind.supervision.failures import read_failures
+    from rewind.supervision.reconcile import recover_unseen_death
+
+    last = inspect_checkpoint(cp).committed[-1]
+    newest = cp / "offsets" / str(last)
+    newest.write_bytes(newest.read_bytes()[: len(newest.read_bytes()) // 2])
+    assert inspect_checkpoint(cp).errors
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    spec = StreamSpec.model_construct(name="cp", status_dir=str(tmp_path / "status"), checkpoint=str(cp),
+                                      restart=RestartSpec(strategy="fixed-delay", max_attempts=3, delay="0 seconds"))
+    write_status(status_path(spec.status_dir, "cp"), StreamStatus(stream="cp", state="running", pid=gone.pid,
+                                                                  heartbeat=time.time() - 1, last_batch_id=last))
+    found = recover_unseen_death(spec)
+    assert found and found["checkpoint"]["action"] == "repaired", found
+    assert found["checkpoint"]["last_complete"] == last - 1 and not inspect_checkpoint(cp).errors
+    assert [f["batch_id"] for f in read_failures(spec)["failures"]] == [last]
