@@ -51,10 +51,11 @@ def watching(dag_id: str) -> bool:
     """True once a run of the supervisor has launched and its ``watch`` task is under way (under
     ``dag.test()`` a watch on its trigger shows as queued, not deferred).
 
-    Why: a kill before that is not what the bench measures. The run's ``launch`` task would find the
-    driver dead and start a new one as it does for a stream that is not running, with no failure
-    recorded, and the watch would then wait out its 900 s (seen on 2026-11-25: run 2 of 3 killed the
-    driver while its DAG run was still starting)."""
+    Why: a kill before that is not what the bench measures (the watch's detection and relaunch). The
+    run's ``launch`` task would find the driver dead instead. Until 2026-11-25 it then started a new
+    one with no failure recorded, and the watch waited out its 900 s (run 2 of 3 killed the driver
+    while its DAG run was still starting); it now records the death ("found gone at launch",
+    ``rewind.supervision.reconcile.recover_unseen_death``), a path this bench does not time."""
     from airflow.models import TaskInstance
     from airflow.utils.session import create_session
 
