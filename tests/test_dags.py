@@ -218,12 +218,14 @@ def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[
         st = read_status(status_path(spec.status_dir, "sup"))
         assert st and st.state == "running"
         _kill_hard(st.pid)
+        dead = read_status(status_path(spec.status_dir, "sup"))  # it may have committed a batch since `st`
+        assert dead and dead.pid == st.pid, dead
         run = dag.test(run_conf={"chain": False, "watch_s": 5})
         states = _states(run)
         assert states["launch"] == "success", states
         failures = read_failures(spec)["failures"]
         assert len(failures) == 2 and failures[-1]["cause"] == "process_gone", failures
-        assert "found gone at launch" in failures[-1]["detail"] and failures[-1]["batch_id"] == st.last_batch_id
+        assert "found gone at launch" in failures[-1]["detail"] and failures[-1]["batch_id"] == dead.last_batch_id
         now = read_status(status_path(spec.status_dir, "sup"))
         assert now and now.pid != st.pid and now.state == "running", now
         wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
