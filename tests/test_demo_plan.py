@@ -85,3 +85,53 @@ def test_windows_close_and_ids_expire_when_the_watermark_passes_them(  # type: i
     rep = verify_stream(spec, platform.kafka_bootstrap)
     assert rep.windows_checked > 0, rep
     assert not (rep.missing_windows or rep.window_mismatches or rep.missing_events or rep.duplicate_event_rows), rep
+
+
+def test_a_replays_plan_has_no_window_branch_and_its_events_name_the_same_windows(  # type: ignore[no-untyped-def]
+        tmp_path: Path, spark) -> None:
+    """A replay leaves the transform's window rows out of its plan (``rewind.replay.job._without_recomputed``)
+    and learns the windows its events touch from the events (``event_pairs``). On a bounded batch of
+    demo records (keyless and keyed, duplicates, malformed, events a few windows apart, a key with
+    odd characters): the filtered output is the full output without its window rows, row for row;
+    Spark plans no aggregation for it beyond the deduplication; and the events' pairs are exactly
+    the window rows' pairs."""
+    from datetime import UTC, datetime
+
+    import pandas as pd
+
+    from rewind.demo.events import make_event, malformed_payload
+    from rewind.demo.transform import DemoTransform
+    from rewind.replay.job import _without_recomputed
+    from rewind.replay.windows import event_pairs, pairs_of
+
+    spec = load_registry(write_registry(tmp_path / "s.yaml", demo_stream(
+        "rplan", "t", tmp_path, window="3 seconds", watermark_delay="1 second"))).get("rplan")
+    base = datetime(2026, 11, 25, 12, 0, 0, 400_000, tzinfo=UTC)
+    rows = []
+    for i in range(400):
+        ev = make_event("rp", i, base + timedelta(milliseconds=37 * i), keys=7)
+        value = malformed_payload(i) if i % 53 == 0 else ev.encode()
+        key = None if i % 3 == 0 else ev.key.encode()
+        copies = 2 if i % 11 == 0 else 1  # a producer's retry: the same record twice
+        for _ in range(copies):
+            rows.append((key, value, "t", i % 4, len(rows), base + timedelta(milliseconds=37 * i + 5), 0))
+    source = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset bigint, "
+                                         "timestamp timestamp, timestampType int")
+    full = DemoTransform().build(source, spec)
+    replayed = _without_recomputed(full)
+
+    def table(df) -> pd.DataFrame:  # type: ignore[no-untyped-def]
+        return df.toPandas().sort_values(["kind", "topic", "partition", "offset"], na_position="first",
+                                         ignore_index=True)
+
+    whole, without = table(full), table(replayed)
+    assert set(whole["kind"]) == {"dead", "event", "window"} and "window" not in set(without["kind"])
+    # (row for row; the full frame holds NULL partitions of window rows, so its ints are floats)
+    pd.testing.assert_frame_equal(whole[whole["kind"] != "window"].reset_index(drop=True), without, check_dtype=False)
+    def aggregates(df) -> int:  # type: ignore[no-untyped-def]
+        return str(df._jdf.queryExecution().optimizedPlan().toString()).count("Aggregate")
+
+    assert aggregates(full) == 3 and aggregates(replayed) == 1  # two deduplications and the windows; one
+    windows = whole[whole["kind"] == "window"]
+    assert len(windows) > 10
+    assert event_pairs(without[without["kind"] == "event"], spec.durations()["window"]) == pairs_of(windows)

@@ -16,7 +16,7 @@ import numpy as np
 
 from rewind.replay.planner import consumer_config
 from rewind.replay.report import ReplayReport
-from rewind.replay.setup import RECOMPUTED, Ranges, ReplaySetup, plan_chunks
+from rewind.replay.setup import RECOMPUTED, RECOMPUTED_KIND, Ranges, ReplaySetup, plan_chunks
 from rewind.stream.batch_writer import arrow_to_pandas
 from rewind.stream.source import bounded_options, bounded_read
 
@@ -114,17 +114,20 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
     chunks = plan_chunks(setup.ranges, chunk_offsets)
     pairs: set[Any] = set()
     identity = transform.identity
+    window = spec.durations()["window"] if _recomputes_windows(target) else None
     earlier = np.empty(0, dtype=np.uint64)  # hashes of the identities earlier chunks output
     bar = tqdm(total=plan.total_records, unit="rec", unit_scale=True, disable=not progress, file=sys.stderr,
                desc=f"replay {setup.replay_id}")
 
-    def write(i: int, chunk: Ranges, arrow: Any, read: int, read_s: float, t: float) -> None:
-        from rewind.replay.windows import pairs_of
+    def write(i: int, chunk: Ranges, arrow: Any, read: int, read_s: float, count_s: float, t: float) -> None:
+        from rewind.replay.windows import event_pairs, pairs_of
 
         w = time.perf_counter()
         tables = transform.split(arrow_to_pandas(arrow), None)  # batch_id NULL: written by a replay
+        # the windows the events touch (the plan has no window rows, see _without_recomputed)
+        pairs.update(event_pairs(tables.get("events"), window) if window is not None
+                     else pairs_of(tables.get(RECOMPUTED)))
         tables = _keep_dead_letters_dead(target, tables, chunk, transform)
-        pairs.update(pairs_of(tables.get(RECOMPUTED)))
         nonlocal earlier
         repeats, earlier = _repeats(tables.get(identity.table), identity.columns, earlier)
         inserted: dict[str, int] = {}
@@ -134,7 +137,7 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
         again = {identity.table: repeats}
         row = {"chunk": i, "offsets": sum(e - s for s, e in chunk.values()), "records": read, "out": out,
                "inserted": inserted, "repeats_of_earlier_chunks": repeats,
-               "read_s": round(read_s, 3), "write_s": round(time.perf_counter() - w, 3),
+               "read_s": round(read_s, 3), "count_s": round(count_s, 3), "write_s": round(time.perf_counter() - w, 3),
                "seconds": round(time.perf_counter() - t, 3)}
         report.chunks.append(row)
         counts["records_read"] += read
@@ -160,13 +163,15 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
             src = bounded_read(spark, spec, options, full).persist()
             try:
                 read = src.count()
-                arrow = transform.build(src, spec).toArrow()
+                count_s = time.perf_counter() - t
+                out = transform.build(src, spec)
+                arrow = (_without_recomputed(out) if window is not None else out).toArrow()
             finally:
                 src.unpersist()
             read_s = time.perf_counter() - t
             if pending is not None:
                 pending.result()  # the previous chunk is written (or its error raised) before the next starts
-            pending = pool.submit(write, i, chunk, arrow, read, read_s, t)
+            pending = pool.submit(write, i, chunk, arrow, read, read_s, count_s, t)
         if pending is not None:
             pending.result()
     finally:
@@ -174,6 +179,28 @@ def _replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, 
         bar.close()
     counts["duplicates_collapsed"] = counts["records_read"] - counts["events_out"] - counts["dead_letters_out"]
     return pairs
+
+
+def _recomputes_windows(target: Any) -> bool:
+    """Whether the replay recomputes the window results from the sink's events (the demo's shape:
+    ``rewind.replay.windows``), so that the transform's window rows are not needed."""
+    if RECOMPUTED not in target.specs or "events" not in target.specs:
+        return False
+    return {"event_time", "key"} <= set(target.specs["events"].column_names)
+
+
+def _without_recomputed(out: Any) -> Any:
+    """The transform's output without its rows for ``RECOMPUTED``: Spark then plans no window branch.
+
+    Why: a replay throws the transform's window rows away (partial aggregates of the range) and
+    recomputes the windows from the sink; it only needs the pairs they name, which the events give
+    (``rewind.replay.windows.event_pairs``). The filter on the constant ``kind`` of each branch of
+    the union is folded by Spark's optimizer, which drops the window branch (its second
+    deduplication, its aggregation and their shuffles) from the plan (``tests/test_replay_run.py``).
+    """
+    from pyspark.sql import functions as F
+
+    return out.filter(F.col("kind") != RECOMPUTED_KIND) if "kind" in out.columns else out
 
 
 def _repeats(rows: Any, columns: tuple[str, ...], earlier: Any) -> tuple[int, Any]:

@@ -6,12 +6,13 @@ transform (``rewind.stream.contract.load_transform``: the same class, not a copy
 with the transform's tables module and writes them through the stream's sink with
 ``write_rows`` -- the idempotent path without the ledger, because a replay's rows may overlap
 what the live stream writes at the same moment (events are insert-or-ignore by event_id, dead
-letters by coordinates). Window results are recomputed from the raw events afterwards
-(``rewind.replay.windows`` says which and why). Then the DQ proof runs over the range.
+letters by coordinates). Window results are recomputed from the raw events afterwards, so the
+transform's window rows are left out of the plan (``rewind.replay.windows`` says which and why).
+Then the DQ proof runs over the range.
 
 Why chunks: the range is split into chunks of at most ``chunk_offsets`` offsets (every
 partition advances in proportion), each one Spark job whose source rows are cached once
-(the transform reads them three times: dead letters, events, windows), collected, written in
+(the transform may read them once per output branch), collected, written in
 one sink transaction and dropped. Memory stays bounded whatever the range; progress moves per
 chunk; a failure leaves whole chunks written, and running the replay again is harmless.
 

@@ -26,7 +26,9 @@ from rewind.replay.problems import ReplayRefused, refuse
 DEFAULT_CHUNK_OFFSETS = 200_000
 #: Tables the replay recomputes instead of writing the transform's rows (see rewind.replay.windows).
 RECOMPUTED = "window_results"
-#: Source options that position or pace a stream; a replay's range replaces them.
+#: The ``kind`` of the transform's rows for ``RECOMPUTED``. A replay leaves them out of its plan: they
+#: would only be partial aggregates to throw away, and the events name the windows they touch.
+RECOMPUTED_KIND = "window"
 Ranges = dict[TP, tuple[int, int]]
 
 

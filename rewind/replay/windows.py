@@ -3,9 +3,10 @@
 A replay reads a bounded range, so the transform's window rows are partial aggregates of
 that range (a window's other events lie outside it, or were written by the live stream).
 Upserting them would overwrite a complete count with a partial one; adding them would
-double count. So the replay uses the transform's window rows only to learn WHICH
-``(window_start, key)`` pairs its events fall into, and after the events are in the sink it
-recomputes each of those pairs from the sink's events table with
+double count. So the replay leaves the transform's window rows out of its plan, learns from its
+events WHICH ``(window_start, key)`` pairs they fall into (``event_pairs``: the same pairs the window
+rows would name), and after the events are in the sink it recomputes each of those pairs from the
+sink's events table with
 ``rewind.proof.verify.recompute_windows`` (the same recomputation the DQ proof judges against).
 
 Which pairs are written: those the live stream has CLOSED, plus those the sink already holds.
@@ -65,6 +66,18 @@ def pairs_of(window_rows: pd.DataFrame) -> set[Pair]:
     if window_rows is None or not len(window_rows):
         return set()
     return set(zip(utc_ns(window_rows["window_start"]), window_rows["key"].astype(str)))
+
+
+def event_pairs(events: pd.DataFrame | None, window: timedelta) -> set[Pair]:
+    """The ``(window_start, key)`` pairs events fall into: the tumbling windows Spark's
+    ``window(event_time, ...)`` puts them in (aligned to the epoch), the transform's window rows'
+    pairs without computing the windows."""
+    if events is None or not len(events):
+        return set()
+    times = utc_ns(events["event_time"])
+    known = times.notna().to_numpy()
+    starts = times[known].dt.floor(pd.Timedelta(window))
+    return set(zip(starts, events["key"][known].astype(str)))
 
 
 def closing_horizon(spec: Any, events_sink: Any) -> tuple[pd.Timestamp | None, str]:
