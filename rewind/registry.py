@@ -172,6 +172,25 @@ class SupervisionSpec(_Strict):
                 "alert_every_s": parse_duration(self.alert_every).total_seconds()}
 
 
+#: Spark settings a stream's ``spark_conf`` may not change, and why (the message names what to do instead).
+RESERVED_SPARK_CONF = {
+    "spark.master": "the master comes from the Airflow Spark connection (--master) or REWIND_SPARK_MASTER",
+    "spark.sql.streaming.checkpointLocation": "the registry's `checkpoint` key sets it",
+    "spark.sql.streaming.stateStore.providerClass": "Rewind's checkpoint inspection, repair and savepoints read "
+                                                    "the RocksDB state store's files",
+}
+
+
+def _check_spark_conf(conf: dict[str, str]) -> dict[str, str]:
+    for key in conf:
+        if not key.startswith("spark."):
+            raise ValueError(f"{key!r} is not a Spark setting (Spark's settings start with 'spark.', e.g. "
+                             "spark.sql.shuffle.partitions)")
+        if key in RESERVED_SPARK_CONF:
+            raise ValueError(f"{key} cannot be set per stream: {RESERVED_SPARK_CONF[key]}")
+    return conf
+
+
 class StreamSpec(_Strict):
     name: str = ""
     topics: list[str] = Field(min_length=1)
@@ -189,6 +208,17 @@ class StreamSpec(_Strict):
     savepoints: SavepointSpec = Field(default_factory=SavepointSpec)
     supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
     dq_suite: str = "exactly_once"
+    #: Spark settings for this stream's driver, its standby and its replays, over Rewind's defaults
+    #: (``rewind.stream.spark_session.build_session``). E.g. ``spark.sql.shuffle.partitions``: the
+    #: state partitions of a NEW checkpoint (Rewind's default is 2, for 2 cores; Spark keeps a
+    #: checkpoint's own number when it resumes, so changing it later changes nothing).
+    spark_conf: Annotated[dict[str, str], AfterValidator(_check_spark_conf)] = Field(default_factory=dict)
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _stringify_conf(cls, v: Any) -> Any:
+        return {str(k): str(val).lower() if isinstance(val, bool) else str(val) for k, val in v.items()} \
+            if isinstance(v, dict) else v
 
     @field_validator("topics")
     @classmethod
@@ -203,8 +233,10 @@ class StreamSpec(_Strict):
                                                                 "allowed_lateness")}
 
     def config_hash(self) -> str:
-        """Identifies the job configuration (stored in savepoint manifests)."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        """Identifies the job configuration (stored in savepoint manifests). An empty ``spark_conf`` is left
+        out, so entries written before it existed keep their hash (a restore warns when it changed)."""
+        dump = self.model_dump_json(exclude=None if self.spark_conf else {"spark_conf"})
+        return hashlib.sha256(dump.encode()).hexdigest()[:16]
 
 
 class Registry(_Strict):

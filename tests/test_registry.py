@@ -155,3 +155,20 @@ def test_a_transform_must_implement_the_contract(tmp_path: Path) -> None:
         assert {t.name for t in ok.tables} == {"events", "dead_letter", "window_results"}
     finally:
         sys.path.remove(str(tmp_path))
+
+
+def test_spark_conf_is_kept_as_strings_and_checked_at_load(tmp_path: Path) -> None:
+    """Per-stream Spark settings: YAML numbers and booleans become Spark's strings; a key that is not a
+    Spark setting, or one Rewind owns, is refused at load with the key and what to do instead."""
+    conf = "    spark_conf: {spark.sql.shuffle.partitions: 8, spark.sql.adaptive.enabled: false}\n"
+    spec = load_registry(write(tmp_path, GOOD + conf), env={"REWIND_HOME": "/h"}).get("s1")
+    assert spec.spark_conf == {"spark.sql.shuffle.partitions": "8", "spark.sql.adaptive.enabled": "false"}
+    plain = load_registry(write(tmp_path, GOOD), env={"REWIND_HOME": "/h"}).get("s1")
+    assert plain.spark_conf == {} and plain.config_hash() != spec.config_hash()  # a restore warns of the change
+    for bad, message in (("shuffle.partitions: 8", "is not a Spark setting"),
+                         ("spark.master: 'local[4]'", "REWIND_SPARK_MASTER"),
+                         ("spark.sql.streaming.stateStore.providerClass: x", "RocksDB"),
+                         ("spark.sql.streaming.checkpointLocation: /x", "`checkpoint` key")):
+        with pytest.raises(RegistryError, match=message) as err:
+            load_registry(write(tmp_path, GOOD + f"    spark_conf: {{{bad}}}\n"), env={"REWIND_HOME": "/h"})
+        assert "streams.s1.spark_conf" in str(err.value)

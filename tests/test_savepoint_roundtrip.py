@@ -367,7 +367,10 @@ def test_stop_savepoint_cli_restart_restore_resume(tmp_path: Path, platform: Pla
     bootstrap = platform.kafka_bootstrap
     topic = make_topic(bootstrap, "sp-stop")
     registry = tmp_path / "streams.yaml"
-    registry.write_text("streams:\n" + stream_yaml("sp_stop", topic, tmp_path))
+    # Three state partitions (the registry's spark_conf, Rewind's default is 2): the drivers the CLI
+    # starts apply it, and the savepoint and the restore carry every partition.
+    registry.write_text("streams:\n" + stream_yaml("sp_stop", topic, tmp_path,
+                                                   spark_conf="{spark.sql.shuffle.partitions: 3}"))
     spec = load_registry(registry).get("sp_stop")
     env = cli_env(platform, tmp_path)
     store = S3Store(S3Config.from_platform(platform))
@@ -425,6 +428,9 @@ def test_stop_savepoint_cli_restart_restore_resume(tmp_path: Path, platform: Pla
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert inspect_checkpoint(tmp_path / "restored").planned[-1] > before[-1], \
         "`rewind stream run` resumed from the restored checkpoint (needs the runner to use active_checkpoint)"
+    resumed = inspect_checkpoint(tmp_path / "restored")
+    assert resumed.operators and all(sorted(parts) == ["0", "1", "2"] for parts in resumed.operators.values()), \
+        resumed.operators
     report = verify_stream(spec, bootstrap)
     assert report.ok, str(report)
     print(json.dumps({"stop_savepoint_cli_s": round(stop_s, 1), "dead_s3_s": round(dead_s, 1),

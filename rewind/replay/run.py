@@ -115,8 +115,8 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
             if spark is None:
                 from rewind.stream.spark_session import build_session
 
-                spark = build_session(f"rewind-replay-{spec.name}", conf={"spark.ui.showConsoleProgress": "false"},
-                                      sources=False)
+                spark = build_session(f"rewind-replay-{spec.name}",
+                                      conf={"spark.ui.showConsoleProgress": "false", **spec.spark_conf}, sources=False)
                 own_spark = True
         execute(setup, bootstrap, spark, report, progress=progress, chunk_offsets=chunk_offsets)
         report.seconds["replay"] = round(time.perf_counter() - started, 3)

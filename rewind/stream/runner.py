@@ -104,7 +104,8 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     if lock is not None:  # the supervisor sees the new pid before the session's start-up
         write_status(status_path(spec.status_dir, spec.name), status)
     started = time.perf_counter()
-    spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint)}, sources=False)
+    spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint), **spec.spark_conf},
+                          sources=False)
     try:
         apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
         if lock is None:
