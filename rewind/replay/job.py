@@ -196,7 +196,7 @@ def _without_recomputed(out: Any) -> Any:
     recomputes the windows from the sink; it only needs the pairs they name, which the events give
     (``rewind.replay.windows.event_pairs``). The filter on the constant ``kind`` of each branch of
     the union is folded by Spark's optimizer, which drops the window branch (its second
-    deduplication, its aggregation and their shuffles) from the plan (``tests/test_replay_run.py``).
+    deduplication, its aggregation and their shuffles) from the plan (``tests/test_demo_plan.py``).
     """
     from pyspark.sql import functions as F
 
