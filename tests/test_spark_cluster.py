@@ -4,7 +4,7 @@ no Docker), with the stream checkpoint on the embedded S3 through ``s3a://``.
 One cluster for the module. The crash test is the exactly-once proof of test_exactly_once_crash.py
 with more ways to die: an executor JVM SIGKILLed while it runs tasks of a batch (Spark re-runs
 them, the worker launches a new executor), the driver SIGKILLed at random moments and, for the
-Kafka and Delta sinks, between a batch's pre-commit and its commit. Drivers run in client deploy mode: the
+Kafka sink, between a batch's pre-commit and its commit. Drivers run in client deploy mode: the
 first test shows that standalone refuses cluster deploy mode for Python applications.
 """
 
@@ -203,23 +203,28 @@ def inspect_cli(checkpoint: str, platform: PlatformInfo) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sink", ["sqlite", "kafka", "delta"])
+# Only the Kafka sink here since 2026-11-26. SQLite (written from the driver, as Kafka's) took 239-255 s of
+# CI for nothing the Kafka run does not prove. Delta written from the executors did not fit: a Delta batch
+# on this cluster (two 1-core executors on a 2-core machine) is ~30 stages (four MERGEs, their commits,
+# Delta's log checkpoints) and took 70 s on a quiet machine and 100-250 s beside another test; the
+# scenario needs six or more batches, so it ran 458-909 s and timed out in a CI run and in three of four
+# runs here (2026-11-25/26). Delta's executor writes are proven under SIGKILL (Python workers,
+# driver, the pre-commit) on local Spark: test_exactly_once_crash.py::test_exactly_once_under_sigkill_delta_sink.
+@pytest.mark.parametrize("sink", ["kafka"])
 def test_exactly_once_on_cluster_with_s3a_checkpoint(cluster: StandaloneCluster, platform: PlatformInfo,
                                                      new_topic, tmp_path: Path, sink: str) -> None:
-    """Exactly once on the cluster: an executor SIGKILLed mid-batch, the driver SIGKILLed (and, for
-    the Kafka sink, once between pre-commit and commit); checkpoint in S3 via s3a://."""
+    """Exactly once on the cluster: an executor SIGKILLed mid-batch, the driver SIGKILLed at random and
+    once between a batch's pre-commit and its commit; checkpoint in S3 via s3a://."""
     name = f"cl_{sink}"
     checkpoint = f"s3a://{platform.bucket}/cluster-checkpoints/{name}-{uuid.uuid4().hex[:8]}"
     prefix = f"out{uuid.uuid4().hex[:8]}."
-    sink_url = {"sqlite": f"sqlite:///{tmp_path}/sink.db", "kafka": f"kafka://{platform.kafka_bootstrap}/{prefix}",
-                "delta": f"delta://{tmp_path}/lake"}  # Delta: the executors write the files, the driver commits
+    sink_url = {"kafka": f"kafka://{platform.kafka_bootstrap}/{prefix}"}
     topic = new_topic(3, f"cl{sink}")
     summary = run_crash_scenario(
         tmp_path, platform, topic, sink_url[sink], name, checkpoint=checkpoint,
         env={"REWIND_SPARK_MASTER": cluster.master_url, "SPARK_LOCAL_IP": "127.0.0.1"},
         mid_run=executor_killer(cluster, 1, platform.kafka_bootstrap, topic), events=EVENTS, driver_kills=1,
-        pause_batch=2 if sink in ("kafka", "delta") else None,
-        write_from="executors" if sink == "delta" else "driver")
+        pause_batch=2)
     kills = summary["kills"]
     executor_kills = [k for k in kills if "executor_killed" in k]
     assert len(executor_kills) == 1, kills
@@ -228,8 +233,7 @@ def test_exactly_once_on_cluster_with_s3a_checkpoint(cluster: StandaloneCluster,
     lost = [ln for ln in driver_log.splitlines() if f"executor {ek['executor_killed']})" in ln and "Lost task" in ln]
     assert f"Lost executor {ek['executor_killed']}" in driver_log, "the driver never saw the executor die"
     assert lost, f"no task of a batch was lost with executor {ek['executor_killed']}: it was killed idle"
-    if sink in ("kafka", "delta"):
-        assert "killed_between_pre_commit_and_commit" in kills[0]
+    assert "killed_between_pre_commit_and_commit" in kills[0]
     if sink == "kafka":
         assert_no_open_transaction(platform, [f"{prefix}{name}_{t}" for t in ("events", "dead_letter",
                                                                                "window_results", "rewind_batches")])
