@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from rewind.platform.processes import pid_alive
+from rewind.stream.status import read_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,3 +63,62 @@ class RewindUp:
             assert not pid_alive(pid), f"the demo stream (pid {pid}) outlived `rewind up`"
         left = subprocess.run(["pgrep", "-f", str(self.home)], capture_output=True, text=True).stdout.split()
         assert not left, f"processes still running from {self.home}: {left}"
+
+
+def _rewind_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "AIRFLOW"))}
+    return subprocess.run([str(Path(sys.executable).parent / "rewind"), *args], cwd=ROOT,
+                          env={**env, "REWIND_HOME": str(home)}, capture_output=True, text=True, timeout=300)
+
+
+def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int | None]:
+    """What the README promises of `rewind up`, checked while it runs: the demo stream at batch >= 2 on
+    Spark's Kafka connector, a generated login printed and kept in a 0600 file, `rewind verify demo`
+    proving it up to the last committed batch, the inventory stream beside it proven from its contract,
+    and the registry's savepoint, DQ and supervisor DAGs unpaused. Returns the streams' pids, which
+    Ctrl-C must stop. Shared by test_make_up and test_ui_browser (one `rewind up` serves both in CI)."""
+    home = up.home
+    status_file, inventory_file = home / "status" / "demo.json", home / "status" / "inventory.json"
+    while time.monotonic() < deadline and up.running():
+        st = read_status(status_file)
+        if st and st.state == "running" and (st.last_batch_id or 0) >= 2 and st.lag_at:
+            break
+        time.sleep(1)
+    out = up.output
+    assert up.running(), f"rewind up exited early:\n{out}"
+    st = read_status(status_file)
+    assert st and st.state == "running" and (st.last_batch_id or 0) >= 2, out[-4000:]
+    ui = re.search(r"Airflow UI\s+(http://\S+)\s+user (\S+), password (\S+)", out)
+    assert ui, out
+    assert ui.group(3) not in (ROOT / "README.md").read_text() and len(ui.group(3)) >= 16  # generated
+    pw_file = re.search(r"kept in (\S+), mode 0600", out)
+    assert pw_file and Path(pw_file.group(1)).stat().st_mode & 0o077 == 0, out
+    assert ui.group(3) in Path(pw_file.group(1)).read_text()
+    assert st.source and st.source.startswith("KafkaV2"), f"not Spark's Kafka connector: {st.source}"
+    # The README's promise: `rewind verify demo` while it runs proves up to the last committed batch.
+    verify = _rewind_cli(home, "verify", "demo")
+    assert "Traceback" not in verify.stderr, verify.stderr
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+    report = json.loads(verify.stdout)
+    assert report["ok"] and report["kafka_records"] > 0 and report["sink_events"] > 0, report
+    # The second stream, under its own supervisor DAG, proven from its contract while it runs.
+    while time.monotonic() < deadline and up.running():
+        inv = read_status(inventory_file)
+        if inv and inv.state == "running" and (inv.last_batch_id or 0) >= 1:
+            break
+        time.sleep(1)
+    inv = read_status(inventory_file)
+    assert inv and inv.state == "running" and (inv.last_batch_id or 0) >= 1, up.output[-4000:]
+    verify = _rewind_cli(home, "verify", "inventory")
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+    inv_report = json.loads(verify.stdout)
+    assert inv_report["ok"] and inv_report["sink_rows"] > 0 and inv_report["sink_dead_letters"] > 0, inv_report
+    # The registry's savepoint and DQ schedules are live on the embedded default, not paused.
+    from rewind.platform.airflow_client import AirflowClient
+
+    client = AirflowClient(ui.group(1), ui.group(2), ui.group(3))
+    for dag_id in ("rewind_demo_savepoint", "rewind_demo_dq", "rewind_demo_supervisor",
+                   "rewind_inventory_savepoint", "rewind_inventory_dq", "rewind_inventory_supervisor"):
+        dag = client.get_dag(dag_id)
+        assert dag["is_paused"] is False, (dag_id, dag)
+    return {"demo": st.pid, "inventory": inv.pid}

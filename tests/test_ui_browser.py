@@ -11,7 +11,9 @@ does not work here) against a real `make up` stack on a fresh REWIND_HOME:
 3. see the demo stream running, with a batch number the status file confirms and its lag;
 4. take a savepoint from the page and see it appear in the page's savepoint list (and in S3);
 5. open the replay form and find it pre-filled (stream ``demo``, dry run checked);
-6. without the login cookie the page shows no stream.
+6. without the login cookie the page shows no stream;
+7. test_make_up's checks of the newcomer's promises (``check_the_newcomers_promises``), on this
+   same `rewind up`: one stack instead of two in CI.
 
 Screenshots of every step go to ``test-artifacts/ui/`` in the repo (gitignored; the path is
 printed); ``console.log`` there has the browser's console errors. Ctrl-C (SIGINT) then stops the
@@ -33,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from rewind_up_process import ROOT, RewindUp
+from rewind_up_process import ROOT, RewindUp, check_the_newcomers_promises
 
 from rewind.stream.status import read_status
 
@@ -342,6 +344,7 @@ def test_operator_page_in_a_browser_on_make_up(tmp_path: Path) -> None:
     status_file = home / "status" / f"{STREAM}.json"
     console: list[str] = []
     stream_pid = None
+    pids: dict[str, int | None] = {}
     try:
         def login_line() -> Any:
             assert up.running(), "rewind up exited early:\n" + up.output[-4000:]
@@ -375,6 +378,9 @@ def test_operator_page_in_a_browser_on_make_up(tmp_path: Path) -> None:
                 check_replay_form(rewind, shots)
                 check_needs_login(browser, url, shots)
                 print(f"ok: nav opened {how}; batch {batch}; savepoint {sid}; {time.monotonic() - t0:.0f}s", flush=True)
+                # test_make_up's checks, on this `rewind up` (it skips when Chromium is here)
+                pids = check_the_newcomers_promises(up, time.monotonic() + 420)
+                print(f"ok: the newcomer's promises hold (streams {pids}); {time.monotonic() - t0:.0f}s", flush=True)
             except BaseException:
                 for p in context.pages:
                     try:
@@ -393,5 +399,5 @@ def test_operator_page_in_a_browser_on_make_up(tmp_path: Path) -> None:
         finally:
             _keep_logs(home, up.output, shots.root)
     last = read_status(status_file)
-    up.assert_stopped_cleanly([stream_pid, last.pid if last else None])
+    up.assert_stopped_cleanly([stream_pid, last.pid if last else None, *pids.values()])
     print(f"stopped cleanly; {time.monotonic() - t0:.0f}s in all; screenshots in {shots.root}", flush=True)
