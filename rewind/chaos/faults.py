@@ -32,7 +32,7 @@ from rewind.chaos.known_set import ProducerKnobs
 from rewind.chaos.producer import ChaosProducer
 from rewind.chaos.report import landing
 from rewind.chaos.schedule import DAMAGES, Action, Fault
-from rewind.chaos.supervisor import ChaosSupervisor
+from rewind.chaos.supervisor import ChaosSupervisor, recovery_after
 
 if TYPE_CHECKING:
     from rewind.chaos.fault_proxy import FaultProxy
@@ -116,9 +116,29 @@ class RunState:
 class StreamFaults(RunState):
     """The actions on the stream's process, its checkpoint, the supervisor and the broker."""
 
+    def _await_idle_supervisor(self) -> None:
+        """Until no recovery is under way and a driver runs. Why: a kill that lands on a driver the
+        supervisor is relaunching (after a stall, say) is replaced by that recovery's own relaunch
+        loop, and faults are judged one at a time (seen in a CI rehearsal, 2026-11-26: a stall
+        after the broker restart, then the kill, then no new recovery to wait for)."""
+        from rewind.platform.processes import pid_alive
+
+        assert self.supervisor is not None
+        deadline = time.monotonic() + self.recovery_timeout_s + 120
+        while time.monotonic() < deadline:
+            st = self.status()
+            if not self.supervisor.busy.is_set() and st is not None and st.state == "running" and pid_alive(st.pid):
+                return
+            if self.supervisor.gave_up:
+                raise RuntimeError(f"the supervisor gave up: {self.supervisor.gave_up}")
+            time.sleep(0.2)
+        raise TimeoutError(f"the supervisor stayed busy for {self.recovery_timeout_s + 120:.0f}s")
+
     def do_await_moment(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         moment, delay = a.args["moment"], float(a.args.get("delay_s", 0.0))
         asked = moment
+        if self.supervisor is not None:
+            self._await_idle_supervisor()
         deadline = time.monotonic() + MOMENT_TIMEOUT_S
         seen: dict[str, Any] | None = None
         if moment == "sink_committed":
@@ -164,10 +184,14 @@ class StreamFaults(RunState):
         since = (rec.get("kill") or rec["stop"])["at"]
         deadline = time.monotonic() + self.recovery_timeout_s + 120
         while time.monotonic() < deadline:
-            done = [r for r in self.supervisor.recoveries if r.detected_at >= since and r.done]
-            if done:
-                if done[0].error:
-                    raise RuntimeError(f"recovery failed: {done[0].error}")
+            found = recovery_after(self.supervisor.recoveries, since)
+            if found is not None:
+                if found.fault != rec["index"]:
+                    log.info("chaos: fault #%d's driver was replaced by the recovery from %s detected %.1fs "
+                             "before it", rec["index"], found.cause, since - found.detected_at)
+                    found.fault = rec["index"]
+                if found.error:
+                    raise RuntimeError(f"recovery failed: {found.error}")
                 return
             if self.supervisor.gave_up:
                 raise RuntimeError(f"the supervisor gave up: {self.supervisor.gave_up}")

@@ -131,6 +131,16 @@ class ChaosSupervisor(threading.Thread):
             self.busy.clear()
 
 
+def recovery_after(recoveries: list[Recovery], since: float) -> Recovery | None:
+    """The finished recovery that replaced a driver killed at ``since``: detected after the kill, or
+    already under way then and (re)launched after it (its relaunch loop replaced the killed driver:
+    the supervisor can turn busy between the harness's idle check and its kill)."""
+    for r in recoveries:
+        if r.done and (r.detected_at >= since or (r.launched_at or 0) >= since):
+            return r
+    return None
+
+
 def recovery_json(r: Recovery, fault_at: float) -> dict[str, Any]:
     """A recovery as the report holds it: each step in seconds from `fault_at` (its fault's SIGKILL or
     stop, or its own detection)."""
