@@ -19,17 +19,21 @@ from rewind.stream.status import read_status
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def newcomer_env(home: Path) -> dict[str, str]:
+    """A newcomer's shell: no REWIND_/AIRFLOW settings inherited, only REWIND_HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "AIRFLOW"))}
+    return {**env, "REWIND_HOME": str(home)}
+
+
 class RewindUp:
     """`rewind up` on a fresh REWIND_HOME (no REWIND_/AIRFLOW settings inherited), its output collected,
     stopped with Ctrl-C as a person would."""
 
     def __init__(self, home: Path, rate: int = 300) -> None:
         self.home = home
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "AIRFLOW"))}
-        env["REWIND_HOME"] = str(home)
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "rewind"), "up", "--rate", str(rate)],
-                                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
+                                     cwd=ROOT, env=newcomer_env(home), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self._lines: list[str] = []
         self._reader = threading.Thread(target=lambda: self._lines.extend(iter(self.proc.stdout.readline, "")),  # type: ignore[union-attr]
                                         daemon=True)
@@ -66,9 +70,8 @@ class RewindUp:
 
 
 def _rewind_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("REWIND_", "AIRFLOW"))}
     return subprocess.run([str(Path(sys.executable).parent / "rewind"), *args], cwd=ROOT,
-                          env={**env, "REWIND_HOME": str(home)}, capture_output=True, text=True, timeout=300)
+                          env=newcomer_env(home), capture_output=True, text=True, timeout=300)
 
 
 def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int | None]:

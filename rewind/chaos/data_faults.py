@@ -266,8 +266,6 @@ class DataFaults(RunState):
 
     def do_await_caught_up(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         """Until the stream has committed every offset of the backlog; then count what it put behind the watermark."""
-        from rewind.platform.processes import pid_alive
-
         assert self.supervisor is not None
         skew = rec["skew"]
         target = skew["end_offsets"]
@@ -276,8 +274,7 @@ class DataFaults(RunState):
         while time.monotonic() < deadline:
             st = self.status()
             done = {f"{t}/{p}": int(o) for t, parts in (st.end_offsets if st else {}).items() for p, o in parts.items()}
-            if (st is not None and st.state == "running" and pid_alive(st.pid) and not self.supervisor.busy.is_set()
-                    and all(done.get(k, -1) >= v for k, v in target.items())):
+            if self.running_unattended(st) and all(done.get(k, -1) >= v for k, v in target.items()):
                 break
             if self.supervisor.gave_up:
                 raise RuntimeError(f"the supervisor gave up: {self.supervisor.gave_up}")

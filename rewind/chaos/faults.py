@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,26 @@ class RunState:
         """The environment of the stream's (and a replay's) processes; the run defines it."""
         raise NotImplementedError
 
+    def running_unattended(self, st: Any) -> bool:
+        """A driver runs (status ``running``, its pid alive) and no recovery is under way."""
+        from rewind.platform.processes import pid_alive
+
+        return (self.supervisor is not None and not self.supervisor.busy.is_set() and st is not None
+                and st.state == "running" and pid_alive(st.pid))
+
+    def await_running(self, failure: str, also: Callable[[Any], bool] = lambda st: True) -> None:
+        """Until ``running_unattended`` and ``also(status)``; raises when the supervisor gave up, or
+        ``TimeoutError(f"{failure} within N s")``."""
+        deadline = time.monotonic() + self.recovery_timeout_s + 120
+        while time.monotonic() < deadline:
+            st = self.status()
+            if self.running_unattended(st) and also(st):
+                return
+            if self.supervisor is not None and self.supervisor.gave_up:
+                raise RuntimeError(f"the supervisor gave up: {self.supervisor.gave_up}")
+            time.sleep(0.3)
+        raise TimeoutError(f"{failure} within {self.recovery_timeout_s + 120:.0f}s")
+
     def status(self) -> Any:
         """The stream's status file as the driver last wrote it (None before the first write)."""
         from rewind.paths import status_path
@@ -116,29 +137,14 @@ class RunState:
 class StreamFaults(RunState):
     """The actions on the stream's process, its checkpoint, the supervisor and the broker."""
 
-    def _await_idle_supervisor(self) -> None:
-        """Until no recovery is under way and a driver runs. Why: a kill that lands on a driver the
-        supervisor is relaunching (after a stall, say) is replaced by that recovery's own relaunch
-        loop, and faults are judged one at a time (seen in a CI rehearsal, 2026-11-26: a stall
-        after the broker restart, then the kill, then no new recovery to wait for)."""
-        from rewind.platform.processes import pid_alive
-
-        assert self.supervisor is not None
-        deadline = time.monotonic() + self.recovery_timeout_s + 120
-        while time.monotonic() < deadline:
-            st = self.status()
-            if not self.supervisor.busy.is_set() and st is not None and st.state == "running" and pid_alive(st.pid):
-                return
-            if self.supervisor.gave_up:
-                raise RuntimeError(f"the supervisor gave up: {self.supervisor.gave_up}")
-            time.sleep(0.2)
-        raise TimeoutError(f"the supervisor stayed busy for {self.recovery_timeout_s + 120:.0f}s")
-
     def do_await_moment(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         moment, delay = a.args["moment"], float(a.args.get("delay_s", 0.0))
         asked = moment
         if self.supervisor is not None:
-            self._await_idle_supervisor()
+            # A kill that lands on a driver the supervisor is relaunching (after a stall, say) is replaced
+            # by that recovery's own relaunch loop, and faults are judged one at a time (a CI rehearsal,
+            # 2026-11-26: a stall after the broker restart, then the kill, then no new recovery to wait for).
+            self.await_running("the supervisor stayed busy or no driver ran")
         deadline = time.monotonic() + MOMENT_TIMEOUT_S
         seen: dict[str, Any] | None = None
         if moment == "sink_committed":
@@ -306,17 +312,6 @@ class StreamFaults(RunState):
     def do_await_settled(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         """Until the supervisor is idle and the stream runs and has committed a batch (or is caught up)
         since the previous action ended."""
-        from rewind.platform.processes import pid_alive
-
         since = self.mark
-        deadline = time.monotonic() + self.recovery_timeout_s + 120
-        while time.monotonic() < deadline:
-            st = self.status()
-            if (self.supervisor is not None and not self.supervisor.busy.is_set() and st is not None
-                    and st.state == "running" and pid_alive(st.pid)
-                    and ((st.last_batch_at or 0) > since or ((st.lag_at or 0) > since and st.total_lag == 0))):
-                return
-            if self.supervisor is not None and self.supervisor.gave_up:
-                raise RuntimeError(f"the supervisor gave up: {self.supervisor.gave_up}")
-            time.sleep(0.3)
-        raise TimeoutError(f"the stream did not settle within {self.recovery_timeout_s + 120:.0f}s")
+        self.await_running("the stream did not settle", lambda st: (st.last_batch_at or 0) > since
+                           or ((st.lag_at or 0) > since and st.total_lag == 0))
