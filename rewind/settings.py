@@ -14,7 +14,7 @@ variable Rewind reads is read here, with its default and what it is for:
 | ``REWIND_SPARK_MASTER`` | ``local[2]`` | Spark master of sessions Rewind builds |
 | ``REWIND_SPARK_LOG_LEVEL`` | ``WARN`` | Spark's log level |
 | ``REWIND_LAG_PROBE_S`` | 10 | seconds between lag look-ups in the driver (0: off) |
-| ``REWIND_FAIL_ON_BATCH`` | unset | tests: a batch id that always fails (a poison batch) |
+| ``REWIND_FAULTS`` | unset | tests only: the fault points armed in a process (``rewind.faults``; read there) |
 """
 
 from __future__ import annotations
@@ -96,11 +96,6 @@ def lag_probe_interval_s() -> float:
 def driver_lock_wait_s() -> float:
     """How long a driver waits for another driver of its stream to end before it is refused."""
     return float(os.environ.get("REWIND_DRIVER_WAIT_S", "60"))
-
-
-def fail_on_batch() -> int | None:
-    value = os.environ.get("REWIND_FAIL_ON_BATCH")
-    return int(value) if value else None
 
 
 def kafka_heap(cluster: bool) -> str:

@@ -183,3 +183,20 @@ def postgres_url() -> Iterator[str]:
         pytest.skip(message)
     with LocalPostgres() as pg:
         yield pg.url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database for the SQL sink tests: a SQLite file in tmp_path, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'sink' / 'rewind.db'}"  # 'sink/' does not exist yet: the sink creates it
+        return
+    from rewind.testing.pg_databases import create_database, drop_database
+
+    server = request.getfixturevalue("postgres_url")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = create_database(server, name)
+    try:
+        yield url
+    finally:
+        drop_database(server, name)

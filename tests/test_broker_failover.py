@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -33,13 +30,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from harness.crash import crash_registry
+from harness.processes import StreamProcess, wait_for
 
 from rewind.demo.producer import ProduceSpec, plan_record
-from rewind.jobs import STREAM_JOB
 from rewind.kafka.lookups import true_end_offsets
 from rewind.paths import status_path
 from rewind.platform.kafka_broker import KafkaCluster
-from rewind.platform.processes import terminate_group
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
 from rewind.stream.runner import open_sink
@@ -143,75 +140,6 @@ def leaders(admin: AdminClient, topic: str, timeout: float = 10.0) -> dict[int, 
     return {p: int(m.leader) for p, m in meta.topics[topic].partitions.items()}
 
 
-def wait_for(cond, timeout: float, what: str, stream: "StreamProcess") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert stream.alive(), f"the stream exited while waiting for {what}:\n{stream.log_tail()}"
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}:\n{stream.log_tail()}"
-        time.sleep(0.5)
-
-
-def write_registry(path: Path, name: str, topic: str, home: Path, source: str) -> Path:
-    path.write_text(f"""
-streams:
-  {name}:
-    topics: [{topic}]
-    partitions: 3
-    transform: rewind.demo.transform:DemoTransform
-    source:
-      format: {source}
-      options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 6000}}
-    sink: {{url: "sqlite:///{home}/sink.db", table_prefix: {name}_}}
-    checkpoint: {home}/checkpoints/{name}
-    status_dir: {home}/status
-    trigger: 1 second
-    window: 5 seconds
-    watermark_delay: 30 seconds
-    allowed_lateness: 20 seconds
-""")
-    return path
-
-
-class StreamProcess:
-    """rewind/jobs/stream.py as a child in its own process group, logging to run<N>.log."""
-
-    def __init__(self, registry: Path, name: str, bootstrap: str, log_dir: Path) -> None:
-        self.registry, self.name, self.bootstrap, self.log_dir = registry, name, bootstrap, log_dir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.runs = 0
-
-    def start(self) -> None:
-        self.runs += 1
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable, "REWIND_LAG_PROBE_S": "2"}
-        with open(self.log_dir / f"stream-run{self.runs}.log", "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, str(STREAM_JOB), self.name,
-                                          "--registry", str(self.registry), "--bootstrap", self.bootstrap],
-                                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, grace: float = 60.0) -> int | None:
-        """SIGTERM to the driver (its graceful stop after the batch in flight), the group's end after."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                terminate_group(self.proc.pid, grace=10.0)
-        try:  # the group (pgid = the driver's pid: a new session) may still hold the JVM or workers
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return self.proc.wait(timeout=30)
-
-    def log_tail(self, lines: int = 40) -> str:
-        path = self.log_dir / f"stream-run{self.runs}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("source", ["kafka", "rewind_kafka"])
 def test_stream_and_producer_ride_through_leader_crash(tmp_path: Path, kafka_cluster: KafkaCluster,
@@ -219,13 +147,14 @@ def test_stream_and_producer_ride_through_leader_crash(tmp_path: Path, kafka_clu
     name = f"failover_{source}"
     home = tmp_path / "home"
     topic = create_replicated_topic(kafka_cluster)
-    registry = write_registry(tmp_path / "streams.yaml", name, topic, home, source)
+    registry = crash_registry(tmp_path / "streams.yaml", name, topic, f"sqlite:///{home}/sink.db", home, source,
+                              max_offsets=6000)
     spec = load_registry(registry).get(name)
     spath = status_path(spec.status_dir, name)
     bootstrap = kafka_cluster.bootstrap
     findings: list[str] = []
 
-    stream = StreamProcess(registry, name, bootstrap, tmp_path)
+    stream = StreamProcess(registry, name, bootstrap, tmp_path, env={"REWIND_LAG_PROBE_S": "2"})
     stream.start()
     deliveries = Deliveries()
     stop_producer = threading.Event()

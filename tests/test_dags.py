@@ -390,7 +390,9 @@ def test_crash_loop_stops_after_configured_attempts_and_skips_nothing(
                                     restart="{strategy: fixed-delay, max_attempts: 2, delay: 1 seconds}")
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1500, partitions=2, id_prefix="p"))
     spec = load_registry(registry).get("sup")
-    monkeypatch.setenv("REWIND_FAIL_ON_BATCH", "2")
+    from rewind.faults import ENV, Fault, arm
+
+    monkeypatch.setenv(ENV, arm(Fault("batch.write", "raise", batch=2))[ENV])  # a poison batch
     dags = _load(registry)
     started = time.monotonic()
     run = dags["rewind_sup_supervisor"].test(run_conf={"chain": False, "watch_s": 600})
@@ -401,7 +403,7 @@ def test_crash_loop_stops_after_configured_attempts_and_skips_nothing(
     assert [f["batch_id"] for f in history["failures"]] == [1, 1, 1], history["failures"]
     reason = history["gave_up"]["reason"]
     assert "crash loop: 3 failures in a row without committing past batch 1" in reason, reason
-    assert "poison batch 2" in reason and topic in reason, reason  # the exception and the offsets
+    assert "fault point batch.write (batch 2) raised" in reason and topic in reason, reason  # exception, offsets
     report = inspect_checkpoint(spec.checkpoint)
     assert report.committed[-1] == 1 and 2 in report.planned  # batch 2 planned, never committed: nothing skipped
 
@@ -414,7 +416,7 @@ def test_crash_loop_stops_after_configured_attempts_and_skips_nothing(
     assert shown.returncode == 1, shown.stderr  # not healthy
     assert "GAVE UP" in shown.stdout and "rewind supervisor reset sup" in shown.stdout, shown.stdout
 
-    monkeypatch.delenv("REWIND_FAIL_ON_BATCH")  # the fix
+    monkeypatch.delenv(ENV)  # the fix
     run = dags["rewind_sup_supervisor"].test(run_conf={"chain": False, "watch_s": 5, "reset": True})
     try:
         states = _states(run)

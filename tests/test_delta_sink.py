@@ -7,16 +7,13 @@ every test gets its own directory.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from test_sink import STATE, TABLES, dead_letters, events, windows
+from harness.sink_data import STATE, TABLES, dead_letters, events, windows
 
 from rewind.registry import RegistryError, load_registry
 from rewind.sink.delta import DeltaSink
@@ -121,33 +118,6 @@ def test_fresh_sink_reads_empty_and_bad_rows_are_refused_before_anything_is_writ
     with pytest.raises(SinkRefused, match="batch_id"):
         sink.write_batch(-1, {})
     assert sink.committed_batch_ids() == [] and sink.read_table(LEDGER_TABLE).empty
-
-
-def _write_then_die(root: str) -> None:
-    """A driver that merges batch 3's tables and is SIGKILLed before its ledger row."""
-    sink = DeltaSink(DeltaSinkTarget(root), "orders", TABLES)
-
-    def die(*_a: Any, **_k: Any) -> None:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    sink.commit_ledger = die  # type: ignore[method-assign]
-    sink.write_batch(3, {"events": events(0, 200, batch_id=3), "window_results": windows(["a"], 4)}, "o3")
-
-
-def test_writer_killed_before_its_ledger_row_is_completed_by_the_rerun(make_sink: Any, tmp_path: Path) -> None:
-    child = mp.get_context("spawn").Process(target=_write_then_die, args=(str(tmp_path / "lake"),))
-    child.start()
-    child.join(120)
-    assert child.exitcode == -signal.SIGKILL
-    sink = make_sink()
-    assert sink.committed_batch_ids() == [], "no ledger row: the batch is not committed"
-    assert len(sink.read_table("events")) == 200, "the tables merged before the kill are there"
-    # Spark re-runs the batch, with more rows this time (a re-planned batch after a restore)
-    result = sink.write_batch(3, {"events": events(0, 260, batch_id=3), "window_results": windows(["a"], 5)}, "o3")
-    assert not result.skipped and sink.committed_batch_ids() == [3]
-    ev = sink.read_table("events")
-    assert len(ev) == 260 and ev["offset"].is_unique
-    assert sink.read_table("window_results")["count"].tolist() == [5]
 
 
 @pytest.mark.parametrize("options, says", [

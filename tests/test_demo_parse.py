@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pyarrow as pa
-from test_events import _corpus
+from harness.event_corpus import corpus
 
 from rewind.demo.events import classify
 from rewind.demo.transform import PARSED_SCHEMA, parse_batches
@@ -23,7 +23,7 @@ def _kafka_batch(values: list[bytes | None], stamps_ms: list[int | None], first:
 
 
 def test_parse_batches_matches_classify_row_by_row() -> None:
-    values, stamps = _corpus()
+    values, stamps = corpus()
     half = len(values) // 2
     batches = [_kafka_batch(values[:half], stamps[:half]), _kafka_batch(values[half:], stamps[half:], half)]
     out = list(parse_batches(iter(batches), 20.0))
@@ -52,7 +52,7 @@ def test_parse_batches_matches_classify_row_by_row() -> None:
 
 def test_parse_batches_empty_and_all_valid() -> None:
     assert [b.num_rows for b in parse_batches(iter([_kafka_batch([], [])]), 20.0)] == [0]
-    values, stamps = _corpus()
+    values, stamps = corpus()
     ok = [(v, ms) for v, ms in zip(values, stamps)
           if classify(v, ms, timedelta(seconds=20)).event is not None][:50]
     out = next(parse_batches(iter([_kafka_batch([v for v, _ in ok], [m for _, m in ok])]), 20.0))

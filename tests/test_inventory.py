@@ -303,7 +303,7 @@ streams:
 def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topic, sink: str) -> None:
     """Keyless records on 5 partitions, a ``latest`` table; into SQLite, and into Kafka topics through
     the transactional Kafka sink (the proof then reads the topics back read_committed)."""
-    from test_exactly_once_crash import StreamProcess, wait_for
+    from harness.processes import StreamProcess, wait_for
 
     from rewind.kafka.lookups import true_end_offsets
     from rewind.paths import status_path
@@ -322,7 +322,7 @@ def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topi
         platform.kafka_bootstrap, topic, RECORDS, 5, malformed_every=97, unknown_every=89, negative_every=71,
         keyless=True, seed=7, rate=RECORDS / 40).summary()), daemon=True)
     producer.start()
-    stream = StreamProcess(tmp_path / "streams.yaml", name, platform, tmp_path)
+    stream = StreamProcess(tmp_path / "streams.yaml", name, platform.kafka_bootstrap, tmp_path, env=platform.env())
     kills = []
     try:
         for i in range(KILLS):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka_records import delete_before, produce, produce_transactions, transactional_producer
+from harness.kafka_records import delete_before, produce, produce_transactions, transactional_producer
 
 from rewind.kafka.client_config import base_consumer_config
 from rewind.kafka.client_logs import LOGGER_NAME, SimilarLines, librdkafka_logger

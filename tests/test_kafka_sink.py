@@ -7,10 +7,6 @@ Every test gets its own topic prefix, so topics never mix; the tables are those 
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import signal
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from test_sink import DEAD_LETTER, STATE, TABLES, dead_letters, events, windows
+from harness.sink_data import DEAD_LETTER, STATE, TABLES, dead_letters, events, windows
 
 from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.registry import RegistryError, load_registry
@@ -145,44 +141,6 @@ def test_a_zombie_writer_is_fenced_by_its_restarted_driver(make_sink: Any) -> No
         zombie.write_batch(1, {"events": events(10, 10)})
     assert not restarted.write_batch(1, {"events": events(10, 10)}).skipped
     assert len(restarted.read_table("events")) == 20
-
-
-def _write_and_pause(bootstrap: str, prefix: str, marker: str) -> None:
-    """Child process: a driver that pre-commits batch 1 and waits there to be killed."""
-    os.environ["REWIND_PAUSE_BEFORE_COMMIT"] = f"1:{marker}"
-    sink = TransactionalKafkaSink(KafkaSinkTarget(bootstrap, prefix), "orders", TABLES, dead_letter_table="dead_letter")
-    sink.write_batch(0, {"events": events(0, 100)})
-    sink.write_batch(1, {"events": events(100, 400), "dead_letter": dead_letters(900, 2)})
-
-
-def test_driver_killed_between_pre_commit_and_commit(kafka_bootstrap: str, tmp_path: Path) -> None:
-    prefix, marker = f"kc{uuid.uuid4().hex[:8]}.", tmp_path / "precommitted"
-    child = mp.get_context("spawn").Process(target=_write_and_pause, args=(kafka_bootstrap, prefix, str(marker)))
-    child.start()
-    deadline = time.monotonic() + 90
-    while not marker.exists() and child.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert marker.exists(), f"the child never pre-committed batch 1 (exit {child.exitcode})"
-    topic = f"{prefix}events"
-    high, stable = ends(kafka_bootstrap, topic, "read_uncommitted"), ends(kafka_bootstrap, topic, "read_committed")
-    assert sum(high.values()) - sum(stable.values()) >= 400, "batch 1's 400 records sit in an open transaction"
-    os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
-    child.join(10)
-
-    restarted = TransactionalKafkaSink(KafkaSinkTarget(kafka_bootstrap, prefix), "orders", TABLES,
-                                       dead_letter_table="dead_letter")
-    try:
-        assert restarted.committed_batch_ids() == [0], "batch 1 never committed"
-        result = restarted.write_batch(1, {"events": events(100, 400), "dead_letter": dead_letters(900, 2)})
-        assert not result.skipped
-        high = ends(kafka_bootstrap, topic, "read_uncommitted")
-        stable = ends(kafka_bootstrap, topic, "read_committed")
-        assert high == stable, f"no transaction lingers: high watermarks {high}, last stable offsets {stable}"
-        ev = restarted.read_table("events")
-        assert sorted(ev["offset"]) == list(range(500)), "every record exactly once"
-        assert len(restarted.read_table("dead_letter")) == 2 and restarted.committed_batch_ids() == [0, 1]
-    finally:
-        restarted.dispose()
 
 
 # --------------------------------------------------------------------------- bad input

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from test_exactly_once_crash import StreamProcess, wait_for
+from harness.processes import StreamProcess, wait_for
 
 from rewind.demo.events import make_event
 from rewind.kafka.lookups import true_end_offsets
@@ -126,7 +126,7 @@ def test_skewed_partitions_lose_nothing_across_a_restart(tmp_path: Path, platfor
     produced += produce_at(platform.kafka_bootstrap, topic, {9: (now - timedelta(seconds=30), 1500, 0.01)},
                            f"keyless-{source}", keyless=True)
     path, spec = registry(tmp_path, f"skew_{source}", topic, source)
-    stream = StreamProcess(path, spec.name, platform, tmp_path)
+    stream = StreamProcess(path, spec.name, platform.kafka_bootstrap, tmp_path, env=platform.env())
     spath = status_path(spec.status_dir, spec.name)
     stream.start()
     wait_for(lambda: (st := read_status(spath)) is not None and (st.last_batch_id or -1) >= 3, 240,
@@ -157,7 +157,7 @@ def test_catch_up_after_an_outage_with_unequal_backlogs(tmp_path: Path, platform
     produced = produce_at(platform.kafka_bootstrap, topic, {p: (before, 200, 0.05) for p in range(4)}, "warm")
     options = ", eventTimeAlignment.maxDriftMs: 5000, eventTimeAlignment.idleTimeoutMs: 60000" if aligned else ""
     path, spec = registry(tmp_path, f"catchup_{'on' if aligned else 'off'}", topic, "rewind_kafka", options)
-    stream = StreamProcess(path, spec.name, platform, tmp_path)
+    stream = StreamProcess(path, spec.name, platform.kafka_bootstrap, tmp_path, env=platform.env())
     run_until_caught_up(stream, spec, platform.kafka_bootstrap, topic)  # then the outage
     start = before + timedelta(seconds=20)
     produced += produce_at(platform.kafka_bootstrap, topic, {

@@ -2,7 +2,7 @@
 
 It must start the embedded platform and Airflow, have Airflow launch the demo stream and the
 inventory stream beside it, print the UI address and a generated login, show batches flowing, and
-on Ctrl-C stop everything it started (``rewind_up_process.check_the_newcomers_promises``).
+on Ctrl-C stop everything it started (``harness.rewind_up.check_the_newcomers_promises``).
 
 Where Chromium is installed (CI installs it), tests/test_ui_browser.py makes the same checks on the
 `rewind up` it drives the browser against, and this test is skipped: one `rewind up` instead of two
@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rewind_up_process import RewindUp, check_the_newcomers_promises
-from test_ui_browser import CHROMIUM
+from harness.rewind_up import CHROMIUM, RewindUp, check_the_newcomers_promises
 
 
 @pytest.mark.slow

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import datetime as dt
 import multiprocessing as mp
-import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
+from harness.sink_data import EVENTS, STATE, T0, TABLES, counts, dead_letters, events, windows
 
 from rewind.errors import EXIT_FAILED, EXIT_REFUSED, Failed, Refused, exit_code_of
 from rewind.sink import contract
@@ -28,70 +28,10 @@ from rewind.sink.errors import SinkConnectionError, SinkError, SinkRefused, Sink
 from rewind.sink.schema import LEDGER_TABLE, Column, TableSpec
 from rewind.sink.sql import ExactlyOnceSqlSink
 from rewind.testing.pg import LocalPostgres
-from rewind.testing.pg_databases import create_database, drop_database
 from rewind.testing.pg_install import postgres_available
-
-UTC = dt.UTC
-T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
-
-EVENTS = TableSpec(
-    "events",
-    (
-        Column("topic", "string", nullable=False),
-        Column("partition", "int", nullable=False),
-        Column("offset", "bigint", nullable=False),
-        Column("key", "binary"),
-        Column("value", "binary"),
-        Column("timestamp", "timestamp"),
-        Column("amount", "double"),
-        Column("batch_id", "bigint"),
-    ),
-    key=("topic", "partition", "offset"),
-    on_conflict="ignore",
-)
-DEAD_LETTER = TableSpec(
-    "dead_letter",
-    (
-        Column("topic", "string", nullable=False),
-        Column("partition", "int", nullable=False),
-        Column("offset", "bigint", nullable=False),
-        Column("error", "string"),
-        Column("raw", "binary"),
-    ),
-    key=("topic", "partition", "offset"),
-    on_conflict="ignore",
-)
-WINDOWS = TableSpec(
-    "window_results",
-    (
-        Column("window_start", "timestamp", nullable=False),
-        Column("window_end", "timestamp"),
-        Column("user", "string", nullable=False),
-        Column("count", "bigint"),
-        Column("total", "double"),
-    ),
-    key=("window_start", "user"),
-    on_conflict="replace",
-)
-TABLES = (EVENTS, DEAD_LETTER, WINDOWS)
 
 
 # --------------------------------------------------------------------------- fixtures
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database: a SQLite file in tmp_path, or a new PostgreSQL database."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'sink' / 'rewind.db'}"  # 'sink/' does not exist yet: the sink creates it
-        return
-    server = request.getfixturevalue("postgres_url")
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    url = create_database(server, name)
-    try:
-        yield url
-    finally:
-        drop_database(server, name)
-
-
 @pytest.fixture
 def make_sink(db_url: str) -> Iterator[Any]:
     """Factory of sinks on `db_url`, all disposed at the end."""
@@ -105,31 +45,6 @@ def make_sink(db_url: str) -> Iterator[Any]:
     yield make
     for sink in made:
         sink.dispose()
-
-
-# --------------------------------------------------------------------------- data
-def events(start: int, n: int, *, batch_id: int = 0, value: bytes = b"v", partitions: int = 3) -> list[dict[str, Any]]:
-    return [
-        {"topic": "orders", "partition": i % partitions, "offset": i, "key": f"k{i}".encode(), "value": value,
-         "timestamp": T0 + dt.timedelta(seconds=i), "amount": i * 0.5, "batch_id": batch_id}
-        for i in range(start, start + n)
-    ]
-
-
-def dead_letters(start: int, n: int) -> list[dict[str, Any]]:
-    return [{"topic": "orders", "partition": 0, "offset": i, "error": "bad json", "raw": b"{"}
-            for i in range(start, start + n)]
-
-
-def windows(users: list[str], count: int) -> pd.DataFrame:
-    return pd.DataFrame({
-        "window_start": pd.Timestamp(T0), "window_end": pd.Timestamp(T0 + dt.timedelta(minutes=1)),
-        "user": users, "count": count, "total": float(count) * 1.5,
-    })
-
-
-def counts(sink: ExactlyOnceSqlSink) -> dict[str, int]:
-    return {name: len(sink.read_table(name)) for name in [*sink.specs, LEDGER_TABLE]}
 
 
 # --------------------------------------------------------------------------- exactly-once
@@ -222,34 +137,6 @@ def test_database_error_mid_transaction_leaves_nothing(make_sink: Any) -> None:
     assert counts(sink) == {"events": 12_010, "dead_letter": 5, "window_results": 3, LEDGER_TABLE: 2}
 
 
-def _crash_during_batch(url: str, batch: dict[str, Any]) -> None:
-    """Child process: die (like kill -9) right after the window results are inserted, before commit."""
-    original = ExactlyOnceSqlSink._insert_rows
-
-    def insert_then_die(self: ExactlyOnceSqlSink, conn: Any, name: str, chunk: list[Any]) -> None:
-        original(self, conn, name, chunk)
-        if name == "window_results":
-            os._exit(9)
-
-    ExactlyOnceSqlSink._insert_rows = insert_then_die  # type: ignore[method-assign]
-    ExactlyOnceSqlSink(url, "orders", TABLES).write_batch(3, batch)
-
-
-def test_process_killed_mid_batch_leaves_nothing_and_retry_commits(make_sink: Any, db_url: str) -> None:
-    sink = make_sink()
-    sink.create_tables()
-    batch = {"events": events(0, 500), "dead_letter": dead_letters(0, 2), "window_results": windows(["a"], 1)}
-    child = mp.get_context("spawn").Process(target=_crash_during_batch, args=(db_url, batch))
-    child.start()
-    child.join(60)
-    assert child.exitcode == 9
-
-    assert counts(sink) == {"events": 0, "dead_letter": 0, "window_results": 0, LEDGER_TABLE: 0}
-    result = sink.write_batch(3, batch)
-    assert not result.skipped and result.rows == {"events": 500, "dead_letter": 2, "window_results": 1}
-    assert sink.write_batch(3, batch).skipped
-
-
 # --------------------------------------------------------------------------- conflict rules
 def test_ignore_keeps_first_row_and_replace_upserts(make_sink: Any) -> None:
     sink = make_sink()
@@ -274,10 +161,6 @@ def test_ignore_keeps_first_row_and_replace_upserts(make_sink: Any) -> None:
     win = sink.read_table("window_results")
     assert win.loc[win["user"] == "z", "count"].tolist() == [2]
 
-
-STATE = TableSpec("stock", (Column("sku", "string", False), Column("qty", "bigint"),
-                            Column("version", "bigint", False), Column("batch_id", "bigint")),
-                  key=("sku",), on_conflict="latest", version="version")
 
 
 def test_latest_keeps_the_highest_version_whatever_order_writes_come_in(make_sink: Any) -> None:
@@ -560,32 +443,20 @@ def test_local_postgres_leaves_no_process_or_directory() -> None:
     assert "***" in repr(pg) and pg.password not in repr(pg)
     sink = ExactlyOnceSqlSink(url, "probe", TABLES)
     assert not sink.write_batch(0, {"events": events(0, 3)}).skipped
-    children = [p for p in Path("/proc").glob("[0-9]*") if _ppid(p) == pid]
+    children = psutil.Process(pid).children()
     assert children  # the postmaster's background workers and our session's backend
     sink.dispose()
     pg.stop()
     pg.stop()  # idempotent
-    assert not Path(f"/proc/{pid}").exists() or _state(Path(f"/proc/{pid}")) == "Z"
-    assert all(not p.exists() or _state(p) == "Z" for p in children)
+    assert all(not _running(p) for p in [pid, *(c.pid for c in children)])
     assert not root.exists()
 
 
-def _stat_fields(proc: Path) -> list[str]:
+def _running(pid: int) -> bool:
     try:
-        raw = (proc / "stat").read_text()
-    except OSError:
-        return []
-    return raw[raw.rindex(")") + 2:].split()
-
-
-def _ppid(proc: Path) -> int | None:
-    fields = _stat_fields(proc)
-    return int(fields[1]) if fields else None
-
-
-def _state(proc: Path) -> str:
-    fields = _stat_fields(proc)
-    return fields[0] if fields else "gone"
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_a_collected_batch_keeps_big_integers_exact_next_to_nulls(make_sink: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
-from kafka_records import (
+from harness.kafka_records import (
     Coord,
     Delivered,
     DeliveryLog,

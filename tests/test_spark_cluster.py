@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_exactly_once_crash import StreamProcess, run_crash_scenario
+from harness.crash import crash_registry, run_crash_scenario
+from harness.processes import StreamProcess, assert_no_open_transaction
 
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.platform.processes import pid_alive
@@ -58,13 +59,11 @@ import json, os, time
 from rewind.stream.spark_session import build_session
 
 def where(_):
+    import psutil
     # the executor JVM running this task: the parent of this Python worker's pyspark.daemon
-    daemon = os.getppid()
-    with open(f"/proc/{daemon}/stat") as f:
-        jvm = int(f.read().rsplit(")", 1)[1].split()[1])
-    argv = open(f"/proc/{jvm}/cmdline", "rb").read().split(b"\\0")
+    argv = psutil.Process(os.getppid()).parent().cmdline()
     time.sleep(0.3)  # keep both executors busy, so the scheduler uses both
-    return [argv[argv.index(b"--executor-id") + 1].decode()]
+    return [argv[argv.index("--executor-id") + 1]]
 
 spark = build_session("rewind-cluster-smoke")
 sc = spark.sparkContext
@@ -182,17 +181,6 @@ def executor_killer(cluster: StandaloneCluster, at_run: int, bootstrap: str,
     return kill
 
 
-def assert_no_open_transaction(platform: PlatformInfo, topics: list[str]) -> None:
-    """read_committed and read_uncommitted end offsets agree: no killed transaction lingers open."""
-    from rewind.kafka.lookups import KafkaOffsetClient
-
-    base = {"bootstrap.servers": platform.kafka_bootstrap, "group.id": "t"}
-    with KafkaOffsetClient({**base, "isolation.level": "read_uncommitted"}) as raw, \
-            KafkaOffsetClient({**base, "isolation.level": "read_committed"}) as committed:
-        tps = raw.partitions(topics)
-        assert raw.end_offsets(tps) == committed.end_offsets(tps), "a transaction was left open"
-
-
 def inspect_cli(checkpoint: str, platform: PlatformInfo) -> dict:
     """``rewind checkpoint inspect s3a://... --json`` as an operator runs it."""
     run = subprocess.run([sys.executable, "-m", "rewind.cli", "checkpoint", "inspect", checkpoint, "--json"],
@@ -221,8 +209,8 @@ def test_exactly_once_on_cluster_with_s3a_checkpoint(cluster: StandaloneCluster,
     summary = run_crash_scenario(
         tmp_path, platform, topic, f"kafka://{platform.kafka_bootstrap}/{prefix}", name, checkpoint=checkpoint,
         env={"REWIND_SPARK_MASTER": cluster.master_url, "SPARK_LOCAL_IP": "127.0.0.1"},
-        mid_run=executor_killer(cluster, 1, platform.kafka_bootstrap, topic), events=EVENTS, driver_kills=1,
-        pause_batch=2)
+        mid_run=executor_killer(cluster, 2, platform.kafka_bootstrap, topic), events=EVENTS, driver_kills=1,
+        precommit_kill_batch=2)
     kills = summary["kills"]
     executor_kills = [k for k in kills if "executor_killed" in k]
     assert len(executor_kills) == 1, kills
@@ -232,7 +220,7 @@ def test_exactly_once_on_cluster_with_s3a_checkpoint(cluster: StandaloneCluster,
     assert f"Lost executor {ek['executor_killed']}" in driver_log, "the driver never saw the executor die"
     assert lost, f"no task of a batch was lost with executor {ek['executor_killed']}: it was killed idle"
     assert "killed_between_pre_commit_and_commit" in kills[0]
-    assert_no_open_transaction(platform, [f"{prefix}{name}_{t}" for t in ("events", "dead_letter",
+    assert_no_open_transaction(platform.kafka_bootstrap, [f"{prefix}{name}_{t}" for t in ("events", "dead_letter",
                                                                            "window_results", "rewind_batches")])
     report = inspect_cli(checkpoint, platform)
     print(json.dumps({"kills": kills, "lost_tasks": len(lost), "inspect": {
@@ -260,15 +248,13 @@ def test_s3a_conf_carries_no_secret(platform: PlatformInfo) -> None:
 def test_supervisor_submit_puts_s3a_jars_on_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under spark-submit (the supervisor DAG) the driver's class path is fixed before the session's
     conf is read: the hook passes the S3A jars with --driver-class-path for an s3a:// checkpoint."""
-    from test_exactly_once_crash import write_registry
-
     from rewind_airflow.hooks.stream import RewindStreamHook
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1:7077",
                                                                   "extra": {"deploy-mode": "client"}}))
     commands = {}
     for name, checkpoint in (("on_s3a", "s3a://rewind/cp/on_s3a"), ("on_disk", None)):
-        registry = write_registry(tmp_path / f"{name}.yaml", name, "t", "sqlite:///x.db", tmp_path,
+        registry = crash_registry(tmp_path / f"{name}.yaml", name, "t", "sqlite:///x.db", tmp_path,
                                   checkpoint=checkpoint)
         commands[name] = RewindStreamHook(name, str(registry)).submit_command()
     on_s3a = commands["on_s3a"]

@@ -10,15 +10,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import test_sink
-from test_sink import STATE, TABLES, dead_letters, events, windows
+from harness.sink_data import STATE, TABLES, dead_letters, events, windows
 
 from rewind.sink.errors import SinkRefused, SinkWriteError
 from rewind.sink.schema import LEDGER_TABLE
 from rewind.sink.sql import ExactlyOnceSqlSink
 from rewind.sink.staging import SqlStaging, _copy_text
-
-db_url = test_sink.db_url  # the fixture: a fresh SQLite file or PostgreSQL database per test
 
 
 def staging(url: str, tables: tuple[Any, ...] = (*TABLES, STATE)) -> SqlStaging:

@@ -20,7 +20,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_exactly_once_crash import StreamProcess, wait_for, write_registry
+from harness.crash import crash_registry as write_registry
+from harness.processes import StreamProcess, wait_for
 
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.kafka.lookups import true_end_offsets
@@ -118,10 +119,10 @@ def test_standby_takes_over_after_sigkill_exactly_once(tmp_path: Path, platform:
     (tmp_path / "driver").mkdir()
     (tmp_path / "standby").mkdir()
     (tmp_path / "second").mkdir()
-    driver = StreamProcess(registry, name, platform, tmp_path / "driver")
-    standby = StreamProcess(registry, name, platform, tmp_path / "standby")
-    intruder = StreamProcess(registry, name, platform, tmp_path)
-    second = StreamProcess(registry, name, platform, tmp_path / "second")
+    driver = StreamProcess(registry, name, platform.kafka_bootstrap, tmp_path / "driver", env=platform.env())
+    standby = StreamProcess(registry, name, platform.kafka_bootstrap, tmp_path / "standby", env=platform.env())
+    intruder = StreamProcess(registry, name, platform.kafka_bootstrap, tmp_path, env=platform.env())
+    second = StreamProcess(registry, name, platform.kafka_bootstrap, tmp_path / "second", env=platform.env())
     try:
         driver.start()
         wait_for(lambda: (st := read_status(spath)) is not None and st.last_batch_id is not None

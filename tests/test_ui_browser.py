@@ -35,12 +35,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from rewind_up_process import ROOT, RewindUp, check_the_newcomers_promises
+from harness.rewind_up import CHROMIUM, ROOT, RewindUp, check_the_newcomers_promises
 
 from rewind.stream.status import read_status
 
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 STREAM = "demo"

@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow as pa
 import sqlalchemy as sa
 
+from rewind.faults import fault_point
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id, check_sink_tables
 from rewind.sink.convert import prepare_rows
 from rewind.sink.delta_tables import (
@@ -130,6 +131,7 @@ class DeltaSink(Sink):
         if prior is not None and (prior.source_offsets is None or source_offsets is None
                                   or prior.source_offsets == source_offsets):
             return BatchResult(batch_id, True, {n: 0 for n in prepared}, time.perf_counter() - t0)
+        fault_point("sink.before_write", batch=batch_id)
         for name, table in prepared.items():
             self.merge(name, arrow_table(table), batch_id)
         counts = {n: p.submitted for n, p in prepared.items()}
@@ -138,13 +140,10 @@ class DeltaSink(Sink):
 
     def commit_ledger(self, batch_id: int, counts: Mapping[str, int], source_offsets: str | None) -> None:
         """The batch's ledger row, merged after its tables: from here on the batch is committed."""
-        from rewind.sink.pause import pause_before_commit
-
-        pause = pause_before_commit(batch_id)
-        if pause is not None:
-            pause()
+        fault_point("sink.pre_committed", batch=batch_id)
         entry = LedgerEntry(self.stream, batch_id, dt.datetime.now(dt.UTC), dict(counts), source_offsets)
         self._merge_into(LEDGER_TABLE, None, LEDGER_SCHEMA, ledger_table([entry]), batch_id)
+        fault_point("sink.committed", batch=batch_id)
 
     def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None,
                    inserted: dict[str, int] | None = None) -> dict[str, int]:

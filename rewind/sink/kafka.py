@@ -35,6 +35,7 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.faults import fault_point
 from rewind.kafka.client_config import base_consumer_config, librdkafka_config
 from rewind.kafka.client_logs import librdkafka_logger
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id, check_sink_tables
@@ -45,7 +46,6 @@ from rewind.sink.kafka_ledger import LedgerEntry, ledger_frame, read_ledger
 from rewind.sink.kafka_mirror import TopicMirror
 from rewind.sink.kafka_target import KafkaSinkTarget
 from rewind.sink.kafka_txn import Record, Transactions
-from rewind.sink.pause import pause_before_commit
 from rewind.sink.schema import LEDGER_TABLE, TableSpec
 
 log = logging.getLogger(__name__)
@@ -130,11 +130,14 @@ class TransactionalKafkaSink(Sink):
                                   or prior.source_offsets == source_offsets):
             return BatchResult(batch_id, True, {n: 0 for n in prepared}, time.perf_counter() - t0)
         counts = {n: p.submitted for n, p in prepared.items()}
+        fault_point("sink.before_write", batch=batch_id)
         records = self._records(prepared, batch_id, skip_known=prior is not None)
         entry = LedgerEntry(self.stream, batch_id, dt.datetime.now(dt.UTC), counts, source_offsets)
         records.append(Record(self.table_name(LEDGER_TABLE), self.stream.encode(), entry.to_json(), []))
-        writer.run(records, f"batch {batch_id} of stream {self.stream}", before_commit=pause_before_commit(batch_id))
+        writer.run(records, f"batch {batch_id} of stream {self.stream}",
+                   before_commit=lambda: fault_point("sink.pre_committed", batch=batch_id))
         self._ledger[batch_id] = entry
+        fault_point("sink.committed", batch=batch_id)
         return BatchResult(batch_id, False, counts, time.perf_counter() - t0, replanned=prior is not None)
 
     def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None,

@@ -43,6 +43,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
+from rewind.faults import fault_point
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id
 from rewind.sink.convert import PreparedTable, chunks, prepare_rows, typed_frame
 from rewind.sink.dialects import (
@@ -178,16 +179,20 @@ class ExactlyOnceSqlSink(Sink):
         counts = {name: p.submitted for name, p in prepared.items()}
         self._ensure_tables()
         zero = {name: 0 for name in prepared}
+        fault_point("sink.before_write", batch=batch_id)
         with self._connect() as conn:
             try:
                 with conn.begin():
                     skipped, replanned = self.claim(conn, batch_id, counts, source_offsets)
                     if not skipped:
                         self._write_tables(conn, prepared)
+                        fault_point("sink.pre_committed", batch=batch_id)
             except exc.SQLAlchemyError as e:
                 raise self._write_error(e, f"stream {self.stream!r} batch {batch_id}") from e
             if skipped:
                 self._warn_if_different(conn, batch_id, counts)
+            else:
+                fault_point("sink.committed", batch=batch_id)
         seconds = time.perf_counter() - started
         log.info("sink %s batch %s %s in %.3fs: %s", self.stream, batch_id,
                  "skipped (already committed)" if skipped else "re-planned, rewritten" if replanned else "committed",

@@ -30,6 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc
 
+from rewind.faults import fault_point
 from rewind.sink.contract import BatchResult, Rows, check_batch_id
 from rewind.sink.convert import PreparedTable, chunks, prepare_table
 from rewind.sink.dialects import CHUNK_ROWS, insert_for, spec_table, with_conflict_rule
@@ -136,6 +137,7 @@ class SqlStaging:
         ``counts``: rows handed in per table (the ledger's record); ``staged``: rows the tasks staged."""
         batch_id = check_batch_id(batch_id)
         started = time.perf_counter()
+        fault_point("sink.before_write", batch=batch_id)
         try:
             with self._connect() as conn:
                 with conn.begin():
@@ -146,9 +148,13 @@ class SqlStaging:
                             conn.execute(self._move(name, attempt))
                     for stage in self._stages.values():
                         conn.execute(stage.delete().where(stage.c.stage_attempt == attempt))
+                    if not skipped:
+                        fault_point("sink.pre_committed", batch=batch_id)
         except exc.SQLAlchemyError as e:
             raise SinkWriteError(f"stream {self.sink.stream!r} batch {batch_id} (staged attempt {attempt}) rolled "
                                  f"back in {self.sink.safe_url}: {getattr(e, 'orig', e)}") from e
+        if not skipped:
+            fault_point("sink.committed", batch=batch_id)
         seconds = time.perf_counter() - started
         log.info("sink %s batch %s %s from staging in %.3fs: %s", self.sink.stream, batch_id,
                  "skipped (already committed)" if skipped else "re-planned, rewritten" if replanned else "committed",

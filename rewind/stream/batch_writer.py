@@ -35,7 +35,6 @@ class BatchWriter:
 
     sink: Any
     split: Callable[[Any, int], dict[str, Any]]
-    fail_on_batch: int | None = None  # test hook: a poison batch that always fails
     checkpoint: str | None = None  # where offsets/<batch> says which Kafka range the batch holds
     phases: list[dict[str, Any]] | None = None  # benchmarks: per batch, where foreachBatch's time went
     #: batch id -> (records routed as behind the watermark, that watermark in ms), for the check
@@ -46,11 +45,12 @@ class BatchWriter:
 
     def late_filtered(self, df: Any, batch_id: int) -> tuple[Any, int | None]:
         """The batch with, of the transform's late candidates, exactly those Spark's state operators
-        drop, and the watermark that judged them (the poison-batch test hook first). Both writers start here."""
+        drop, and the watermark that judged them (fault point ``batch.write`` first: a test's poison
+        batch fails here). Both writers start here."""
+        from rewind.faults import fault_point
         from rewind.stream.late_routing import keep_behind, late_events_watermark_ms
 
-        if self.fail_on_batch is not None and batch_id == self.fail_on_batch:
-            raise RuntimeError(f"poison batch {batch_id} (REWIND_FAIL_ON_BATCH)")
+        fault_point("batch.write", batch=batch_id)
         watermark = late_events_watermark_ms(self.checkpoint, batch_id) if self.checkpoint else None
         if "kind" in df.columns:
             df = keep_behind(df, watermark if watermark is not None else -1)

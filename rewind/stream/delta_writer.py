@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rewind.faults import fault_point
 from rewind.sink.schema import TableSpec
 from rewind.stream.batch_writer import BatchWriter, arrow_to_pandas
 
@@ -147,6 +148,7 @@ class DeltaBatchWriter(BatchWriter):
                 log.info("batch %d skipped (already committed)", batch_id)
                 return
             t1 = time.perf_counter()
+            fault_point("sink.before_write", batch=batch_id)
             for i, spec in enumerate(specs):
                 if rows[spec.name]:
                     self._merge(split, i, spec, batch_id)

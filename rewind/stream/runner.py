@@ -48,17 +48,17 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     if spec.sink.write_from == "executors" and is_delta_url(spec.sink.url):
         from rewind.stream.delta_writer import DeltaBatchWriter
 
-        writer = DeltaBatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
+        writer = DeltaBatchWriter(sink, transform.split, checkpoint, phases,
                                   late if late is not None else {}, spec=spec,
                                   dead_letter=transform.dead_letter_table)
     elif spec.sink.write_from == "executors":
         from rewind.stream.staged_writer import StagedBatchWriter
 
-        writer = StagedBatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
+        writer = StagedBatchWriter(sink, transform.split, checkpoint, phases,
                                    late if late is not None else {}, spec=spec,
                                    dead_letter=transform.dead_letter_table)
     else:
-        writer = BatchWriter(sink, transform.split, settings.fail_on_batch(), checkpoint, phases,
+        writer = BatchWriter(sink, transform.split, checkpoint, phases,
                              late if late is not None else {}, dead_letter=transform.dead_letter_table)
     use_checkpoint_file_manager(spark, checkpoint)
     ensure_source(spark, spec.source.format)

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from sqlalchemy.engine import URL, make_url
 
 from rewind.platform.processes import free_port, parent_death_signal
@@ -297,24 +298,19 @@ class LocalPostgres:
             return "(no log)"
 
 
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of a live process from /proc, or None if it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) "
-    return fields[0], int(fields[1])
-
-
 def _children_of(ppid: int) -> list[int]:
-    """Pids whose parent is `ppid` (Linux /proc; empty elsewhere)."""
-    out: list[int] = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        st = _proc_stat(int(entry.name))
-        if st is not None and st[1] == ppid:
-            out.append(int(entry.name))
-    return out
+    """Pids whose parent is `ppid`."""
+    try:
+        return [c.pid for c in psutil.Process(ppid).children()]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -329,7 +325,7 @@ def _wait_gone(pids: list[int], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if (st := _proc_stat(p)) is not None and st[0] != "Z"]
+        alive = [p for p in alive if _running(p)]
         if alive:
             time.sleep(0.05)
     if alive:

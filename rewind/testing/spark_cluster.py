@@ -36,11 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from rewind.platform.jars import java_binary
 from rewind.platform.processes import ManagedProcess, ServiceError, free_port, pid_alive, wait_until
 from rewind.settings import python_path
 
-EXECUTOR_CLASS = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"
+EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 def spark_home() -> Path:
@@ -138,21 +140,22 @@ class StandaloneCluster:
 
     def executor_jvms(self) -> list[Executor]:
         """Every executor JVM (``CoarseGrainedExecutorBackend``) running under our workers."""
-        workers = {w.pid: i for i, w in enumerate(self.workers) if w.alive()}
         found: list[Executor] = []
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
+        for i, w in enumerate(self.workers):
+            if not w.alive():
                 continue
             try:
-                argv = (d / "cmdline").read_bytes().split(b"\0")
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
+                children = psutil.Process(w.pid).children()
+            except psutil.NoSuchProcess:
                 continue
-            if ppid in workers and EXECUTOR_CLASS in argv and b"--executor-id" in argv and b"--app-id" in argv:
-                eid = argv[argv.index(b"--executor-id") + 1].decode()
-                app = argv[argv.index(b"--app-id") + 1].decode()
-                found.append(Executor(int(d.name), eid, app, workers[ppid],
-                                      self.workdir / f"work-{workers[ppid]}" / app / eid / "stderr"))
+            for child in children:
+                try:
+                    argv = child.cmdline()
+                except psutil.Error:
+                    continue
+                if EXECUTOR_CLASS in argv and "--executor-id" in argv and "--app-id" in argv:
+                    eid, app = argv[argv.index("--executor-id") + 1], argv[argv.index("--app-id") + 1]
+                    found.append(Executor(child.pid, eid, app, i, self.workdir / f"work-{i}" / app / eid / "stderr"))
         return sorted(found, key=lambda e: e.pid)
 
     def executors(self) -> dict[int, str]:

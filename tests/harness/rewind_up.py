@@ -16,7 +16,8 @@ from pathlib import Path
 from rewind.platform.processes import pid_alive
 from rewind.stream.status import read_status
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"  # Debian's package: Playwright drives it (its own browser download fails here)
 
 
 def newcomer_env(home: Path) -> dict[str, str]:
