@@ -164,12 +164,13 @@ def _kill_hard(pid: int) -> None:
 
 
 @pytest.mark.slow
-def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[str, str], platform: Any,
-                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_driver_killed_between_supervisor_runs_is_found_by_the_next_launch(
+        airflow_env: dict[str, str], platform: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """dag.test() of the supervisor against real Kafka/SeaweedFS/Spark: the stream is launched through
-    spark-submit, SIGKILLed after its first batches, detected by the deferred trigger, relaunched,
-    and the proof passes; SIGKILLed again between two supervisor runs, found dead by the next run's
-    launch, recorded and relaunched; then every Kafka record is checked against the sink."""
+    spark-submit, SIGKILLed between two supervisor runs (no watch looks), found dead by the next run's
+    launch, recorded as a failure that counts towards the restart strategy, and relaunched; then every
+    Kafka record is checked against the sink. (A kill the watch sees, healed through a real Airflow:
+    tests/test_airflow_stack.py.)"""
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.paths import status_path
     from rewind.proof.verify import verify_stream
@@ -183,36 +184,10 @@ def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=3000, partitions=2, malformed_every=50,
                                                   duplicate_every=40, id_prefix="s1"))
     spec = load_registry(registry).get("sup")
-    killed: dict[str, Any] = {}
-
-    def killer() -> None:  # SIGKILL the driver once it has committed a few batches
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            st = read_status(status_path(spec.status_dir, "sup"))
-            if st and st.state == "running" and (st.last_batch_id or 0) >= 2:
-                produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1500, partitions=2,
-                                                              id_prefix="s2"))
-                os.kill(st.pid, signal.SIGKILL)
-                killed.update(pid=st.pid, batch=st.last_batch_id, at=time.time())
-                return
-            time.sleep(0.3)
-
-    threading.Thread(target=killer, daemon=True).start()
     dag = _load(registry)["rewind_sup_supervisor"]
-    run = dag.test(run_conf={"chain": False, "watch_s": 600})
     try:
-        states = _states(run)
-        assert killed, f"the stream never reached batch 2; tasks: {states}"
-        assert str(run.state) in ("success", "DagRunState.SUCCESS"), states
-        assert states["relaunch"] == "success" and states["prove"] == "success", states
-        st = read_status(status_path(spec.status_dir, "sup"))
-        assert st and st.pid != killed["pid"] and st.state == "running"
-        print(f"[recovery] killed pid {killed['pid']} at batch {killed['batch']}; now pid {st.pid}, "
-              f"batch {st.last_batch_id}, detected+recovered in {st.started_at - killed['at']:.1f}s to relaunch")
-        assert len(read_failures(spec)["failures"]) == 1  # the one the watch saw
-
-        # Killed between supervisor runs, with records behind it: the next run's launch finds it dead,
-        # records the failure (it counts towards the restart strategy) and relaunches.
+        states = _states(dag.test(run_conf={"chain": False, "watch_s": 5}))
+        assert states["launch"] == "success", states
         wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
         produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1000, partitions=2, id_prefix="s3"))
         st = read_status(status_path(spec.status_dir, "sup"))
@@ -220,11 +195,11 @@ def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[
         _kill_hard(st.pid)
         dead = read_status(status_path(spec.status_dir, "sup"))  # it may have committed a batch since `st`
         assert dead and dead.pid == st.pid, dead
-        run = dag.test(run_conf={"chain": False, "watch_s": 5})
-        states = _states(run)
+        assert not read_failures(spec)["failures"]
+        states = _states(dag.test(run_conf={"chain": False, "watch_s": 5}))
         assert states["launch"] == "success", states
         failures = read_failures(spec)["failures"]
-        assert len(failures) == 2 and failures[-1]["cause"] == "process_gone", failures
+        assert len(failures) == 1 and failures[-1]["cause"] == "process_gone", failures
         assert "found gone at launch" in failures[-1]["detail"] and failures[-1]["batch_id"] == dead.last_batch_id
         now = read_status(status_path(spec.status_dir, "sup"))
         assert now and now.pid != st.pid and now.state == "running", now
@@ -233,7 +208,7 @@ def test_supervisor_detects_sigkill_and_recovers_exactly_once(airflow_env: dict[
         stop_stream(spec, timeout=90)
     report = verify_stream(spec, platform.kafka_bootstrap)
     assert report.ok, str(report)
-    assert report.kafka_records >= 5500
+    assert report.kafka_records >= 4000
 
 
 @pytest.mark.slow
@@ -294,24 +269,21 @@ def test_supervisor_keeps_a_standby_that_takes_over_without_a_restart(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["repair", "restore"])
-def test_checkpoint_corrupted_while_down_is_recovered(airflow_env: dict[str, str], platform: Any, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
-    """The stream (process group) is SIGKILLed and, while it is down, its checkpoint is damaged:
-    `repair`: the newest committed batch's offsets file is truncated -> the supervisor rolls back;
-    `restore`: every offsets file is emptied (no complete batch) -> it restores the newest savepoint.
-    Either way it relaunches, the proof passes, and every Kafka record is in the sink exactly once."""
+def test_checkpoint_corrupted_while_down_is_repaired(airflow_env: dict[str, str], platform: Any, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream (process group) is SIGKILLed and, while it is down, the newest committed batch's offsets
+    file is truncated: the supervisor rolls the checkpoint back, relaunches, the proof passes, and every
+    Kafka record is in the sink exactly once. (Every offsets file emptied, so that the supervisor's steps
+    restore the newest savepoint: tests/test_chaos.py.)"""
     from rewind.checkpoints.inspection import inspect_checkpoint
-    from rewind.checkpoints.savepoints import create_savepoint
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.paths import status_path
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
-    from rewind.s3 import S3Store, resolve_s3_config
     from rewind.stream.control import stop_stream, wait_caught_up
     from rewind.stream.status import read_status
 
-    topic = f"corrupt-{damage}"
+    topic = "corrupt-repair"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=400)
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=2400, partitions=2, malformed_every=60,
                                                   duplicate_every=45, id_prefix="c1"))
@@ -322,25 +294,17 @@ def test_checkpoint_corrupted_while_down_is_recovered(airflow_env: dict[str, str
     def saboteur() -> None:
         try:
             deadline = time.monotonic() + 300
-            savepoint_batch = None
             while time.monotonic() < deadline:
                 st = read_status(status_path(spec.status_dir, "sup"))
                 batch = (st.last_batch_id or 0) if st and st.state == "running" else -1
-                if damage == "restore" and savepoint_batch is None and batch >= 1:
-                    savepoint_batch = create_savepoint(spec, S3Store(resolve_s3_config())).batch_id
-                    done["savepoint_batch"] = savepoint_batch
-                if batch >= 3 and (damage == "repair" or (savepoint_batch is not None and batch > savepoint_batch)):
+                if batch >= 3:
                     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1200, partitions=2,
                                                                   id_prefix="c2"))
                     assert st is not None
                     _kill_hard(st.pid)
                     last = inspect_checkpoint(cp).committed[-1]
-                    if damage == "repair":
-                        f = cp / "offsets" / str(last)
-                        f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2])
-                    else:
-                        for f in (cp / "offsets").iterdir():
-                            f.write_bytes(b"")
+                    f = cp / "offsets" / str(last)
+                    f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2])
                     done.update(pid=st.pid, batch=last, at=time.time())
                     return
                 time.sleep(0.3)
@@ -353,14 +317,10 @@ def test_checkpoint_corrupted_while_down_is_recovered(airflow_env: dict[str, str
         states = _states(run)
         assert "error" not in done and "pid" in done, f"{done}; tasks: {states}"
         assert states["recover_checkpoint"] == "success" and states["prove"] == "success", states
-        if damage == "repair":
-            records = list(Path(f"{cp}.quarantine").glob("*/record.json"))
-            assert records, "repair left no quarantine record"
-            moved = json.loads(records[0].read_text())["moved"]
-            assert any(m["file"] == f"offsets/{done['batch']}" for m in moved), moved
-        else:
-            active = json.loads(Path(f"{cp}.active.json").read_text())["active"]
-            assert active["path"] != str(cp) and active["restored_from"], active
+        records = list(Path(f"{cp}.quarantine").glob("*/record.json"))
+        assert records, "repair left no quarantine record"
+        moved = json.loads(records[0].read_text())["moved"]
+        assert any(m["file"] == f"offsets/{done['batch']}" for m in moved), moved
         st = read_status(status_path(spec.status_dir, "sup"))
         assert st and st.pid != done["pid"] and st.state == "running"
         wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)

@@ -299,10 +299,10 @@ streams:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sink", ["sqlite", "kafka"])
-def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topic, sink: str) -> None:
-    """Keyless records on 5 partitions, a ``latest`` table; into SQLite, and into Kafka topics through
-    the transactional Kafka sink (the proof then reads the topics back read_committed)."""
+def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topic) -> None:
+    """Keyless records on 5 partitions, a ``latest`` table, into Kafka topics through the transactional
+    Kafka sink (the contract proof then reads the topics back read_committed). The SQL sink's ``latest``
+    rule under re-runs and kills: tests/test_sink.py and tests/test_sink_commit_points.py."""
     from harness.processes import StreamProcess, wait_for
 
     from rewind.kafka.lookups import true_end_offsets
@@ -313,7 +313,7 @@ def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topi
     from rewind.stream.status import read_status
 
     name, topic, home = "inv_crash", new_topic(5, "invcrash"), tmp_path / "home"
-    sink_url = f"kafka://{platform.kafka_bootstrap}/{topic}-out." if sink == "kafka" else None
+    sink_url = f"kafka://{platform.kafka_bootstrap}/{topic}-out."
     spec = load_registry(write_registry(tmp_path / "streams.yaml", name, topic, home, sink_url)).get(name)
     spath = status_path(spec.status_dir, name)
     rng = random.Random(int(os.environ.get("REWIND_CRASH_SEED", "7")))

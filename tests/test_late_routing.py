@@ -112,11 +112,12 @@ def assert_dead_letters_are_what_spark_dropped(spec: Any) -> int:
     return len(late)
 
 
-@pytest.mark.parametrize("source", ["kafka", "rewind_kafka"])
-def test_skewed_partitions_lose_nothing_across_a_restart(tmp_path: Path, platform: Any, new_topic: Any,
-                                                        source: str) -> None:
+def test_skewed_partitions_lose_nothing_across_a_restart(tmp_path: Path, platform: Any, new_topic: Any) -> None:
     """Partition 0 holds events 6 minutes older than the other three (more than the 30 s watermark
-    delay); the stream reads all four side by side, is SIGKILLed mid-way and restarted."""
+    delay); the stream reads all four side by side on Rewind's Python source, is SIGKILLed mid-way
+    and restarted. (Spark's connector routes late records the same way under SIGKILLs in the chaos
+    run's skewed restart, tests/test_chaos.py; this is also the Python source's SIGKILL proof.)"""
+    source = "rewind_kafka"
     topic = new_topic(4, "skew")
     now = datetime.now(UTC)
     produced = produce_at(platform.kafka_bootstrap, topic, {

@@ -18,18 +18,21 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 
-from harness.sink_data import TABLES, dead_letters, events, windows  # noqa: E402
+from harness.sink_data import STATE, TABLES, dead_letters, events, windows  # noqa: E402
 
 STREAM = "orders"
+SPECS = (*TABLES, STATE)  # insert-once, replace and latest tables
 ROWS_PER_BATCH = 300
 
 
 def batch_rows(batch_id: int) -> dict[str, Any]:
-    """Batch N's rows: 300 events, 2 dead letters, the window totals of users a and b so far."""
+    """Batch N's rows: 300 events, 2 dead letters, the window totals of users a and b so far, and sku s1's
+    state at version N."""
     start = batch_id * ROWS_PER_BATCH
     return {"events": events(start, ROWS_PER_BATCH, batch_id=batch_id),
             "dead_letter": dead_letters(100_000 + batch_id * 2, 2),
-            "window_results": windows(["a", "b"], (batch_id + 1) * 10)}
+            "window_results": windows(["a", "b"], (batch_id + 1) * 10),
+            "stock": [{"sku": "s1", "qty": 100 + batch_id, "version": batch_id, "batch_id": batch_id}]}
 
 
 def source_offsets(batch_id: int) -> str:
@@ -40,19 +43,19 @@ def open_sink(kind: str, target: str) -> Any:
     if kind == "sql":
         from rewind.sink.sql import ExactlyOnceSqlSink
 
-        return ExactlyOnceSqlSink(target, STREAM, TABLES)
+        return ExactlyOnceSqlSink(target, STREAM, SPECS)
     if kind == "kafka":
         from rewind.sink.kafka import TransactionalKafkaSink
         from rewind.sink.kafka_target import KafkaSinkTarget
 
         bootstrap, prefix = target.split("/", 1)
-        return TransactionalKafkaSink(KafkaSinkTarget(bootstrap, prefix), STREAM, TABLES,
+        return TransactionalKafkaSink(KafkaSinkTarget(bootstrap, prefix), STREAM, SPECS,
                                       dead_letter_table="dead_letter")
     if kind == "delta":
         from rewind.sink.delta import DeltaSink
         from rewind.sink.delta_target import DeltaSinkTarget
 
-        return DeltaSink(DeltaSinkTarget(target), STREAM, TABLES)
+        return DeltaSink(DeltaSinkTarget(target), STREAM, SPECS)
     raise SystemExit(f"unknown sink kind {kind!r}")
 
 
