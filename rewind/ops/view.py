@@ -175,13 +175,15 @@ def savepoint_rows(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def dq_view(proof: dict[str, Any] | None, at: float | None) -> dict[str, Any] | None:
-    """The newest proof's verdict, counts, failed expectations and where its Data Docs are."""
+    """The newest proof's verdict, counts, failed expectations and where its Data Docs are
+    (``nothing_to_prove``: the reason a proof before the stream's first committed batch passed with nothing)."""
     if not proof:
         return None
     counts = proof.get("counts") or {}
     keep = ("kafka_records", "events", "dead_letters", "missing", "duplicate_event_rows", "windows_checked",
             "windows_mismatched", "windows_pending")
     return {"run_id": proof.get("run_id"), "ok": bool(proof.get("ok")), "at": at,
+            "nothing_to_prove": proof.get("nothing_to_prove"),
             "expectations": proof.get("expectations"),
             "failed": [f.get("name") for f in proof.get("failures") or []],
             "counts": {k: counts[k] for k in keep if k in counts} or dict(list(counts.items())[:8]),
