@@ -195,6 +195,12 @@ class AlertsSpec(_Strict):
     notifier: dict[str, Any]
     page_url: str | None = None  # the Rewind page in alerts; default: Airflow's [api] base_url + /rewind/
 
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, v: Any) -> Any:
+        """YAML 1.1 (PyYAML) reads the key ``on`` as the boolean true: give it its name back."""
+        return {("on" if k is True else k): val for k, val in v.items()} if isinstance(v, dict) else v
+
     @field_validator("notifier")
     @classmethod
     def _notifier(cls, v: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from rewind_airflow.hooks.kafka import RewindKafkaHook
 from rewind_airflow.hooks.s3 import RewindS3Hook
 
 
-def run_proof_task(name: str, registry: str) -> dict[str, Any]:
+def run_proof_task(name: str, registry: str, run_id: str | None = None) -> dict[str, Any]:
     """The Great Expectations proof for what the stream has committed; fails the task with the counts,
     example rows and links to the stored results and Data Docs; skips it before the first committed batch."""
     from airflow.sdk import get_current_context
@@ -24,7 +24,7 @@ def run_proof_task(name: str, registry: str) -> dict[str, Any]:
     from rewind.safe_names import run_dir_name
 
     spec = load_registry(registry).get(name)
-    run_id = run_dir_name(get_current_context()["run_id"])
+    run_id = run_dir_name(run_id or get_current_context()["run_id"])
     try:
         store = RewindS3Hook().store()
     except Exception as exc:  # noqa: BLE001 - the proof still runs; results stay in the run dir
@@ -62,4 +62,4 @@ class ProveStreamOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from rewind.settings import default_registry
 
-        return run_proof_task(self.stream, self.registry or str(default_registry()))
+        return run_proof_task(self.stream, self.registry or str(default_registry()), context["run_id"])
