@@ -81,6 +81,7 @@ class StreamView:
     replay_defaults: dict[str, Any]
     dags: dict[str, Any]
     problems: list[str] = field(default_factory=list)
+    spark_ui: str | None = None  # the running driver's Spark UI
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
@@ -282,7 +283,8 @@ def build_stream_view(inp: Inputs, now: float) -> StreamView:
         replays=replay_views(inp.stream, inp.replay_holder, inp.dag_runs, inp.replay_reports),
         chart=chart_series(inp.history, now),
         replay_defaults={"stream": inp.stream, **rng, "mode": "into-sink", "dry_run": True},
-        dags=dag_summary(inp.stream, inp.dag_runs), problems=problems)
+        dags=dag_summary(inp.stream, inp.dag_runs), problems=problems,
+        spark_ui=inp.status.spark_ui if inp.status is not None and inp.process_alive else None)
 
 
 # --------------------------------------------------------------------------- I/O edge
