@@ -119,7 +119,7 @@ def alert_for(outcome: TaskOutcome, subscribed: Sequence[str], at: float, **wher
         return None
     event, cause = found
     detail = outcome.error.strip() or cause
-    return Alert(outcome.stream, event, cause, detail[-DETAIL_CHARS:], at, task_id=outcome.task_id, **where)
+    return Alert(outcome.stream, event, cause, detail[:DETAIL_CHARS], at, task_id=outcome.task_id, **where)
 
 
 def message_fields(alert: Alert) -> dict[str, str]:

@@ -99,7 +99,7 @@ def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int
     assert ui.group(3) in Path(pw_file.group(1)).read_text()
     assert st.source and st.source.startswith("KafkaV2"), f"not Spark's Kafka connector: {st.source}"
     # The README's promise: `rewind verify demo` while it runs proves up to the last committed batch.
-    verify = _rewind_cli(home, "verify", "demo")
+    verify = _rewind_cli(home, "verify", "demo", "--json")  # the summary alone on stdout (the verdict: stderr)
     assert "Traceback" not in verify.stderr, verify.stderr
     assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
     report = json.loads(verify.stdout)
@@ -112,7 +112,7 @@ def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int
         time.sleep(1)
     inv = read_status(inventory_file)
     assert inv and inv.state == "running" and (inv.last_batch_id or 0) >= 1, up.output[-4000:]
-    verify = _rewind_cli(home, "verify", "inventory")
+    verify = _rewind_cli(home, "verify", "inventory", "--json")
     assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
     inv_report = json.loads(verify.stdout)
     assert inv_report["ok"] and inv_report["sink_rows"] > 0 and inv_report["sink_dead_letters"] > 0, inv_report

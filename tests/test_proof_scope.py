@@ -140,3 +140,45 @@ def test_great_expectations_import_chatter_is_silenced(caplog: pytest.LogCapture
         outer()
     assert CHATTY_LOGGERS == ("great_expectations._docs_decorators",)
     assert not [r for r in caplog.records if "Skipping registering function" in r.getMessage()]
+
+
+def test_the_rewind_up_check_catches_a_failed_dq_run_and_a_fail_on_the_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/no_false_alarm.py (run on the shared `rewind up`) against stand-ins: quiet passes, each alarm fails."""
+    import httpx
+    from no_false_alarm import look
+
+    class Client:
+        url = "http://af"
+
+        def __init__(self, run_state: str, proof_state: str) -> None:
+            self.run_state, self.proof_state = run_state, proof_state
+
+        def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
+            return [{"dag_run_id": "scheduled__1", "state": self.run_state}]
+
+        def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+            return [{"task_id": "wait_first_batch", "state": "success"},
+                    {"task_id": "proof", "state": self.proof_state}]
+
+        def token(self) -> str:
+            return "t"
+
+    page: dict[str, Any] = {"dq": {"ok": True, "nothing_to_prove": "no batch yet"}, "dags": {}}
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json=page))
+    seen: dict[str, Any] = {"dq_runs": {}, "page_dq": None, "proofs": []}
+    look(Client("success", "skipped"), tmp_path, "demo", seen)
+    assert seen["page_dq"] == "nothing_to_prove" and seen["dq_runs"]["scheduled__1"]["state"] == "success"
+    look(Client("running", "up_for_reschedule"), tmp_path, "demo", seen)  # still waiting for the first batch
+    with pytest.raises(AssertionError, match="failed on a fresh start"):
+        look(Client("failed", "failed"), tmp_path, "demo", seen)
+    with pytest.raises(AssertionError, match="tasks .'proof': 'failed'"):
+        look(Client("running", "failed"), tmp_path, "demo", seen)
+    (tmp_path / "dq" / "demo" / "r1").mkdir(parents=True)
+    (tmp_path / "dq" / "demo" / "r1" / "proof.json").write_text(json.dumps({"ok": False, "failures": ["x"]}))
+    with pytest.raises(AssertionError, match="r1/proof.json failed"):
+        look(Client("success", "success"), tmp_path, "demo", seen)
+    (tmp_path / "dq" / "demo" / "r1" / "proof.json").unlink()
+    page["dq"] = {"ok": False}
+    with pytest.raises(AssertionError, match="shows FAIL"):
+        look(Client("success", "success"), tmp_path, "demo", seen)
