@@ -179,9 +179,10 @@ def test_the_drivers_spark_ui_is_linked_and_serves_sparks_streaming_metrics(ops:
     page = ops["http"].get("/rewind/api/streams/ops", headers={"Authorization": f"Bearer {ops['client'].token()}"})
     assert page.json()["spark_ui"] == st.spark_ui
     port = int(st.spark_ui.rsplit(":", 1)[1].strip("/"))
-    jobs = httpx.get(f"http://127.0.0.1:{port}/api/v1/applications", timeout=20)
+    # the UI's first request starts its REST layer (Jersey): seconds on a quiet machine, far more on a loaded one
+    jobs = httpx.get(f"http://127.0.0.1:{port}/api/v1/applications", timeout=180)
     assert jobs.status_code == 200 and jobs.json()[0]["name"] == "rewind-ops", jobs.text[:300]
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics/prometheus/", timeout=20).text
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics/prometheus/", timeout=180).text
     assert re.search(r"spark_streaming_ops_(inputRate|processingRate|latency)", text), text[:2000]
 
 
@@ -202,7 +203,9 @@ def test_a_failed_proof_and_a_crash_loop_are_mailed(ops: dict[str, Any]) -> None
     assert read_failures(broken)["gave_up"], read_failures(broken)
     sup_run = client.trigger_dag("rewind_broken_supervisor", {"chain": False})
     assert client.wait_dag_run("rewind_broken_dq", dq_run, timeout=300) == "failed"
-    assert client.wait_dag_run("rewind_broken_supervisor", sup_run, timeout=300) == "failed"
+    client.wait_dag_run("rewind_broken_supervisor", sup_run, timeout=300)  # its leaf (next_run) is skipped
+    states = {t["task_id"]: t["state"] for t in client.task_instances("rewind_broken_supervisor", sup_run)}
+    assert states["launch"] == "failed", states
 
     proof = inbox.wait_for("[rewind] broken: proof failed", timeout=60)
     text = body_of(proof)
