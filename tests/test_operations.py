@@ -226,7 +226,8 @@ def consumer_groups(bootstrap: str, group: str) -> dict[str, dict[str, int]]:
                            bootstrap, "--describe", "--group", group], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line.split() for line in done.stdout.splitlines() if line.strip()]
-    header = next(i for i, cols in enumerate(lines) if cols[:2] == ["GROUP", "TOPIC"])
+    header = next((i for i, cols in enumerate(lines) if cols[:2] == ["GROUP", "TOPIC"]), None)
+    assert header is not None, f"kafka-consumer-groups shows no offsets of {group}:\n{done.stdout}{done.stderr}"
     names = lines[header]
     rows = [dict(zip(names, cols)) for cols in lines[header + 1:] if cols and cols[0] == group]
     return {f"{r['TOPIC']}/{r['PARTITION']}": {k: int(r[k]) for k in ("CURRENT-OFFSET", "LOG-END-OFFSET", "LAG")}
