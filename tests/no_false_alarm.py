@@ -24,9 +24,11 @@ QUIET_TASK_STATES = (None, "scheduled", "queued", "running", "up_for_reschedule"
 
 def check_no_false_alarm(airflow_url: str, username: str, password: str, home: Path, started_at: float,
                          window_s: float = 300.0, streams: Sequence[str] = ("demo", "inventory"),
-                         poll_s: float = 10.0) -> dict[str, Any]:
+                         poll_s: float = 10.0, settle_s: float = 240.0) -> dict[str, Any]:
     """Assert, until ``started_at + window_s`` (``time.time()`` seconds), that no DQ run of ``streams`` fails,
-    no proof under ``home/dq`` failed and the Rewind page shows no FAIL; return what was seen.
+    no proof under ``home/dq`` failed and the Rewind page shows no FAIL; then wait up to ``settle_s`` for
+    the DQ runs of the window still in flight (a proof started in minute 4 that fails in minute 6 is the
+    same false page) and look once more. Returns what was seen.
 
     :param airflow_url: Airflow's URL as `rewind up` printed it (``http://127.0.0.1:PORT``)
     :param username: the login `rewind up` printed
@@ -36,6 +38,7 @@ def check_no_false_alarm(airflow_url: str, username: str, password: str, home: P
     :param window_s: how long after the start nothing may fail (the issue's "first 5 minutes")
     :param streams: the registry's streams (`rewind up` runs the demo and the inventory)
     :param poll_s: seconds between looks at the page
+    :param settle_s: how long to wait for the window's DQ runs still in flight (0: not at all)
     """
     from rewind.platform.airflow_client import AirflowClient
 
@@ -49,17 +52,33 @@ def check_no_false_alarm(airflow_url: str, username: str, password: str, home: P
             if time.time() >= started_at + window_s:
                 break
             time.sleep(min(poll_s, max(0.0, started_at + window_s - time.time())))
+        settle_until = time.monotonic() + settle_s
+        while any(r["state"] not in ("success", "failed") for st in seen.values() for r in st["dq_runs"].values()) \
+                and time.monotonic() < settle_until:
+            time.sleep(poll_s)
+            looks += 1
+            for stream in streams:
+                look(client, home, stream, seen[stream], before=started_at + window_s)
     for stream in streams:
         assert seen[stream]["dq_runs"], f"no run of rewind_{stream}_dq was seen: the DQ DAG did not fire"
     return {"looks": looks, "window_s": window_s, "streams": seen}
 
 
-def look(client: Any, home: Path, stream: str, seen: dict[str, Any]) -> None:
-    """One look at one stream: its DQ runs and their tasks, its proof files, and the page's verdict."""
+def _epoch(iso: str | None) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() if iso else 0.0
+
+
+def look(client: Any, home: Path, stream: str, seen: dict[str, Any], before: float | None = None) -> None:
+    """One look at one stream: its DQ runs and their tasks, its proof files, and the page's verdict
+    (``before``: only the DQ runs queued before that time, the window's)."""
     import httpx
 
     dag_id = f"rewind_{stream}_dq"
     for run in client.dag_runs(dag_id):
+        if before is not None and _epoch(run.get("queued_at") or run.get("run_after")) > before:
+            continue
         tasks = {t["task_id"]: t["state"] for t in client.task_instances(dag_id, run["dag_run_id"])}
         seen["dq_runs"][run["dag_run_id"]] = {"state": run["state"], "tasks": tasks}
         assert run["state"] != "failed", f"{dag_id} run {run['dag_run_id']} failed on a fresh start: {tasks}"

@@ -84,7 +84,10 @@ def read_group(bootstrap: str, group: str, client: Mapping[str, str] | None = No
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
-    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(TIMEOUT_S)
+    # require_stable: offsets committed in a transaction become visible once its markers are written,
+    # a moment after the commit returns; the broker holds the answer until then (KIP-447)
+    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                               require_stable=True)[group].result(TIMEOUT_S)
     out: Offsets = {}
     for tp in answer.topic_partitions:
         if tp.offset >= 0:
