@@ -172,6 +172,52 @@ class SupervisionSpec(_Strict):
                 "alert_every_s": parse_duration(self.alert_every).total_seconds()}
 
 
+AlertEvent = Literal["crash_loop", "recovery", "proof_failed", "replay_failed", "lag", "savepoint_failed"]
+ALERT_EVENTS: tuple[AlertEvent, ...] = ("crash_loop", "recovery", "proof_failed", "replay_failed", "lag",
+                                        "savepoint_failed")  # = rewind.alerts.EVENTS
+#: Short names for the notifiers of Airflow's providers (any other ``BaseNotifier`` by its class path).
+NOTIFIER_ALIASES = {
+    "smtp": "airflow.providers.smtp.notifications.smtp.SmtpNotifier",
+    "slack": "airflow.providers.slack.notifications.slack.SlackNotifier",
+    "pagerduty": "airflow.providers.pagerduty.notifications.pagerduty.PagerdutyNotifier",
+}
+
+
+class AlertsSpec(_Strict):
+    """Who is told of what (``rewind.alerts``): the events, and an Airflow notifier to send them through.
+
+    ``notifier``: ``class`` (a ``BaseNotifier`` class path, or ``smtp``, ``slack``, ``pagerduty``) and
+    that class's keyword arguments (e.g. ``to``, ``from_email``, ``smtp_conn_id``); its message fields
+    left unset are filled with the alert (stream, cause, details, a link to the Rewind page).
+    Credentials stay in the Airflow connection the notifier names, never here."""
+
+    on: list[AlertEvent] = Field(default_factory=lambda: list(ALERT_EVENTS))
+    notifier: dict[str, Any]
+    page_url: str | None = None  # the Rewind page in alerts; default: Airflow's [api] base_url + /rewind/
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on(cls, v: Any) -> Any:
+        """YAML 1.1 (PyYAML) reads the key ``on`` as the boolean true: give it its name back."""
+        return {("on" if k is True else k): val for k, val in v.items()} if isinstance(v, dict) else v
+
+    @field_validator("notifier")
+    @classmethod
+    def _notifier(cls, v: dict[str, Any]) -> dict[str, Any]:
+        path = v.get("class")
+        if not isinstance(path, str) or not (path in NOTIFIER_ALIASES or re.fullmatch(r"[A-Za-z_][\w.]*\.\w+", path)):
+            raise ValueError(f"notifier needs `class`: an Airflow notifier's class path (e.g. "
+                             f"{NOTIFIER_ALIASES['smtp']}) or one of {sorted(NOTIFIER_ALIASES)}; got {path!r}")
+        return v
+
+    def notifier_class(self) -> str:
+        path = str(self.notifier["class"])
+        return NOTIFIER_ALIASES.get(path, path)
+
+    def notifier_args(self) -> dict[str, Any]:
+        return {k: v for k, v in self.notifier.items() if k != "class"}
+
+
 #: Spark settings a stream's ``spark_conf`` may not change, and why (the message names what to do instead).
 RESERVED_SPARK_CONF = {
     "spark.master": "the master comes from the Airflow Spark connection (--master) or REWIND_SPARK_MASTER",
@@ -208,6 +254,8 @@ class StreamSpec(_Strict):
     savepoints: SavepointSpec = Field(default_factory=SavepointSpec)
     supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
     dq_suite: str = "exactly_once"
+    #: Alerts through an Airflow notifier (``AlertsSpec``); default: the registry's top-level ``alerts``.
+    alerts: AlertsSpec | None = None
     #: Spark settings for this stream's driver, its standby and its replays, over Rewind's defaults
     #: (``rewind.stream.spark_session.build_session``). E.g. ``spark.sql.shuffle.partitions``: the
     #: state partitions of a NEW checkpoint (Rewind's default is 2, for 2 cores; Spark keeps a
@@ -234,8 +282,9 @@ class StreamSpec(_Strict):
 
     def config_hash(self) -> str:
         """Identifies the job configuration (stored in savepoint manifests). An empty ``spark_conf`` is left
-        out, so entries written before it existed keep their hash (a restore warns when it changed)."""
-        dump = self.model_dump_json(exclude=None if self.spark_conf else {"spark_conf"})
+        out, so entries written before it existed keep their hash (a restore warns when it changed). Alerts
+        are not the job's configuration: left out."""
+        dump = self.model_dump_json(exclude={"alerts"} if self.spark_conf else {"spark_conf", "alerts"})
         return hashlib.sha256(dump.encode()).hexdigest()[:16]
 
 
@@ -291,9 +340,11 @@ def load_registry(path: str | Path | None = None, env: dict[str, str] | None = N
         raise RegistryError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("streams"), dict):
         raise RegistryError(f"{path}: expected a top-level mapping 'streams: {{name: {{...}}}}'")
-    extra = set(raw) - {"streams"}
+    extra = set(raw) - {"streams", "alerts"}
     if extra:
-        raise RegistryError(f"{path}: {', '.join(sorted(extra))}: unknown top-level key; expected only 'streams'")
+        raise RegistryError(f"{path}: {', '.join(sorted(extra))}: unknown top-level key; expected 'streams' "
+                            "and optionally 'alerts'")
+    shared_alerts = raw.get("alerts")
     env = dict(os.environ if env is None else env)
     env.setdefault("REWIND_HOME", str(Path.cwd() / ".rewind"))
     streams: dict[str, StreamSpec] = {}
@@ -304,6 +355,8 @@ def load_registry(path: str | Path | None = None, env: dict[str, str] | None = N
         if not isinstance(body, dict):
             raise RegistryError(f"{path}: streams.{name}: expected a mapping")
         try:
+            if shared_alerts is not None and "alerts" not in body:  # the top-level block, for every stream
+                body = {**body, "alerts": shared_alerts}
             streams[name] = StreamSpec(**{**_interpolate(body, env), "name": name})
         except ValidationError as exc:
             raise RegistryError(_format_errors(path, f"streams.{name}", exc)) from None

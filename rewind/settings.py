@@ -15,6 +15,7 @@ variable Rewind reads is read here, with its default and what it is for:
 | ``REWIND_SPARK_LOG_LEVEL`` | ``WARN`` | Spark's log level |
 | ``REWIND_LAG_PROBE_S`` | 10 | seconds between lag look-ups in the driver (0: off) |
 | ``REWIND_FAULTS`` | unset | tests only: the fault points armed in a process (``rewind.faults``; read there) |
+| ``REWIND_METRICS_TOKEN`` | unset | a scraper's bearer token for ``/rewind/metrics`` (else an Airflow login) |
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ def lag_probe_interval_s() -> float:
 def driver_lock_wait_s() -> float:
     """How long a driver waits for another driver of its stream to end before it is refused."""
     return float(os.environ.get("REWIND_DRIVER_WAIT_S", "60"))
+
+
+def metrics_token() -> str | None:
+    """The bearer token that opens ``/rewind/metrics`` to a scraper without an Airflow login (unset: none)."""
+    return os.environ.get("REWIND_METRICS_TOKEN") or None
 
 
 def kafka_heap(cluster: bool) -> str:

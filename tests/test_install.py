@@ -67,6 +67,7 @@ from airflow import plugins_manager
 names = sorted(p["name"] for p in plugins_manager.get_plugin_info())
 from airflow.providers_manager import ProvidersManager
 providers = sorted(ProvidersManager().providers)
+ProvidersManager().hooks  # registers the connection types: a clash is logged here
 print(json.dumps({"errors": bag.import_errors, "dags": sorted(bag.dag_ids), "plugins": names,
                   "providers": providers, "path": sys.path}))
 """
@@ -78,3 +79,6 @@ print(json.dumps({"errors": bag.import_errors, "dags": sorted(bag.dag_ids), "plu
     assert {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq", "rewind_replay"} <= set(facts["dags"])
     assert "rewind" in facts["plugins"], facts["plugins"]
     assert "rewind" in facts["providers"], facts["providers"]
+    # the [airflow] extra brings the Apache Kafka provider, which owns the connection type `kafka`
+    assert "apache-airflow-providers-apache-kafka" in facts["providers"], facts["providers"]
+    assert "has been already registered" not in out.stdout + out.stderr, (out.stdout + out.stderr)[-3000:]

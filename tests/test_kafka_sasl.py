@@ -204,7 +204,8 @@ def test_wrong_password_fails_with_one_clear_line(tmp_path: Path, sasl_broker: K
     produce_sasl(sasl_broker, topic, 50, "wrongpw")
     registry = write_registry(tmp_path / "streams.yaml", "wrongpw", topic, tmp_path / "home", "kafka",
                               password=PASSWORD + "-wrong")
-    for args in (["verify", "wrongpw"], ["stream", "run", "wrongpw", "--available-now"]):
+    # --all: the stream never committed a batch, and without it verify has nothing to prove (no Kafka read)
+    for args in (["verify", "wrongpw", "--all"], ["stream", "run", "wrongpw", "--available-now"]):
         t0 = time.monotonic()
         done = rewind_cli(*args, "--registry", str(registry), "--bootstrap", bootstrap, timeout=180)
         took = time.monotonic() - t0

@@ -21,7 +21,8 @@ def add_parser(sub: Any) -> None:
     v.add_argument("stream")
     add_registry(v)
     add_bootstrap(v)
-    v.add_argument("--json", action="store_true", help="one line of JSON")
+    v.add_argument("--json", action="store_true",
+                   help="the summary as one line of JSON on stdout (the verdict line then goes to stderr)")
     v.add_argument("--all", action="store_true", help="every record in the topics, even while the stream runs")
     span = v.add_mutually_exclusive_group()
     span.add_argument("--since-last-proof", action="store_true",
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from rewind.paths import status_path
     from rewind.platform.processes import pid_alive
     from rewind.proof.cursor import Since
+    from rewind.proof.scope import committed_batch, nothing_to_prove
     from rewind.proof.verify import committed_bounds, verify_stream
     from rewind.registry import load_registry
     from rewind.settings import resolve_bootstrap
@@ -56,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_registry(args.registry).get(args.stream)
     status = read_status(status_path(spec.status_dir, spec.name))
+    explicit = bool(args.all or args.since or args.since_last_proof)
+    empty = nothing_to_prove(spec.name, committed_batch(spec, status), explicit)
+    if empty:  # no committed batch: no FAIL for records the stream has not reached yet
+        return _print(args, spec.name, {"stream": spec.name, "ok": True, "nothing_to_prove": empty})
     bounds = None
     if not args.all and status and status.state in ("starting", "running", "stopping") and pid_alive(status.pid):
         bounds = committed_bounds(status.end_offsets)
@@ -74,5 +80,22 @@ def run(args: argparse.Namespace) -> int:
                             f"its suite {spec.dq_suite!r} proves every record from the beginning")
     else:
         report = verify_stream(spec, resolve_bootstrap(args.bootstrap), bounds)
-    print(json.dumps(report.summary(), indent=None if args.json else 1, default=str))
-    return EXIT_OK if report.ok else EXIT_PROOF_VIOLATION
+    return _print(args, spec.name, report.summary())
+
+
+def _print(args: argparse.Namespace, stream: str, summary: dict[str, Any]) -> int:
+    """The verdict line first; then the notes and the figures, or (``--json``) the summary as JSON on stdout."""
+    from rewind.proof.verdict import problems_of, verdict_line
+
+    line = verdict_line(stream, summary)
+    if args.json:
+        print(line, file=sys.stderr)
+        print(json.dumps(summary, default=str))
+    else:
+        print(line)
+        for name, count in problems_of(summary).items():
+            examples = (summary.get(name) or {}).get("examples") if isinstance(summary.get(name), dict) else None
+            print(f"  {name}: {count}" + (f", e.g. {json.dumps(examples[:3], default=str)}" if examples else ""))
+        if not summary.get("nothing_to_prove"):
+            print(f"  (the whole summary: rewind verify {stream} --json)")
+    return EXIT_OK if summary.get("ok") else EXIT_PROOF_VIOLATION

@@ -81,6 +81,7 @@ class StreamView:
     replay_defaults: dict[str, Any]
     dags: dict[str, Any]
     problems: list[str] = field(default_factory=list)
+    spark_ui: str | None = None  # the running driver's Spark UI
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
@@ -175,13 +176,15 @@ def savepoint_rows(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def dq_view(proof: dict[str, Any] | None, at: float | None) -> dict[str, Any] | None:
-    """The newest proof's verdict, counts, failed expectations and where its Data Docs are."""
+    """The newest proof's verdict, counts, failed expectations and where its Data Docs are
+    (``nothing_to_prove``: the reason a proof before the stream's first committed batch passed with nothing)."""
     if not proof:
         return None
     counts = proof.get("counts") or {}
     keep = ("kafka_records", "events", "dead_letters", "missing", "duplicate_event_rows", "windows_checked",
             "windows_mismatched", "windows_pending")
     return {"run_id": proof.get("run_id"), "ok": bool(proof.get("ok")), "at": at,
+            "nothing_to_prove": proof.get("nothing_to_prove"),
             "expectations": proof.get("expectations"),
             "failed": [f.get("name") for f in proof.get("failures") or []],
             "counts": {k: counts[k] for k in keep if k in counts} or dict(list(counts.items())[:8]),
@@ -280,7 +283,8 @@ def build_stream_view(inp: Inputs, now: float) -> StreamView:
         replays=replay_views(inp.stream, inp.replay_holder, inp.dag_runs, inp.replay_reports),
         chart=chart_series(inp.history, now),
         replay_defaults={"stream": inp.stream, **rng, "mode": "into-sink", "dry_run": True},
-        dags=dag_summary(inp.stream, inp.dag_runs), problems=problems)
+        dags=dag_summary(inp.stream, inp.dag_runs), problems=problems,
+        spark_ui=inp.status.spark_ui if inp.status is not None and inp.process_alive else None)
 
 
 # --------------------------------------------------------------------------- I/O edge

@@ -63,6 +63,15 @@ def broker_classpath() -> str:
     return str(folder / "*")
 
 
+def kafka_tools_classpath() -> str:
+    """The classpath of Apache Kafka's command-line tools (``kafka-consumer-groups``' ConsumerGroupCommand,
+    ...): the broker's jars and ``.jars/kafka-tools``."""
+    folder = jars_dir() / "kafka-tools"
+    if not any(folder.glob("kafka-tools-*.jar")):
+        raise JarsMissing(f"Apache Kafka's tools jar is not in {folder}: {FETCH_HINT}")
+    return f"{broker_classpath()}:{folder / '*'}"
+
+
 def connector_jars(required: bool = True) -> list[str]:
     """Spark's Kafka connector jars (``.jars/spark/*.jar``); ``[]`` when absent and not ``required``."""
     folder = jars_dir() / "spark"

@@ -109,6 +109,9 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
                       f"\n  inventory stream    launched by the DAG {inv_supervisor} (run {inv_run}); sink "
                       f"{inventory.sink.url}; prove it: .venv/bin/rewind verify {INVENTORY}")
         stream_log = default_log_path(spec)
+        from rewind.kafka.group_offsets import consumer_group
+
+        groups = ", ".join(consumer_group(s.name) for s in (spec, inventory) if s is not None)
         # The generated password is shown once, on the start that made it; later starts say where it is.
         login = (f"user {airflow.username}, password {airflow.password}\n{'':22}(generated now, shown once; "
                  f"kept in {airflow.password_file}, mode 0600)" if airflow.password_generated else
@@ -124,6 +127,8 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
   prove exactly-once  .venv/bin/rewind verify {stream}{second}
   Airflow UI          {airflow.url}   {login}; logs {airflow.log_dir}
   Rewind page         {airflow.url}/rewind/  (also "Rewind" in Airflow's navigation)
+  metrics             {airflow.url}/rewind/metrics  (Prometheus text; an Airflow token, or REWIND_METRICS_TOKEN)
+  consumer groups     {groups}: every committed batch's offsets (kafka-consumer-groups, Burrow)
 """, flush=True)
         last = 0.0
         while not stopping:

@@ -51,6 +51,7 @@ from rewind.proof.publish import (
     write_validation_result,
 )
 from rewind.proof.report import ProofResult
+from rewind.proof.scope import committed_batch, nothing_to_prove
 from rewind.proof.verify import committed_bounds, read_records
 
 
@@ -63,7 +64,9 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     """Prove exactly-once for a Kafka range of ``spec``'s stream; store results and Data Docs.
 
     ``bounds``: per partition ``[start, end)`` (see ``normalize_bounds``); default: below the
-    end offsets of the stream's last committed batch if it runs, else everything.
+    end offsets of the stream's last committed batch if it runs, else everything. Without
+    ``bounds`` and before the stream's first committed batch there is nothing to prove: the
+    result passes with ``nothing_to_prove`` set and nothing is read (``rewind.proof.scope``).
     ``s3``: an ``rewind.s3.S3Store`` or ``S3Config`` to upload to (None: local only). An
     upload failure does not change the verdict; it is in ``s3_error`` and in the log text.
     """
@@ -82,6 +85,12 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
 
     running, status = stream_position(spec)
     last_batch = status.last_batch_id if status else None
+    empty = nothing_to_prove(spec.name, committed_batch(spec, status), bounds is not None)
+    if empty:  # before the first committed batch: no FAIL for records the stream has not reached
+        result = ProofResult(spec.name, run_id, True, {}, {}, 0, [], local_paths(run_dir, run_dir / "data_docs"),
+                             nothing_to_prove=empty, seconds={"total": round(time.perf_counter() - t0, 3)})
+        write_proof(result)
+        return result
     norm = normalize_bounds(bounds)
     if norm is None and status is not None and status.end_offsets:
         # What the stream has committed is what it answers for: a running stream is still reading,

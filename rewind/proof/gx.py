@@ -10,6 +10,7 @@ them from the in-memory stores of the context the validation ran in, which ends 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -25,6 +26,19 @@ DOCS_SITE = "rewind_dq"
 EXAMPLES = 5
 RESULT_FORMAT = {"result_format": "SUMMARY", "partial_unexpected_count": 20}
 _GX_LOCK = threading.Lock()  # get_context sets GE's process-wide current context
+#: Great Expectations logs, at INFO and while it is being imported, one line for every closure its
+#: public-API decorator meets ("Skipping registering function ... because it is a closure"): some
+#: two hundred lines in every DQ task log and on the command line, none of them about the proof.
+CHATTY_LOGGERS = ("great_expectations._docs_decorators",)
+
+
+def quiet_great_expectations() -> None:
+    """Silence GE's import-time chatter (``CHATTY_LOGGERS``) below WARNING; call before importing GE."""
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+quiet_great_expectations()
 
 
 class Validation(NamedTuple):
@@ -42,6 +56,7 @@ def _gx_context(docs_dir: Path | None) -> Any:
     so every proof gets its own context: its in-memory stores then hold only this run's results,
     and its docs site is this run's directory.
     """
+    quiet_great_expectations()
     import great_expectations as gx
     from great_expectations.data_context.types.base import (
         DataContextConfig,
@@ -73,6 +88,7 @@ def validate_frames(frames: Mapping[str, pd.DataFrame], stream: str, run_id: str
 
     Returns the GE results as JSON per suite, the failed expectations with example rows, and how many ran.
     """
+    quiet_great_expectations()
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
 

@@ -46,6 +46,9 @@ class ProofResult:
     s3_error: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Why there was nothing to prove (no committed batch yet: ``rewind.proof.scope``); the proof then
+    #: passes with no expectation run, and says so instead of PASS.
+    nothing_to_prove: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return jsonable(asdict(self))
@@ -95,6 +98,8 @@ def _fmt_range(rng: dict[str, dict[str, list[int]]]) -> str:
 
 def format_proof(result: ProofResult) -> str:
     """The task-log text: verdict, range, counts, each failure with example rows, and the links."""
+    if result.nothing_to_prove:
+        return f"DQ proof {result.stream} run {result.run_id}: NOTHING TO PROVE: {result.nothing_to_prove}"
     c = result.counts
     verdict = ("PASS: every Kafka data record in the range is in the sink exactly once, and the windows reconcile"
                if result.ok else f"FAIL: {len(result.failures)} of {result.expectations} expectations failed")

@@ -70,6 +70,9 @@ class TransactionalKafkaSink(Sink):
         self._mirror: TopicMirror | None = None
         self._writer: Transactions | None = None
         self._ledger: dict[int, LedgerEntry] | None = None  # while writing: the ledger as this writer knows it
+        self._group: Any = None  # a consumer of the stream's group, for its metadata (never subscribes)
+    #: batch end offsets go to the stream's consumer group inside each batch's transaction
+    commits_group_offsets = True
 
     # ------------------------------------------------------------------ names and clients
     @property
@@ -134,11 +137,29 @@ class TransactionalKafkaSink(Sink):
         records = self._records(prepared, batch_id, skip_known=prior is not None)
         entry = LedgerEntry(self.stream, batch_id, dt.datetime.now(dt.UTC), counts, source_offsets)
         records.append(Record(self.table_name(LEDGER_TABLE), self.stream.encode(), entry.to_json(), []))
+        group = self._group_offsets(source_offsets)
         writer.run(records, f"batch {batch_id} of stream {self.stream}",
-                   before_commit=lambda: fault_point("sink.pre_committed", batch=batch_id))
+                   before_commit=lambda: fault_point("sink.pre_committed", batch=batch_id),
+                   offsets=group[0], group_metadata=group[1])
         self._ledger[batch_id] = entry
         fault_point("sink.committed", batch=batch_id)
         return BatchResult(batch_id, False, counts, time.perf_counter() - t0, replanned=prior is not None)
+
+    def _group_offsets(self, source_offsets: str | None) -> tuple[list[Any], Any]:
+        """The batch's end offsets for the stream's consumer group, and that group's metadata, to commit
+        in the batch's transaction (``rewind.kafka.group_offsets``): Kafka's tools then see its lag."""
+        from rewind.kafka.group_offsets import consumer_group, end_offsets, topic_partitions
+
+        offsets = end_offsets(source_offsets)
+        if not offsets:
+            return [], None
+        if self._group is None:
+            from confluent_kafka import Consumer
+
+            self._group = Consumer({**base_consumer_config(self.bootstrap, self.target.client,
+                                                           group_id=consumer_group(self.stream)),
+                                    "enable.auto.commit": False})
+        return topic_partitions(offsets), self._group.consumer_group_metadata()
 
     def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None,
                    inserted: dict[str, int] | None = None) -> dict[str, int]:
@@ -242,6 +263,9 @@ class TransactionalKafkaSink(Sink):
         return ids[-1] if ids else None
 
     def dispose(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            self._group = None
         if self._writer is not None:
             self._writer.close()
             self._writer = None

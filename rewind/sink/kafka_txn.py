@@ -49,8 +49,12 @@ class Transactions:
                                       f"{config.get('bootstrap.servers')}: {exc.args[0]} (is the broker reachable, "
                                       "and may this principal use transactional ids?)") from exc
 
-    def run(self, records: Sequence[Record], what: str, before_commit: Callable[[], None] | None = None) -> None:
-        """Send ``records`` in one transaction and commit it; raise SinkWriteError with nothing committed."""
+    def run(self, records: Sequence[Record], what: str, before_commit: Callable[[], None] | None = None,
+            offsets: Sequence[Any] = (), group_metadata: Any = None) -> None:
+        """Send ``records`` in one transaction and commit it; raise SinkWriteError with nothing committed.
+
+        ``offsets`` (``TopicPartition``s) are committed to the consumer group of ``group_metadata`` in
+        the same transaction (``send_offsets_to_transaction``): both or neither."""
         p = self._producer
         if p is None:
             raise SinkWriteError(f"{what}: this producer ({self.transactional_id}) was fenced or closed; "
@@ -73,6 +77,8 @@ class Transactions:
             left = p.flush(TIMEOUT_S)  # pre-commit: every record acknowledged inside the open transaction
             if left or failed:
                 raise SinkWriteError(f"{what}: {left} records not acknowledged, failures: {failed}")
+            if offsets and group_metadata is not None:
+                p.send_offsets_to_transaction(list(offsets), group_metadata, TIMEOUT_S)
             if before_commit is not None:
                 before_commit()
             self._commit(what)

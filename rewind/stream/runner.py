@@ -105,7 +105,7 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
         write_status(status_path(spec.status_dir, spec.name), status)
     started = time.perf_counter()
     spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint), **spec.spark_conf},
-                          sources=False)
+                          sources=False, defaults=driver_defaults_for(spec))
     try:
         apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
         if lock is None:
@@ -133,8 +133,20 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
     spath = status_path(spec.status_dir, spec.name)
     late: dict[int, tuple[int, int]] = {}  # filled by the batch writer, checked when progress arrives
     late_log = late_checks_path(spath)
-    spark.streams.addListener(make_listener(
-        spath, status, on_progress=lambda p: record_late_check(status, late, p, late_log)))
+    group = group_offsets_for(spec, bootstrap)
+    tracked = spark.conf.get("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", "true") == "true"
+
+    def on_progress(p: Any) -> None:
+        from rewind.kafka.group_offsets import progress_end_offsets
+        from rewind.stream.progress_metrics import progress_figures
+
+        status.progress = progress_figures(p, tracked)
+        record_late_check(status, late, p, late_log)
+        if group is not None:  # after the batch committed: Kafka's tools see the stream's lag
+            group.submit(progress_end_offsets(p))
+
+    spark.streams.addListener(make_listener(spath, status, on_progress=on_progress))
+    status.spark_ui = spark.sparkContext.uiWebUrl
     from rewind.checkpoints.pointer import active_checkpoint
 
     checkpoint = active_checkpoint(spec)  # a savepoint restore may have pointed the stream elsewhere
@@ -170,6 +182,32 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
         return 0
     finally:
         probe.stop()
+
+
+def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
+    """A stream driver's Spark defaults: its UI on a free port, its event log beside the checkpoint
+    (``rewind.stream.spark_conf.driver_defaults``; the deployment's settings win)."""
+    from rewind.platform.processes import free_port
+    from rewind.stream.spark_conf import driver_defaults, event_log_dir
+
+    logs = event_log_dir(spec.checkpoint)
+    if logs:
+        Path(logs).mkdir(parents=True, exist_ok=True)  # Spark refuses an event log directory that is not there
+    return driver_defaults(spec.checkpoint, free_port())
+
+
+def group_offsets_for(spec: StreamSpec, bootstrap: str) -> Any:
+    """The committer of the stream's consumer-group offsets (``rewind.kafka.group_offsets``), or None
+    where the sink commits them in its own transaction (Kafka)."""
+    from rewind.kafka.client_config import kafka_options, librdkafka_config
+    from rewind.kafka.group_offsets import GroupOffsets, consumer_group
+    from rewind.sink.kafka_target import is_kafka_url
+
+    if is_kafka_url(spec.sink.url):
+        return None
+    client = {k: v for k, v in librdkafka_config(kafka_options(spec.source.options)).items()
+              if k not in ("isolation.level", "group.id")}
+    return GroupOffsets(bootstrap, client, consumer_group(spec.name))
 
 
 def record_late_check(status: StreamStatus, late: dict[int, tuple[int, int]], progress: Any,

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rewind import settings
+from rewind.stream import spark_conf
 
 
 def python_env() -> dict[str, str]:
@@ -14,59 +15,59 @@ def python_env() -> dict[str, str]:
     return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
-#: RocksDB changelog checkpointing (read when a state store is created): on in every session (build_session).
-CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+#: RocksDB changelog checkpointing (read when a state store is created): on unless the deployment says otherwise.
+CHANGELOG = spark_conf.CHANGELOG
+
+
+def deployment_conf() -> dict[str, str]:
+    """What the deployment set (``--conf``, ``spark-defaults.conf``): under spark-submit the running JVM's
+    conf (its system properties), else what the JVM pyspark is about to start will read."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or _active_context():
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()  # attaches to spark-submit's JVM (or the running one): no new JVM
+        return dict(SparkConf().getAll())
+    return spark_conf.file_preset()
+
+
+def _active_context() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
 
 
 def build_session(app_name: str, master: str | None = None, conf: dict[str, Any] | None = None, *,
-                  sources: bool = True):
+                  sources: bool = True, defaults: dict[str, str] | None = None):
     """A local-by-default session with RocksDB state, Spark's Kafka connector on the classpath
     (``format("kafka")``) and, with ``sources``, the Rewind Kafka source registered
     (``format("rewind_kafka")``; a stream or replay passes False and calls ``ensure_source``).
 
-    The connector jars go in ``spark.jars``, which works when this process starts the JVM (plain
-    ``python``); under ``spark-submit`` the JVM is already running and they must come with
-    ``--jars`` (``connector_jars()``; the Airflow hooks pass them).
+    Precedence (``rewind.stream.spark_conf``): ``conf`` (the registry's ``spark_conf``, S3A settings)
+    over ``--conf`` and ``spark-defaults.conf`` over Rewind's defaults (``spark_conf.DEFAULTS`` and
+    ``defaults``, e.g. a driver's UI), which fill only the keys left unset.
+
+    The connector jars go in ``spark.jars`` (after the deployment's own), which works when this
+    process starts the JVM (plain ``python``); under ``spark-submit`` the JVM is already running and
+    they must come with ``--jars`` (``connector_jars()``; the Airflow hooks pass them).
     """
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
     from rewind.platform.jars import connector_jars
 
+    preset = deployment_conf()
     builder = SparkSession.builder.appName(app_name)
     # Under spark-submit (its JVM hands pyspark a gateway port) the master comes from --master (the
     # Airflow connection: spark://... for a standalone cluster); setting one here would override it.
     if master or os.environ.get("REWIND_SPARK_MASTER") or not os.environ.get("PYSPARK_GATEWAY_PORT"):
         builder = builder.master(master or settings.spark_master())
-    builder = (
-        builder
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-        # Each batch commits a small changelog per state partition instead of a RocksDB checkpoint
-        # zipped and copied (a full snapshot is uploaded in the background every 10 versions). Measured
-        # 2026-11-25 (bench/latency.py, demo stream at 1,000 events/s, trigger "0 seconds", 90 s,
-        # quiet machine): state commit 0.10-0.11 s -> 0.005 s per operator and batch, batch 0.71 s ->
-        # 0.48 s, p99 latency 3.28 s -> 1.17 s. Rewind's checkpoint tools read both layouts
-        # (rewind.checkpoints.state_files: a snapshot plus the changelogs after it), and RocksDB
-        # loads a checkpoint written with either setting.
-        .config(CHANGELOG, "true")
-        # Counting the rows of a RocksDB store costs a read before every write (a dedup writes every
-        # record); the count only feeds the numRowsTotal progress metric, which Rewind does not use.
-        .config("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", "false")
-        # Rows sent to Python (mapInArrow) are batched by count (maxRecordsPerBatch, 10,000); a byte
-        # limit on top makes Spark measure the Arrow buffers after every row (~14% of executor time
-        # in the demo stream's profile).
-        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2 ** 31 - 1))
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-    )
+    given = {str(k): str(v) for k, v in (conf or {}).items()}
+    for key, value in spark_conf.effective(preset, given, {**spark_conf.DEFAULTS, **(defaults or {})}).items():
+        builder = builder.config(key, value)
     jars = connector_jars(required=False)
     if jars:
-        builder = builder.config("spark.jars", ",".join(jars))
+        own = [j for j in (given.get("spark.jars") or preset.get("spark.jars") or "").split(",") if j]
+        builder = builder.config("spark.jars", ",".join(dict.fromkeys([*own, *jars])))
     if any("delta-spark_" in j for j in jars):
         # Delta sinks written from the executors (rewind.stream.delta_writer): delta-spark's MERGE
         # refuses a session without its extension and catalog, and these are fixed at start.
@@ -75,8 +76,6 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
         builder = (builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
                    .config("spark.databricks.delta.snapshotPartitions", "2"))
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level())
     if sources:

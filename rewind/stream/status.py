@@ -41,6 +41,8 @@ class StreamStatus:
     late_routed_total: int = 0  # records routed to the dead-letter table as behind the watermark
     late_check: dict[str, Any] | None = None  # the last batch's routed vs Spark's dropped-by-watermark
     late_mismatches: list[dict[str, Any]] = field(default_factory=list)  # batches where they differed
+    progress: dict[str, Any] = field(default_factory=dict)  # rewind.stream.progress_metrics: rates, watermark...
+    spark_ui: str | None = None  # the driver's Spark UI (linked from the Rewind page)
 
 
 def lag_of(end: dict[str, dict[str, int]], latest: dict[str, dict[str, int]]) -> dict[str, int]:

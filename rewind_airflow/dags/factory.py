@@ -1,5 +1,7 @@
 """DAGs generated from the stream registry: per stream a supervisor, a savepoint and a DQ DAG, and
-one replay DAG for all streams. Wiring only: every task calls ``rewind_airflow.operators``.
+one replay DAG for all streams. Wiring only: every task is an operator of ``rewind_airflow.operators``
+(or a thin ``@task`` over one), and a stream with ``alerts`` gets its notifier on every task's
+failure (``rewind_airflow.notify``).
 
 Parse time does no network I/O: it reads the registry file and builds task graphs; every
 connection to Kafka, S3, Spark or the sink happens inside tasks. A registry error raises at
@@ -15,11 +17,13 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Param, task
 
 from rewind.paths import dag_ids
-from rewind_airflow.operators import proof as proof_ops
-from rewind_airflow.operators import replay as replay_ops
-from rewind_airflow.operators import savepoint as savepoint_ops
+from rewind_airflow.notify import RewindAlerts, alert_callbacks
 from rewind_airflow.operators import supervision as sup
+from rewind_airflow.operators.proof import ProveStreamOperator
+from rewind_airflow.operators.replay import PlanReplayOperator, ReplayOperator
+from rewind_airflow.operators.savepoint import RestoreSavepointOperator, SavepointOperator, SavepointRetentionOperator
 from rewind_airflow.operators.supervision import LaunchStreamOperator
+from rewind_airflow.sensors.committed import FirstBatchSensor
 from rewind_airflow.sensors.stream import StreamHealthSensor
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -39,6 +43,7 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
     with DAG(
         dag_id=dag_ids(name).supervisor, schedule=None, start_date=START, catchup=False, max_active_runs=1,
         tags=["rewind", name], is_paused_upon_creation=False,
+        default_args=alert_callbacks(spec, "supervisor", registry),
         doc_md=f"Keeps stream `{name}` running: watches it without holding a worker slot, and on a failure "
                "inspects and repairs (or restores) the checkpoint, relaunches it and proves the output. "
                "Each run triggers the next while `chain` is true.",
@@ -64,13 +69,13 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
         def recover_checkpoint() -> dict[str, Any]:
             return sup.recover_checkpoint(name, registry)
 
-        @task
+        recovered = [RewindAlerts("supervisor", registry, name, state="success")] if spec.alerts else []
+
+        @task(on_success_callback=recovered)
         def relaunch(failure: dict[str, Any], checkpoint: dict[str, Any]) -> dict[str, Any]:
             return sup.relaunch(name, registry, failure, checkpoint)
 
-        @task
-        def prove(recovery: dict[str, Any]) -> dict[str, Any]:
-            return proof_ops.run_proof_task(name, registry)
+        prove = ProveStreamOperator(task_id="prove", stream=name, registry=registry)
 
         next_run = TriggerDagRunOperator(
             task_id="next_run", trigger_dag_id=dag_ids(name).supervisor, trigger_rule="none_failed",
@@ -86,9 +91,9 @@ def supervisor_dag(spec: Any, registry: str) -> DAG:
         failure = diagnose(watch.output)  # type: ignore[arg-type]
         cp = recover_checkpoint()
         failure >> cp
-        proof = prove(relaunch(failure, cp))  # type: ignore[arg-type]
+        relaunch(failure, cp) >> prove  # type: ignore[arg-type]
         reset >> ensure >> watch
-        proof >> chain_enabled() >> next_run
+        prove >> chain_enabled() >> next_run
     return dag
 
 
@@ -98,6 +103,7 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
     # promise, and a DAG that starts paused keeps none of it until someone finds the toggle.
     with DAG(dag_id=dag_ids(name).savepoint, schedule=spec.savepoints.airflow_schedule(), start_date=START,
              catchup=False, max_active_runs=1, tags=["rewind", name], is_paused_upon_creation=False,
+             default_args=alert_callbacks(spec, "savepoint", registry),
              doc_md=f"Savepoint of `{name}` (online copy of its last complete batch) to S3, then retention "
                     f"(keep {spec.savepoints.keep_last}, max age {spec.savepoints.max_age}). Triggered with "
                     "`action=restore` and a `savepoint_id` it restores that savepoint instead: stop the stream, "
@@ -114,23 +120,11 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
         def choose(**context: Any) -> str:
             return "restore" if context["params"].get("action") == "restore" else "take_savepoint"
 
-        @task
-        def restore(**context: Any) -> dict[str, Any]:
-            p = context["params"]
-            return savepoint_ops.restore_task(name, registry, p.get("savepoint_id") or "",
-                                              bool(p.get("relaunch", True)))
-
-        @task
-        def take_savepoint() -> dict[str, Any]:
-            return savepoint_ops.take_savepoint(name, registry)
-
-        @task
-        def apply_retention(saved: dict[str, Any]) -> dict[str, Any]:
-            return savepoint_ops.apply_retention(name, registry)
-
-        saved = take_savepoint()
-        choose() >> [saved, restore()]
-        apply_retention(saved)  # type: ignore[arg-type]  # an XComArg (see supervisor_dag)
+        restore = RestoreSavepointOperator(task_id="restore", stream=name, registry=registry,
+                                           savepoint_id="{{ params.savepoint_id }}", relaunch="{{ params.relaunch }}")
+        saved = SavepointOperator(task_id="take_savepoint", stream=name, registry=registry)
+        choose() >> [saved, restore]
+        saved >> SavepointRetentionOperator(task_id="apply_retention", stream=name, registry=registry)
     return dag
 
 
@@ -138,21 +132,23 @@ def dq_dag(spec: Any, registry: str) -> DAG:
     name = spec.name
     with DAG(dag_id=dag_ids(name).dq, schedule=timedelta(hours=1), start_date=START, catchup=False,
              max_active_runs=1, tags=["rewind", name], is_paused_upon_creation=False,
+             default_args=alert_callbacks(spec, "dq", registry),
              doc_md=f"Data-quality proof of `{name}`: every Kafka record up to the last committed batch is in "
-                    "the sink or the dead-letter table exactly once, windows reconcile.") as dag:
-        @task
-        def proof() -> dict[str, Any]:
-            return proof_ops.run_proof_task(name, registry)
-
-        proof()
+                    "the sink or the dead-letter table exactly once, windows reconcile. The first run waits "
+                    "for the stream's first committed batch (skipped if none comes within 45 minutes): before "
+                    "it there is nothing to prove.") as dag:
+        FirstBatchSensor(task_id="wait_first_batch", stream=name, registry=registry) >> ProveStreamOperator(
+            task_id="proof", stream=name, registry=registry)
     return dag
 
 
-def replay_dag(streams: list[str], registry: str) -> DAG:
-    """The on-call interface: the trigger form plans a replay (dry run by default) or runs it."""
+def replay_dag(streams: list[str], registry: str, alerts: bool = False) -> DAG:
+    """The on-call interface: the trigger form plans a replay (dry run by default) or runs it. With
+    ``alerts`` (a stream has them), a failed task alerts the notifier of the run's stream."""
     with DAG(
         dag_id=dag_ids("").replay, schedule=None, start_date=START, catchup=False, tags=["rewind", "replay"],
         is_paused_upon_creation=False, render_template_as_native_obj=False,
+        default_args={"on_failure_callback": [RewindAlerts("replay", registry)]} if alerts else {},
         doc_md="Replay an exact Kafka range `[from, to)` of a stream through its own transform into its sink "
                "(idempotent), or into shadow tables for comparison. Leave **dry_run** on to see the plan "
                "(offsets and record counts per partition) first. Bounds: an offset, `earliest`/`latest`, an "
@@ -176,9 +172,7 @@ def replay_dag(streams: list[str], registry: str) -> DAG:
                                                                 "default: the time"),
         },
     ) as dag:
-        @task
-        def plan(**context: Any) -> dict[str, Any]:
-            return replay_ops.plan_replay_task(context["params"], registry)
+        planned = PlanReplayOperator(task_id="plan", registry=registry)
 
         @task.short_circuit
         def not_dry_run(planned: dict[str, Any], **context: Any) -> bool:
@@ -187,12 +181,8 @@ def replay_dag(streams: list[str], registry: str) -> DAG:
                 return False
             return True
 
-        @task
-        def replay(planned: dict[str, Any], **context: Any) -> dict[str, Any]:
-            return replay_ops.run_replay_task(planned, context["params"], registry)
-
-        planned = plan()
-        not_dry_run(planned) >> replay(planned)  # type: ignore[arg-type]  # XComArgs (see supervisor_dag)
+        not_dry_run(planned.output) >> ReplayOperator(task_id="replay", planned=planned.output,  # type: ignore[arg-type]
+                                                      registry=registry)
     return dag
 
 
@@ -207,6 +197,6 @@ def build_dags(registry: str | None = None) -> dict[str, DAG]:
             dag = make(spec, registry)
             out[dag.dag_id] = dag
     if streams:
-        dag = replay_dag(sorted(streams), registry)
+        dag = replay_dag(sorted(streams), registry, any(s.alerts for s in streams.values()))
         out[dag.dag_id] = dag
     return out

@@ -1,8 +1,11 @@
 """The ``rewind_kafka`` connection: where Rewind's tasks find Kafka, and with which client settings.
 
-The connection follows the Apache Kafka provider's convention: its ``extra`` is the client
-configuration (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ``ssl.*``; Java or
-librdkafka names, ``rewind.kafka.client_config`` translates), so one connection serves both.
+The connection is of the Apache Kafka provider's type ``kafka`` (``KafkaBaseHook``; that provider
+owns the type and its form in the UI: Rewind does not register it again) and follows its
+convention: its ``extra`` is the client configuration (``bootstrap.servers``, ``security.protocol``,
+``sasl.*``, ``ssl.*``; Java or librdkafka names, ``rewind.kafka.client_config`` translates), so one
+connection serves both providers' hooks and operators. Any connection with such an ``extra`` (or
+a host and port) works, of whatever type.
 Without a connection, the environment or the embedded platform answers (as on the command line).
 """
 

@@ -1,18 +1,21 @@
-"""The DQ proof as a task: run it, store it, fail the task with its text when it fails."""
+"""The DQ proof as a task: run it, store it, fail the task with its text when it fails, skip it when the
+stream has committed nothing yet."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from airflow.sdk import BaseOperator
+
 from rewind_airflow.hooks.kafka import RewindKafkaHook
 from rewind_airflow.hooks.s3 import RewindS3Hook
 
 
-def run_proof_task(name: str, registry: str) -> dict[str, Any]:
+def run_proof_task(name: str, registry: str, run_id: str | None = None) -> dict[str, Any]:
     """The Great Expectations proof for what the stream has committed; fails the task with the counts,
-    example rows and links to the stored results and Data Docs."""
+    example rows and links to the stored results and Data Docs; skips it before the first committed batch."""
     from airflow.sdk import get_current_context
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from rewind.paths import paths_of
     from rewind.proof.dq import run_proof
@@ -21,7 +24,7 @@ def run_proof_task(name: str, registry: str) -> dict[str, Any]:
     from rewind.safe_names import run_dir_name
 
     spec = load_registry(registry).get(name)
-    run_id = run_dir_name(get_current_context()["run_id"])
+    run_id = run_dir_name(run_id or get_current_context()["run_id"])
     try:
         store = RewindS3Hook().store()
     except Exception as exc:  # noqa: BLE001 - the proof still runs; results stay in the run dir
@@ -31,6 +34,32 @@ def run_proof_task(name: str, registry: str) -> dict[str, Any]:
                        s3=store, run_id=run_id)
     text = format_proof(result)
     print(text)
+    if result.nothing_to_prove:
+        raise AirflowSkipException(text)
     if not result.ok:
         raise AirflowFailException(text)
     return {"ok": True, "counts": result.counts}
+
+
+class ProveStreamOperator(BaseOperator):
+    """The Great Expectations proof of what a stream has committed (``rewind.proof.dq.run_proof``).
+
+    Succeeds when the proof passes; fails (no retry) with the verdict, counts, example rows and links
+    when it fails; is skipped when the stream has committed no batch yet (nothing to prove, so no
+    false alarm on a fresh start). Results and Data Docs go to the run dir and, through ``rewind_s3``,
+    to S3.
+
+    :param stream: the registry stream to prove
+    :param registry: the registry file (default: ``$REWIND_REGISTRY``)
+    """
+
+    template_fields = ("stream",)
+
+    def __init__(self, *, stream: str, registry: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream, self.registry = stream, registry
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from rewind.settings import default_registry
+
+        return run_proof_task(self.stream, self.registry or str(default_registry()), context["run_id"])

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from airflow.sdk import BaseOperator
+
 from rewind_airflow.hooks.kafka import RewindKafkaHook
 
 
@@ -79,3 +81,52 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
         why = report.error or ("the DQ proof over the replayed range failed" if report.status != "ok" else failure)
         raise AirflowFailException(f"replay {planned['replay_id']} {report.status}: {why}; report {report_file}")
     return {"replay_id": planned["replay_id"], "report": str(report_file), "ok": True}
+
+
+class PlanReplayOperator(BaseOperator):
+    """Validate a replay request and plan it against Kafka (``rewind.replay.planner``); nothing is read or
+    written. Bad input (a range beyond retention, an unknown partition, a time without a zone) fails the
+    task, without retries, with the planner's message. Returns the stored plan (XCom) for ``ReplayOperator``.
+
+    :param request: the replay form (``stream``, ``from``, ``to``, ``topics``, ``partitions``, ``mode``,
+        ``allow_beyond_retention``, ``replay_id``); default: the DAG run's ``params``
+    :param registry: the registry file (default: ``$REWIND_REGISTRY``)
+    """
+
+    template_fields = ("request",)
+
+    def __init__(self, *, request: dict[str, Any] | None = None, registry: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.request, self.registry = request, registry
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        return plan_replay_task(dict(self.request or context["params"]), _registry(self.registry))
+
+
+class ReplayOperator(BaseOperator):
+    """Run a planned replay: the bounded Spark job through spark-submit (``rewind/jobs/replay.py``), which
+    writes the range through the stream's transform into its sink (or shadow tables) and proves it.
+    Fails with the report's verdict when the job or its proof fails; one replay per stream at a time.
+
+    :param planned: what ``PlanReplayOperator`` returned (its ``output``)
+    :param request: the replay form (default: the DAG run's ``params``)
+    :param registry: the registry file (default: ``$REWIND_REGISTRY``)
+    :param conn_id: the Spark connection spark-submit uses
+    """
+
+    template_fields = ("planned", "request")
+
+    def __init__(self, *, planned: Any, request: dict[str, Any] | None = None, registry: str | None = None,
+                 conn_id: str = "spark_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.planned, self.request, self.registry, self.conn_id = planned, request, registry, conn_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        return run_replay_task(dict(self.planned), dict(self.request or context["params"]), _registry(self.registry),
+                               self.conn_id)
+
+
+def _registry(given: str | None) -> str:
+    from rewind.settings import default_registry
+
+    return given or str(default_registry())

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow.sdk import BaseOperator
+
 from rewind_airflow.hooks.s3 import RewindS3Hook
 
 
@@ -84,3 +86,71 @@ def restore_task(name: str, registry: str, savepoint_id: str, relaunch: bool, st
     print(f"restored {sid} into {result.path} in {result.seconds:.1f}s; {name} resumes at {manifest.offsets}")
     return {"savepoint_id": sid, "batch_id": manifest.batch_id, "path": str(result.path),
             "was_running": was_running, "launched": bool(launched)}
+
+
+class SavepointOperator(BaseOperator):
+    """An online savepoint of a stream's last complete batch to S3 (``rewind.checkpoints.savepoints``).
+
+    Skipped, not failed, before the stream's first complete batch. Returns the savepoint's id, batch
+    and size.
+
+    :param stream: the registry stream
+    :param registry: the registry file (default: ``$REWIND_REGISTRY``)
+    """
+
+    template_fields = ("stream",)
+
+    def __init__(self, *, stream: str, registry: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream, self.registry = stream, registry
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        return take_savepoint(self.stream, _registry(self.registry))
+
+
+class SavepointRetentionOperator(BaseOperator):
+    """The registry's savepoint retention (``keep_last``, ``max_age``); the newest savepoint is always kept.
+
+    :param stream: the registry stream
+    :param registry: the registry file (default: ``$REWIND_REGISTRY``)
+    """
+
+    template_fields = ("stream",)
+
+    def __init__(self, *, stream: str, registry: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream, self.registry = stream, registry
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        return apply_retention(self.stream, _registry(self.registry))
+
+
+class RestoreSavepointOperator(BaseOperator):
+    """Restore a savepoint: check it exists (nothing is touched before), stop the stream after its current
+    batch, download and verify it into a fresh checkpoint, point the stream at it, launch it again.
+
+    :param stream: the registry stream
+    :param savepoint_id: the savepoint to restore (templated: e.g. ``{{ params.savepoint_id }}``)
+    :param relaunch: launch the stream again afterwards (also when the restore was refused, if it ran)
+    :param registry: the registry file (default: ``$REWIND_REGISTRY``)
+    :param conn_id: the Spark connection the relaunch spark-submits with
+    """
+
+    template_fields = ("stream", "savepoint_id", "relaunch")
+
+    def __init__(self, *, stream: str, savepoint_id: str, relaunch: bool | str = True, registry: str | None = None,
+                 conn_id: str = "spark_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream, self.savepoint_id, self.relaunch = stream, savepoint_id, relaunch
+        self.registry, self.conn_id = registry, conn_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        relaunch = self.relaunch if isinstance(self.relaunch, bool) else str(self.relaunch).lower() != "false"
+        return restore_task(self.stream, _registry(self.registry), self.savepoint_id or "", relaunch,
+                            conn_id=self.conn_id)
+
+
+def _registry(given: str | None) -> str:
+    from rewind.settings import default_registry
+
+    return given or str(default_registry())

@@ -7,6 +7,8 @@
   Airflow's own REST API with the caller's token, so Airflow creates and authorizes the run as if
   the user had pressed "Trigger" in its UI. Nothing is done here directly.
 - ``GET /rewind/api/streams/{stream}/dq/{run_id}/docs/{path}``: the proof's Data Docs site.
+- ``GET /rewind/metrics``: every stream as Prometheus metrics (``rewind.ops.metrics``), for a scraper
+  with an Airflow login (read access to DAGs) or ``Authorization: Bearer $REWIND_METRICS_TOKEN``.
 
 Access: every route depends on Airflow's ``get_user`` (JWT from ``Authorization: Bearer`` or the
 UI's ``_token`` cookie): no token -> 401, a bad one -> 403, and no data either way. Reading needs
@@ -163,6 +165,33 @@ def stream_views(request: Request, only: str | None = None) -> list[dict[str, An
     return out
 
 
+def metrics_text() -> bytes:
+    """Every registry stream's metrics (no S3, no Airflow look-ups: a scrape must stay cheap)."""
+    from rewind.ops.metrics import render
+    from rewind.ops.view import read_inputs
+
+    now = time.time()
+    reg = _registry()
+    return render([read_inputs(spec, store=None, now=now) for _, spec in sorted(reg.streams.items())], now)
+
+
+async def metrics_access(request: Request) -> None:
+    """A scraper's token (``REWIND_METRICS_TOKEN``), else an Airflow user who may read DAG runs (401/403)."""
+    import hmac
+
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag, resolve_user_from_token
+
+    from rewind.settings import metrics_token
+
+    token = metrics_token()
+    given = request.headers.get("authorization", "")
+    if token and hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        return
+    user = await resolve_user_from_token(user_token(request) or None)
+    requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN)(request, user)
+
+
 def _checked_stream(value: Any) -> Any:
     """The registry spec of a user-supplied stream name: 400 malformed, 404 unknown."""
     from rewind.safe_names import UnknownName, UnsafeName, check_stream
@@ -255,6 +284,13 @@ def create_app() -> Any:
     def streams(request: Request, user: Any = Depends(get_user)):
         return JSONResponse({"generated_at": time.time(), "user": user.get_name(), "streams": stream_views(request)},
                             headers={"Cache-Control": "no-store"})
+
+    @app.get("/metrics", dependencies=[Depends(metrics_access)])
+    def metrics():
+        from fastapi.responses import Response
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(metrics_text(), media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"})
 
     @app.get("/api/streams/{stream}", dependencies=read_access)
     def one_stream(stream: str, request: Request):

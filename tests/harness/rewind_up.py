@@ -32,6 +32,7 @@ class RewindUp:
 
     def __init__(self, home: Path, rate: int = 300) -> None:
         self.home = home
+        self.started_at = time.time()  # wall clock: what the no-false-alarm window counts from
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "rewind"), "up", "--rate", str(rate)],
                                      cwd=ROOT, env=newcomer_env(home), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -79,8 +80,9 @@ def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int
     """What the README promises of `rewind up`, checked while it runs: the demo stream at batch >= 2 on
     Spark's Kafka connector, a generated login printed and kept in a 0600 file, `rewind verify demo`
     proving it up to the last committed batch, the inventory stream beside it proven from its contract,
-    and the registry's savepoint, DQ and supervisor DAGs unpaused. Returns the streams' pids, which
-    Ctrl-C must stop. Shared by test_make_up and test_ui_browser (one `rewind up` serves both in CI)."""
+    and the registry's savepoint, DQ and supervisor DAGs unpaused, and no false alarm for its first 5
+    minutes: no DQ run failed, no FAIL on the page (``harness.no_false_alarm``). Returns the streams' pids,
+    which Ctrl-C must stop. Shared by test_make_up and test_ui_browser (one `rewind up` serves both in CI)."""
     home = up.home
     status_file, inventory_file = home / "status" / "demo.json", home / "status" / "inventory.json"
     while time.monotonic() < deadline and up.running():
@@ -100,7 +102,7 @@ def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int
     assert ui.group(3) in Path(pw_file.group(1)).read_text()
     assert st.source and st.source.startswith("KafkaV2"), f"not Spark's Kafka connector: {st.source}"
     # The README's promise: `rewind verify demo` while it runs proves up to the last committed batch.
-    verify = _rewind_cli(home, "verify", "demo")
+    verify = _rewind_cli(home, "verify", "demo", "--json")  # the summary alone on stdout (the verdict: stderr)
     assert "Traceback" not in verify.stderr, verify.stderr
     assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
     report = json.loads(verify.stdout)
@@ -113,7 +115,7 @@ def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int
         time.sleep(1)
     inv = read_status(inventory_file)
     assert inv and inv.state == "running" and (inv.last_batch_id or 0) >= 1, up.output[-4000:]
-    verify = _rewind_cli(home, "verify", "inventory")
+    verify = _rewind_cli(home, "verify", "inventory", "--json")
     assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
     inv_report = json.loads(verify.stdout)
     assert inv_report["ok"] and inv_report["sink_rows"] > 0 and inv_report["sink_dead_letters"] > 0, inv_report
@@ -125,4 +127,8 @@ def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int
                    "rewind_inventory_savepoint", "rewind_inventory_dq", "rewind_inventory_supervisor"):
         dag = client.get_dag(dag_id)
         assert dag["is_paused"] is False, (dag_id, dag)
+    from harness.no_false_alarm import check_no_false_alarm
+
+    seen = check_no_false_alarm(ui.group(1), ui.group(2), ui.group(3), home, up.started_at)
+    print("no false alarm: " + json.dumps(seen, default=str)[:2000], flush=True)
     return {"demo": st.pid, "inventory": inv.pid}
