@@ -12,7 +12,8 @@ plans one source scan and one parse per branch, three per record.
 
 The same ``build`` serves a replay's bounded batch read (``rewind.replay.run``): there the
 watermark is ignored, duplicates are dropped over the batch, and window rows are partial
-aggregates of the batch (the replay recomputes windows from the sink's events instead).
+aggregates of the batch; ``aggregates`` declares the window table, so the replay recomputes each
+window it touches from all of its records (``rewind.replay.aggregates``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pyarrow.compute as pc
 
 from rewind.demo.events import classify_many
 from rewind.demo.tables import TABLES, split_batch
-from rewind.stream.contract import Identity, Transform
+from rewind.stream.contract import Aggregate, Identity, Transform
 from rewind.stream.late_routing import LATE_CANDIDATE
 
 if TYPE_CHECKING:
@@ -107,6 +108,13 @@ class DemoTransform(Transform):
     @property
     def identity(self) -> Identity:
         return Identity(table="events", columns=("event_id",))
+
+    @property
+    def aggregates(self) -> Sequence[Aggregate]:
+        # Tumbling windows of event time per key; the measures let the proofs recompute them from
+        # expect()'s rows without Spark (a replay recomputes them by running build over their records).
+        return (Aggregate("window_results", keys=("key",), window="window_start", kind="window",
+                          measures={"event_count": "count", "amount_sum": "sum(amount)"}),)
 
     def expect(self, records: pd.DataFrame, spec: "StreamSpec") -> pd.DataFrame:
         """The classifier the stream's parse uses (``classify_many``), per record."""
