@@ -311,7 +311,7 @@ def test_proof_passes_and_stores_data_docs(demo_run, platform, tmp_path: Path) -
     assert index.is_file() and "exactly_once" in index.read_text()
     saved = json.loads(Path(result.local["result"]).read_text())
     assert saved["success"] is True and set(saved["suites"]) == {f"dq.exactly_once.{f}" for f in
-                                                                 ("events", "dead_letter", "coverage", "windows")}
+                                                                 ("events", "dead_letter", "coverage", "aggregates")}
     assert result.s3_error is None and result.s3["data_docs"].endswith(f"dq/dq/{result.run_id}/data_docs/index.html")
     prefix = f"dq/dq/{result.run_id}/"
     assert b"exactly_once" in (store.get_bytes(prefix + "data_docs/index.html") or b"")

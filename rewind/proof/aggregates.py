@@ -160,7 +160,7 @@ def _values(merged: pd.DataFrame, values: Sequence[str], i: int, suffix: str) ->
     for c in values:
         col = f"{c}{suffix}"
         v = merged[col].iat[i] if col in merged else None
-        parts.append(f"{c}={_plain(v)}")
+        parts.append(f"{c}={plain_value(v)}")
     return ", ".join(parts)
 
 
@@ -168,11 +168,11 @@ def _disagrees(merged: pd.DataFrame, values: Sequence[str], bad: np.ndarray, tab
     cols = [c for j, c in enumerate(values) if bad[j]]
     key = str(group).replace("\x1f", ", ")
     i = _row(merged, group)
-    return "; ".join(f"{table} [{key}] {c}: sink {_plain(merged[c].iat[i])!r}, recomputed "
-                     f"{_plain(merged[f'{c}_re'].iat[i])!r}" for c in cols)
+    return "; ".join(f"{table} [{key}] {c}: sink {plain_value(merged[c].iat[i])!r}, recomputed "
+                     f"{plain_value(merged[f'{c}_re'].iat[i])!r}" for c in cols)
 
 
-def _plain(v: Any) -> Any:
+def plain_value(v: Any) -> Any:
     """A value as plain Python for a message (None for nulls, isoformat for times)."""
     if v is None or (not isinstance(v, (str, bytes)) and pd.isna(v)):
         return None

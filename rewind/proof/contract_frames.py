@@ -96,7 +96,8 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     kafka_valid = d["_coord"].map(lambda c: bool(c in by_coord.index and pd.isna(by_coord.at[c, "reason"])))
     kafka_known = d["_coord"].map(lambda c: c in by_coord.index)
     reason = d["reason"].astype(object) if "reason" in d else pd.Series([None] * len(d), dtype=object)
-    wm = pd.to_datetime(d["watermark"], utc=True) if "watermark" in d else pd.Series(pd.NaT, index=d.index)
+    wm = pd.to_datetime(d["watermark"], utc=True) if "watermark" in d else \
+        pd.Series(pd.NaT, index=d.index, dtype="datetime64[ns, UTC]")
     et = d["_coord"].map(lambda c: by_coord.at[c, "event_time"] if c in by_coord.index else pd.NaT)
     et = pd.to_datetime(et, utc=True)
     is_late = (reason == late_reason).to_numpy(dtype=bool) & kafka_valid.to_numpy(dtype=bool)
