@@ -68,7 +68,8 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
                           keys: Mapping[str, Sequence[str]], dead_letter_table: str,
                           judged: np.ndarray | None = None, late_reason: str = "behind_watermark",
                           row_scope: Mapping[tuple[str, int], tuple[int, int]] | None = None,
-                          not_reconciled: Collection[str] = ()) -> ContractFrames:
+                          not_reconciled: Collection[str] = (),
+                          records_in: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> ContractFrames:
     """Kafka records with ``expect``'s columns, and the sink's tables -> the two frames (pure).
 
     ``expected``: one row per Kafka record read (coordinates + ``expect`` output). ``judged``: which
@@ -78,7 +79,9 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     identity rows at coordinates in the span are judged (they stand for records read); other
     tables are left to a full proof. ``not_reconciled``: more columns whose values are not compared
     (the proof from ``build`` skips a deduplicated row's Kafka coordinates: a batch may keep another
-    copy of the record than the stream kept).
+    copy of the record than the stream kept). ``records_in``: ranges every offset of which is a
+    Kafka record read, whether or not ``expected`` lists it (``build``'s rows leave out the copies its
+    deduplication dropped): a ``behind_watermark`` dead letter there is not unexpected.
     """
     exp = expected.reset_index(drop=True).copy()
     judged = np.ones(len(exp), dtype=bool) if judged is None else np.asarray(judged, dtype=bool)
@@ -95,6 +98,12 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     by_coord = exp.set_index("_coord")
     kafka_valid = d["_coord"].map(lambda c: bool(c in by_coord.index and pd.isna(by_coord.at[c, "reason"])))
     kafka_known = d["_coord"].map(lambda c: c in by_coord.index)
+    if records_in is not None and len(d):
+        from rewind.proof.frames import range_mask
+
+        read = range_mask(d, dict(records_in)) & (d["reason"] == late_reason).to_numpy(dtype=bool) \
+            if "reason" in d else np.zeros(len(d), dtype=bool)
+        kafka_known = kafka_known | pd.Series(read, index=d.index)
     reason = d["reason"].astype(object) if "reason" in d else pd.Series([None] * len(d), dtype=object)
     wm = pd.to_datetime(d["watermark"], utc=True) if "watermark" in d else \
         pd.Series(pd.NaT, index=d.index, dtype="datetime64[ns, UTC]")

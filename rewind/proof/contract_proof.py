@@ -113,6 +113,7 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
     aggregated = {a.table for a in transform.aggregates}
     sink = open_sink(spec, transform, spark)
     judged = None
+    read: dict[tuple[str, int], tuple[int, int]] | None = None
     notes: list[str] = []
     try:
         span_tables = None
@@ -133,7 +134,7 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
             from rewind.stream.outputs import spark_for
 
             spark = spark or spark_for(spec)
-            exp, span_tables = expected_from_build(spark, spec, transform, bootstrap, span)
+            exp, span_tables, read = expected_from_build(spark, spec, transform, bootstrap, span)
             not_reconciled = () if tuple(ident.columns) == tuple(COORDS) else (*COORDS, "kafka_timestamp")
             notes.append(f"no expect(): the sink is held to build() run as a bounded batch over the proved offsets "
                          f"({len(exp)} rows and dead letters)")
@@ -150,26 +151,29 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
         sink.dispose()
     frames = build_contract_frames(exp, tables, identity=ident, keys={t.name: t.key for t in transform.tables},
                                    dead_letter_table=transform.dead_letter_table, late_reason=BEHIND_WATERMARK,
-                                   row_scope=span, judged=judged, not_reconciled=not_reconciled)
+                                   row_scope=span, judged=judged, not_reconciled=not_reconciled,
+                                   records_in=None if has_expect(transform) else read)
     frames.aggregates = aggregates.frame
     frames.counts.update(aggregates.counts)
     frames.notes = notes + aggregates.notes
     return frames
 
 
-def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: str,
-                        span: Span | None) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: str, span: Span | None
+                        ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], dict[tuple[str, int], tuple[int, int]]]:
     """What the sink must hold for ``span`` without ``expect()``: ``build`` as a bounded batch over exactly
     those offsets, as the frame ``build_contract_frames`` reads (one row per identity row, with its
-    coordinates, and one per dead letter), and the batch's tables (aggregate rows name the groups)."""
+    coordinates, and one per dead letter), the batch's tables (aggregate rows name the groups), and
+    the ranges read."""
     from rewind.kafka.types import TP
     from rewind.stream.bounded import build_batch, partitions_of, whole_span
 
     earliest, ends = partitions_of(spec, bootstrap)
-    upper = None if span is None else {TP(t, int(p)): e for (t, p), (_, e) in span.items()}
-    ranges = whole_span(earliest, ends, upper)
-    if span is not None:
-        ranges = {tp: (max(lo, span.get((tp.topic, tp.partition), (lo, hi))[0]), hi) for tp, (lo, hi) in ranges.items()}
+    if span is None:
+        ranges = whole_span(earliest, ends)
+    else:  # exactly the span (what retention left of it)
+        ranges = {TP(t, int(p)): (max(int(lo), earliest.get(TP(t, int(p)), 0)), int(hi))
+                  for (t, p), (lo, hi) in span.items()}
     tables = build_batch(spark, spec, transform, bootstrap, ranges, earliest=earliest,
                          description=f"rewind proof of {spec.name}: build() over the proved offsets")
     ident = identity_of(transform)
@@ -193,7 +197,8 @@ def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: 
     exp["offset"] = pd.to_numeric(exp["offset"]).astype("int64")
     exp["event_time"] = pd.to_datetime(exp["event_time"], utc=True)
     exp["reason"] = exp["reason"].astype(object).where(exp["reason"].notna(), None)
-    return exp.sort_values(COORDS).reset_index(drop=True), tables
+    read = {(tp.topic, tp.partition): r for tp, r in ranges.items()}
+    return exp.sort_values(COORDS).reset_index(drop=True), tables, read
 
 
 def touched_rows(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span,

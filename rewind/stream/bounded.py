@@ -70,9 +70,10 @@ def build_batch(spark: Any, spec: Any, transform: Any, bootstrap: str, ranges: M
     branches of other kinds from the plan.
     """
     from rewind.stream.batch_writer import arrow_to_pandas
-    from rewind.stream.outputs import KIND, output_frame
+    from rewind.stream.outputs import KIND, output_frame, resolved_tables
     from rewind.stream.source import bounded_options, bounded_read
 
+    resolved_tables(transform, spec, spark)  # the default split routes to the columns build outputs
     live = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
     if not live:
         return transform.split(pd.DataFrame({KIND: pd.Series([], dtype=object)}), None)
