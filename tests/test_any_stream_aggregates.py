@@ -259,6 +259,12 @@ def test_replay_of_one_partition_never_shrinks_a_total(run: dict[str, Any]) -> N
     c = report["counts"]
     assert c["records_read"] == c["events_out"] + c["dead_letters_out"] + c["late"] + c["duplicates_collapsed"]
     assert report["proof"]["ok"] and report["proof"]["counts"]["aggregates_checked"] > 0, report["proof"]["text"]
+    from rewind.replay.report import ReplayReport, format_report
+
+    text = format_report(ReplayReport.from_json(report))
+    print(text)
+    assert f"{c['late']} behind the watermark (left dead letters" in text
+    assert "recomputed from all their records" in text
     assert_totals_equal_kafka(run["spec"], run["bootstrap"])
 
 
