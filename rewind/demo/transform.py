@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rewind.demo.events import classify_many
-from rewind.demo.tables import TABLES, split_batch
+from rewind.demo.tables import KINDS, TABLES
 from rewind.stream.contract import Aggregate, Identity, Transform
 from rewind.stream.late_routing import LATE_CANDIDATE
 
@@ -102,8 +102,9 @@ class DemoTransform(Transform):
     def build(self, source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
         return build(source, spec)
 
-    def split(self, frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
-        return split_batch(frame, batch_id)
+    @property
+    def kinds(self) -> dict[str, str]:
+        return KINDS  # the contract's default split routes by these
 
     @property
     def identity(self) -> Identity:
