@@ -6,8 +6,9 @@ reading the same range in the same run, and their ratios to it.
 Prints one JSON object (stdout holds only the JSON; Spark's and the services' output go to
 ``<work>/bench.log``). Each replay is what ``rewind replay run`` does (``rewind.replay.run.run_replay``):
 it writes into its own fresh SQLite sink (one registry entry per source and repetition) through the
-stream's own transform, in chunks, with the windows recomputed from the sink's events (1 s windows
-and a 1 s watermark delay, so nearly every window is closed and recomputed). Every replay's plan is
+stream's own transform, in chunks, with every window it touches recomputed from all its records (the
+transform over every retained record, ``rewind.replay.aggregates``; 1 s windows and a 1 s watermark
+delay, so nearly every window is closed and recomputed). Every replay's plan is
 made for its own stream and must cover exactly the same offsets as the others'.
 
 Order: all replays share one Spark session, and the first one pays for the Python workers' start-up
@@ -94,9 +95,9 @@ def replay_once(spark: Any, spec: Any, plan: Any, bootstrap: str, run_dir: Path,
             # per chunk: Kafka into Spark's cache and counted; that and the transform's job and collect;
             # the sink write (beside the next chunk's read)
             "chunk_phases_s": [{k: c.get(k) for k in ("count_s", "read_s", "write_s")} for c in report.chunks],
-            "phases_s": {k: v for k, v in report.seconds.items() if k in ("read_transform_write", "windows")},
+            "phases_s": {k: v for k, v in report.seconds.items() if k in ("read_transform_write", "aggregates")},
             "written": report.counts["written"],
-            "windows": {k: report.windows[k] for k in ("affected", "recomputed", "written", "left_open")},
+            "windows": {k: report.windows[k] for k in ("touched", "recomputed", "written", "left_open")},
             "proof_s": report.seconds.get("proof"), "proof_ok": report.proof["ok"] if report.proof else None}
 
 

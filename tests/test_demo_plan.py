@@ -89,8 +89,9 @@ def test_windows_close_and_ids_expire_when_the_watermark_passes_them(  # type: i
 
 def test_a_replays_plan_has_no_window_branch_and_its_events_name_the_same_windows(  # type: ignore[no-untyped-def]
         tmp_path: Path, spark) -> None:
-    """A replay leaves the transform's window rows out of its plan (``rewind.replay.job._without_recomputed``)
-    and learns the windows its events touch from the events (``event_pairs``). On a bounded batch of
+    """A replay leaves the transform's window rows out of its plan (``rewind.replay.chunks.without_kinds``)
+    and learns the windows its events touch from the events (``rewind.replay.recompute.touched_groups``:
+    the demo declares its window measures over the events' columns). On a bounded batch of
     demo records (keyless and keyed, duplicates, malformed, events a few windows apart, a key with
     odd characters): the filtered output is the full output without its window rows, row for row;
     Spark plans no aggregation for it beyond the deduplication; and the events' pairs are exactly
@@ -101,8 +102,10 @@ def test_a_replays_plan_has_no_window_branch_and_its_events_name_the_same_window
 
     from rewind.demo.events import make_event, malformed_payload
     from rewind.demo.transform import DemoTransform
-    from rewind.replay.job import _without_recomputed
-    from rewind.replay.windows import event_pairs, pairs_of
+    from rewind.proof.aggregates import group_text
+    from rewind.replay.chunks import without_kinds
+    from rewind.replay.recompute import from_identity_rows, touched_groups
+    from rewind.sink.schema import TableSpec
 
     spec = load_registry(write_registry(tmp_path / "s.yaml", demo_stream(
         "rplan", "t", tmp_path, window="3 seconds", watermark_delay="1 second"))).get("rplan")
@@ -117,8 +120,12 @@ def test_a_replays_plan_has_no_window_branch_and_its_events_name_the_same_window
             rows.append((key, value, "t", i % 4, len(rows), base + timedelta(milliseconds=37 * i + 5), 0))
     source = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset bigint, "
                                          "timestamp timestamp, timestampType int")
-    full = DemoTransform().build(source, spec)
-    replayed = _without_recomputed(full)
+    demo = DemoTransform()
+    tables: dict[str, TableSpec] = {t.name: t for t in demo.tables}
+    by_identity = from_identity_rows(demo, tables)
+    assert [a.table for a in by_identity] == ["window_results"]
+    full = demo.build(source, spec)
+    replayed = without_kinds(full, [a.output_kind for a in by_identity])
 
     def table(df) -> pd.DataFrame:  # type: ignore[no-untyped-def]
         return df.toPandas().sort_values(["kind", "topic", "partition", "offset"], na_position="first",
@@ -134,4 +141,6 @@ def test_a_replays_plan_has_no_window_branch_and_its_events_name_the_same_window
     assert aggregates(full) == 3 and aggregates(replayed) == 1  # two deduplications and the windows; one
     windows = whole[whole["kind"] == "window"]
     assert len(windows) > 10
-    assert event_pairs(without[without["kind"] == "event"], spec.durations()["window"]) == pairs_of(windows)
+    touched: dict = {}
+    touched_groups(demo, spec, demo.split(without, None), by_identity, touched)
+    assert set(touched["window_results"]) == set(group_text(windows, demo.aggregates[0]))

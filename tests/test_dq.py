@@ -18,11 +18,14 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from rewind.demo.events import make_event, malformed_payload
+from rewind.demo.transform import DemoTransform
+from rewind.proof.contract_proof import records_frame
 from rewind.proof.dq import run_proof
 from rewind.proof.frames import build_frames, kafka_frame, normalize_bounds
 from rewind.proof.gx import validate_frames
@@ -57,9 +60,19 @@ def scenario(n: int = 60):
     return records, ev_df, pd.DataFrame(dead), win
 
 
+DEMO = DemoTransform()
+
+
 def frames_of(records, ev, dead, win, **kw):  # type: ignore[no-untyped-def]
+    """The suite's frames with the demo's own rules (its expect() and window aggregate): the proof imports neither."""
     kw.setdefault("bounds", None)
-    return build_frames(kafka_frame(records, LATENESS), ev, dead, win, window=WINDOW, watermark_delay=DELAY, **kw)
+    expected = DEMO.expect(records_frame(records), SimpleNamespace(durations=lambda: {"allowed_lateness": LATENESS}))
+    return build_frames(kafka_frame(records, expected), ev, dead, win, window=WINDOW, watermark_delay=DELAY,
+                        aggregate=DEMO.aggregates[0], **kw)
+
+
+def states(frames) -> dict:  # type: ignore[no-untyped-def]
+    return frames.aggregates["aggregate_state"].value_counts().to_dict()
 
 
 def test_frames_of_a_consistent_sink() -> None:
@@ -71,8 +84,7 @@ def test_frames_of_a_consistent_sink() -> None:
     assert dup["offset"] >= 1000 and dup["sink_location"] == f"t/{dup['partition']}/{dup['offset'] - 1000}"
     assert (f.events["kafka_event_id"] == f.events["event_id"]).all()
     assert set(f.dead_letter["kafka_verdict"]) == {"dead"}
-    states = f.windows["window_state"].value_counts().to_dict()
-    assert set(states) == {"match"} and f.counts["windows_checked"] == len(win)
+    assert set(states(f)) == {"match"} and f.counts["windows_checked"] == len(win)
     assert f.counts["missing"] == 0 and f.counts["duplicate_sends"] == 8 and f.counts["records_in_range"] == 68
     assert f.range == {"t": {"0": [0, 1057], "1": [1, 1036]}}
 
@@ -117,10 +129,13 @@ def test_frames_name_each_defect() -> None:
     assert f.counts["duplicate_coordinate_rows"] == 2  # the repeated row, the forged row
     assert set(f.events.loc[f.events["event_id"] == "forged", "kafka_event_id"]) == {ev.iloc[4]["event_id"]}
     assert f.events.loc[f.events["offset"] == 555, "kafka_verdict"].tolist() == ["absent"]
-    w = f.windows.set_index(["window_start", "key"])["window_state"]
-    first = (pd.Timestamp(closed_first.iloc[0]["window_start"]).tz_convert("UTC"), closed_first.iloc[0]["key"])
+    w = f.aggregates.set_index("group")["aggregate_state"]
+    first = f"{pd.Timestamp(closed_first.iloc[0]['window_start']).tz_convert('UTC').isoformat()}\x1f" \
+            f"{closed_first.iloc[0]['key']}"
     assert w[first] == "missing"
-    assert (f.windows["window_state"] == "mismatch").sum() >= 1
+    assert (f.aggregates["aggregate_state"] == "mismatch").sum() >= 1
+    bad = f.aggregates[f.aggregates["aggregate_state"] == "mismatch"].iloc[0]["disagrees"]
+    assert "window_results [" in bad and "event_count: sink" in bad and "recomputed" in bad
     assert gone not in set(f.events["event_id"])
 
 
@@ -148,7 +163,7 @@ def test_bounds_judge_only_the_range() -> None:
     assert f.coverage["offset"].between(10, 30).all() and f.counts["records_in_range"] == 20
     assert f.counts["missing"] == 18 and f.events.empty
     # the range's windows only: those its own events fall in
-    assert pd.to_datetime(f.windows["window_start"], utc=True).min() >= T0 + timedelta(seconds=20)
+    assert pd.to_datetime(f.aggregates["window_start"], utc=True).min() >= T0 + timedelta(seconds=20)
 
 
 def test_empty_sink_and_empty_topic() -> None:
@@ -160,7 +175,7 @@ def test_empty_sink_and_empty_topic() -> None:
     assert f.counts["missing"] == f.counts["records_in_range"] == len(records) and f.events.empty
     assert f.counts["windows_checked"] == 0 and f.counts["windows_missing"] > 0
     f = frames_of([], empty["events"], empty["dead_letter"], empty["window_results"])
-    assert f.counts["records_in_range"] == 0 and f.coverage.empty and f.windows.empty and f.range == {}
+    assert f.counts["records_in_range"] == 0 and f.coverage.empty and f.aggregates.empty and f.range == {}
 
 
 def test_suite_verdicts_on_hand_made_frames() -> None:
@@ -176,8 +191,8 @@ def test_suite_verdicts_on_hand_made_frames() -> None:
     _, failures, _ = validate_frames(f.frames(), "unit", "r-bad", None)
     by = {x.name: x for x in failures}
     assert set(by) == {"no_duplicate_event_ids", "no_duplicate_event_coordinates", "events_match_kafka",
-                       "no_duplicate_dead_letter_coordinates", "no_kafka_record_missing", "window_counts_reconcile",
-                       "window_sums_reconcile", "closed_windows_present"}
+                       "no_duplicate_dead_letter_coordinates", "no_kafka_record_missing", "aggregates_reconcile",
+                       "closed_aggregates_present"}
     assert by["no_kafka_record_missing"].unexpected_count == 2
     assert {e["event_id"] for e in by["no_kafka_record_missing"].examples} == {ev.iloc[0]["event_id"]}
     assert by["events_match_kafka"].examples[0]["event_id"] == "forged"
@@ -296,7 +311,7 @@ def test_proof_passes_and_stores_data_docs(demo_run, platform, tmp_path: Path) -
     assert index.is_file() and "exactly_once" in index.read_text()
     saved = json.loads(Path(result.local["result"]).read_text())
     assert saved["success"] is True and set(saved["suites"]) == {f"dq.exactly_once.{f}" for f in
-                                                                 ("events", "dead_letter", "coverage", "windows")}
+                                                                 ("events", "dead_letter", "coverage", "aggregates")}
     assert result.s3_error is None and result.s3["data_docs"].endswith(f"dq/dq/{result.run_id}/data_docs/index.html")
     prefix = f"dq/dq/{result.run_id}/"
     assert b"exactly_once" in (store.get_bytes(prefix + "data_docs/index.html") or b"")
@@ -359,7 +374,7 @@ def test_proof_fails_with_names_counts_and_examples(demo_run, platform, tmp_path
     assert not result.ok
     by = {f.name: f for f in result.failures}
     assert set(by) == {"no_duplicate_event_ids", "no_duplicate_event_coordinates", "events_match_kafka",
-                       "no_kafka_record_missing", "window_counts_reconcile"}, text
+                       "no_kafka_record_missing", "aggregates_reconcile"}, text
     missing = by["no_kafka_record_missing"]
     assert missing.unexpected_count == result.counts["missing"] >= len(damage["gone"])
     assert {e["event_id"] for e in missing.examples} <= set(damage["gone"]) and len(missing.examples) == min(
@@ -369,7 +384,8 @@ def test_proof_fails_with_names_counts_and_examples(demo_run, platform, tmp_path
     assert {e["event_id"] for e in by["no_duplicate_event_ids"].examples} == {damage["dup"]}
     assert by["events_match_kafka"].examples[0]["event_id"] == "forged-1"
     assert by["no_duplicate_event_coordinates"].unexpected_count == 4  # two pairs of rows share coordinates
-    assert by["window_counts_reconcile"].examples[0]["key"] == damage["win_key"]
+    assert by["aggregates_reconcile"].examples[0]["group"].endswith(damage["win_key"])
+    assert "event_count: sink" in by["aggregates_reconcile"].examples[0]["disagrees"]
     assert result.counts["duplicate_event_rows"] == 1 and result.counts["windows_mismatched"] == 1
     for name in by:
         assert f"FAILED {name}" in text

@@ -84,3 +84,12 @@ def test_the_readme_map_names_every_package() -> None:
     folders = sorted({str(p.parent.relative_to(ROOT)) for p in modules().values()} - {"rewind"})
     missing = [f for f in folders if f"`{f}/" not in readme and f"`{f}`" not in readme]
     assert not missing, f"README's map of the code lacks {missing}"
+
+
+def test_no_proof_or_replay_imports_a_streams_code() -> None:
+    """The proofs and the replay read what a transform declares (rewind.stream.contract), never a
+    stream's own modules: every stream gets the same guarantees (issue 26)."""
+    streams = ("rewind.demo", "rewind.inventory")
+    bad = {m: sorted(i for i in imports_of(p, m) if i.startswith(streams)) for m, p in modules().items()
+           if m.startswith(("rewind.proof", "rewind.replay", "rewind.sink", "rewind.stream"))}
+    assert not {m: v for m, v in bad.items() if v}

@@ -137,16 +137,25 @@ def test_a_transform_must_implement_the_contract(tmp_path: Path) -> None:
         "class ElsewhereId(DemoTransform):\n    identity = Identity('nowhere', ('event_id',))\n"
         "class LackingId(DemoTransform):\n    identity = Identity('events', ('order_id',))\n"
         "class VersionedId(DemoTransform):\n    identity = Identity('events', ('event_id',), version='offset')\n"
-        "class NoDeadLetters(DemoTransform):\n    dead_letter_table = 'window_results'\n")
+        "class NoDeadLetters(DemoTransform):\n    dead_letter_table = 'window_results'\n"
+        "from rewind.stream.contract import Aggregate\n"
+        "class OtherGroup(DemoTransform):\n    aggregates = (Aggregate('window_results', keys=('merchant',)),)\n"
+        "class NoTotal(DemoTransform):\n"
+        "    aggregates = (Aggregate('window_results', keys=('key',), measures={'total': 'sum(amount)'}),)\n"
+        "class RawAggregate(DemoTransform):\n    aggregates = (Aggregate('dead_letter', keys=('topic',)),)\n")
     sys.path.insert(0, str(tmp_path))
     try:
         for ref, message in [("my_transforms:build", "is a function, not a class implementing"),
                              ("my_transforms:Nope", "has no 'Nope'"), ("no_such_module:X", "cannot import module"),
-                             ("my_transforms:Half", "must implement tables, build, split, identity and expect"),
+                             ("my_transforms:Half", "must implement tables and build"),
                              ("my_transforms:ElsewhereId", "identity table 'nowhere' is not among its tables"),
                              ("my_transforms:LackingId", r"lacking \['order_id'\]"),
                              ("my_transforms:VersionedId", "a 'latest' table needs it, other tables must not"),
-                             ("my_transforms:NoDeadLetters", "dead-letter table 'window_results' must be")]:
+                             ("my_transforms:NoDeadLetters", "dead-letter table 'window_results' must be"),
+                             ("my_transforms:OtherGroup", r"aggregate table 'window_results' must be keyed by its "
+                                                          r"group \['window_start', 'merchant'\]"),
+                             ("my_transforms:NoTotal", "aggregate table 'window_results' has no column 'total'"),
+                             ("my_transforms:RawAggregate", "must have on_conflict 'replace'")]:
             reg = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path, transform=ref))
             with pytest.raises(TransformRefused, match=f"stream s: transform '{ref}'.*{message}"):
                 load_transform(load_registry(reg).get("s"))

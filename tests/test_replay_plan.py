@@ -409,7 +409,7 @@ def test_repeats_counts_identities_an_earlier_chunk_output() -> None:
     import numpy as np
     import pandas as pd
 
-    from rewind.replay.job import _repeats
+    from rewind.replay.chunks import _repeats
 
     earlier = np.empty(0, dtype=np.uint64)
     first = pd.DataFrame({"event_id": ["a", "b", "c"], "amount": [1.0, 2.0, 3.0]})

@@ -1,14 +1,25 @@
 """The exactly-once checker over hand-made data: it must catch each kind of error."""
 
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pandas as pd
 
 from rewind.demo.events import make_event, malformed_payload
+from rewind.demo.transform import DemoTransform
+from rewind.proof.contract_proof import records_frame
 from rewind.proof.verify import KafkaRecord, check_exactly_once, recompute_windows
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-KW = dict(allowed_lateness=timedelta(seconds=20), window=timedelta(seconds=10), watermark_delay=timedelta(seconds=30))
+KW = dict(window=timedelta(seconds=10), watermark_delay=timedelta(seconds=30))
+DEMO = DemoTransform()
+SPEC = SimpleNamespace(durations=lambda: {"allowed_lateness": timedelta(seconds=20)})
+
+
+def check(records, events, dead, windows, **kw):  # type: ignore[no-untyped-def]
+    """The checker with the demo's own rules: its expect() and its window aggregate (the proof imports neither)."""
+    expected = DEMO.expect(records_frame(records), SPEC)
+    return check_exactly_once(records, events, dead, windows, expected=expected, aggregate=DEMO.aggregates[0], **kw)
 
 
 def scenario(n: int = 40):
@@ -33,47 +44,47 @@ def scenario(n: int = 40):
 
 def test_consistent_sink_passes() -> None:
     records, ev, dead, win = scenario()
-    rep = check_exactly_once(records, ev, dead, win, **KW)
+    rep = check(records, ev, dead, win, **KW)
     assert rep.ok, rep
     assert rep.duplicate_sends > 0 and rep.expected_dead_letters == 4 and rep.windows_checked == len(win)
 
 
 def test_missing_event_is_caught() -> None:
     records, ev, dead, win = scenario()
-    rep = check_exactly_once(records, ev.iloc[1:], dead, win, **KW)
+    rep = check(records, ev.iloc[1:], dead, win, **KW)
     assert not rep.ok and rep.missing_events == [ev.iloc[0]["event_id"]]
 
 
 def test_duplicate_row_is_caught() -> None:
     records, ev, dead, win = scenario()
-    rep = check_exactly_once(records, pd.concat([ev, ev.iloc[[3]]]), dead, win, **KW)
+    rep = check(records, pd.concat([ev, ev.iloc[[3]]]), dead, win, **KW)
     assert not rep.ok and rep.duplicate_event_rows == 1
 
 
 def test_missing_and_unexpected_dead_letters() -> None:
     records, ev, dead, win = scenario()
-    rep = check_exactly_once(records, ev, dead.iloc[1:], win, **KW)
+    rep = check(records, ev, dead.iloc[1:], win, **KW)
     assert rep.missing_dead_letters == [tuple(dead.iloc[0])]
     extra = pd.concat([dead, pd.DataFrame([{"topic": "t", "partition": 0, "offset": 9999}])])
-    assert check_exactly_once(records, ev, extra, win, **KW).unexpected_dead_letters == [("t", 0, 9999)]
+    assert check(records, ev, extra, win, **KW).unexpected_dead_letters == [("t", 0, 9999)]
 
 
 def test_window_mismatch_and_missing_window() -> None:
     records, ev, dead, win = scenario()
     bad = win.copy()
     bad.loc[0, "event_count"] += 1
-    assert check_exactly_once(records, ev, dead, bad, **KW).window_mismatches
-    assert check_exactly_once(records, ev, dead, win.iloc[1:], **KW).missing_windows
+    assert check(records, ev, dead, bad, **KW).window_mismatches
+    assert check(records, ev, dead, win.iloc[1:], **KW).missing_windows
     # a running stream emits a window in the batch after its watermark passes it: not missing before
     first = pd.Timestamp(win["window_start"].min())
-    assert not check_exactly_once(records, ev, dead, win.iloc[1:], **KW, closed_until=first).missing_windows
+    assert not check(records, ev, dead, win.iloc[1:], **KW, closed_until=first).missing_windows
 
 
 def test_event_at_wrong_coordinates() -> None:
     records, ev, dead, win = scenario()
     moved = ev.copy()
     moved.loc[0, "offset"] = 5555
-    assert check_exactly_once(records, moved, dead, win, **KW).wrong_coordinates
+    assert check(records, moved, dead, win, **KW).wrong_coordinates
 
 
 def test_bounds_keep_only_committed_coordinates() -> None:
@@ -107,8 +118,8 @@ def test_record_behind_the_watermark_is_a_dead_letter_not_a_missing_event() -> N
     late = ev.iloc[2]  # its only record goes to the dead-letter table, as the stream routes it
     ev2 = ev[ev["event_id"] != late["event_id"]]
     win2 = recompute_windows(ev2, timedelta(seconds=10))
-    rep = check_exactly_once(records, ev2, _behind(dead, records, int(late["offset"]), T0 + timedelta(minutes=5)),
-                             win2, **KW)
+    rep = check(records, ev2, _behind(dead, records, int(late["offset"]), T0 + timedelta(minutes=5)),
+       win2, **KW)
     assert rep.ok, rep
     assert rep.behind_watermark == 1 and rep.missing_events == []
 
@@ -118,15 +129,15 @@ def test_behind_watermark_needs_an_event_time_behind_it() -> None:
     late = ev.iloc[2]
     ev2 = ev[ev["event_id"] != late["event_id"]]
     win2 = recompute_windows(ev2, timedelta(seconds=10))
-    rep = check_exactly_once(records, ev2, _behind(dead, records, int(late["offset"]), T0 - timedelta(hours=1)),
-                             win2, **KW)
+    rep = check(records, ev2, _behind(dead, records, int(late["offset"]), T0 - timedelta(hours=1)),
+                win2, **KW)
     assert not rep.ok and len(rep.not_behind_watermark) == 1
 
 
 def test_a_record_both_event_and_dead_letter_is_caught() -> None:
     records, ev, dead, win = scenario()
-    rep = check_exactly_once(records, ev, _behind(dead, records, int(ev.iloc[2]["offset"]), T0 + timedelta(hours=1)),
-                             win, **KW)
+    rep = check(records, ev, _behind(dead, records, int(ev.iloc[2]["offset"]), T0 + timedelta(hours=1)),
+                win, **KW)
     assert not rep.ok and rep.events_also_dead == [("t", int(ev.iloc[2]["partition"]), int(ev.iloc[2]["offset"]))]
 
 
@@ -134,7 +145,7 @@ def test_one_duplicate_behind_the_watermark_other_copy_an_event() -> None:
     """An event sent twice: the first copy is the event row, the second arrived behind the watermark."""
     records, ev, dead, win = scenario()
     dup = next(r for r in records if r.offset >= 1000)
-    rep = check_exactly_once(records, ev, _behind(dead, records, dup.offset, T0 + timedelta(hours=1)), win, **KW)
+    rep = check(records, ev, _behind(dead, records, dup.offset, T0 + timedelta(hours=1)), win, **KW)
     assert rep.ok, rep
     assert rep.behind_watermark == 1
 

@@ -40,3 +40,34 @@ def stream_watermark(spec: Any, batch: int | None) -> tuple[datetime | None, int
         return datetime.fromtimestamp(int(wm) / 1000, UTC), batch, None
     except Exception as exc:  # noqa: BLE001 - the proof still stands on the raw horizon
         return None, batch, f"stream watermark unknown ({type(exc).__name__}: {exc}); windows judged by the raw horizon"
+
+
+def committed_end_offsets(spec: Any) -> dict[tuple[str, int], int] | None:
+    """Where the stream's last committed batch ended, per (topic, partition), from its checkpoint
+    (``offsets/N`` of the last ``commits/N``); None when the checkpoint cannot say. Why: a replay
+    recomputes an aggregate group from the records the stream has read, no further."""
+    from rewind.checkpoints.logs import parse_offsets_file
+    from rewind.checkpoints.pointer import active_checkpoint
+    from rewind.checkpoints.store import is_s3_url, open_store
+
+    try:
+        location = active_checkpoint(spec)
+        client = None
+        if is_s3_url(location):
+            from rewind.s3 import s3_client
+
+            client = s3_client()
+        store = open_store(location, client)
+        _, files = store.list_dir("commits")
+        ids = [int(f) for f in files if f.isdigit()]
+        if not ids:
+            return None
+        _, sources = parse_offsets_file(store.read_bytes(f"offsets/{max(ids)}").decode())
+    except Exception:  # noqa: BLE001 - no checkpoint (never ran), unreadable: the caller reads to the end
+        return None
+    out: dict[tuple[str, int], int] = {}
+    for source in sources:
+        for topic, parts in source.items():
+            for part, offset in parts.items():
+                out[(str(topic), int(part))] = max(out.get((str(topic), int(part)), 0), int(offset))
+    return out

@@ -124,6 +124,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-offsets", type=int, default=DEFAULT_CHUNK_OFFSETS, metavar="N",
                    help=f"offsets per Spark job (default {DEFAULT_CHUNK_OFFSETS:,}): bounds memory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (one log line per chunk stays)")
+    p.add_argument("--reprocess-late", action="store_true",
+                   help="bring the range's records the stream dead-lettered as behind_watermark back into its tables "
+                        "(their aggregate groups recomputed whole, then their dead letters deleted); see "
+                        "docs/add-your-stream.md, 'Late records'")
 
 
 def _s3_store(args: argparse.Namespace) -> Any:
@@ -181,7 +185,8 @@ def _run(args: argparse.Namespace, plan_json: str | None) -> int:
         else:
             plan = build_plan(args)
             spec = load_registry(args.registry).get(args.stream)
-        setup = prepare_replay(spec, plan, mode=args.mode, replay_id=args.replay_id, run_dir=args.run_dir)
+        setup = prepare_replay(spec, plan, mode=args.mode, replay_id=args.replay_id, run_dir=args.run_dir,
+                               reprocess_late=args.reprocess_late)
     except ReplayRefused as exc:
         return _refused(exc, args.json)
     except (KafkaTimeoutError, KafkaException) as exc:
@@ -190,10 +195,18 @@ def _run(args: argparse.Namespace, plan_json: str | None) -> int:
         return EXIT_FAILED
     store = _s3_store(args)
     if args.dry_run:
+        from rewind.replay.job import check_before_writing
+
+        try:
+            check_before_writing(setup, resolve_bootstrap(args.bootstrap))  # what a run would refuse
+        except ReplayRefused as exc:
+            return _refused(exc, args.json)
         if args.json:
+            from rewind.stream.contract import load_transform
+
+            names = [t.name for t in load_transform(spec).tables]
             print(json.dumps({"dry_run": True, "replay_id": setup.replay_id, "mode": setup.mode,
-                              "tables": {t: f"{setup.table_prefix}{t}" for t in ("events", "dead_letter",
-                                                                                 "window_results")},
+                              "tables": {t: f"{setup.table_prefix}{t}" for t in names},
                               "run_dir": str(setup.run_dir), "plan": plan.to_json()}))
         else:
             print(describe_replay(setup, store.url("") if store is not None else None, args.chunk_offsets))
@@ -201,7 +214,8 @@ def _run(args: argparse.Namespace, plan_json: str | None) -> int:
     try:
         report = run_replay(spec, plan, resolve_bootstrap(args.bootstrap), mode=setup.mode,
                             replay_id=setup.replay_id, run_dir=setup.run_dir, s3=store,
-                            progress=not args.no_progress, chunk_offsets=args.chunk_offsets)
+                            progress=not args.no_progress, chunk_offsets=args.chunk_offsets,
+                            reprocess_late=args.reprocess_late)
     except ReplayRefused as exc:
         return _refused(exc, args.json)
     except ReplayFailed as exc:

@@ -1,11 +1,8 @@
-"""The demo stream's sink tables and how one output batch splits into them."""
+"""The demo stream's sink tables, and which kind of output row goes to which."""
 
 from __future__ import annotations
 
-import pandas as pd
-
 from rewind.sink.schema import Column, TableSpec
-from rewind.stream.late_routing import LATE_CANDIDATE
 
 EVENTS = TableSpec(
     name="events",
@@ -28,19 +25,6 @@ WINDOWS = TableSpec(
              Column("batch_id", "bigint")),
     key=("window_start", "key"), on_conflict="replace")
 TABLES = (EVENTS, DEAD_LETTER, WINDOWS)
-#: Output row kind -> table. Records behind the watermark (late candidates the batch writer kept)
-#: are dead letters like the transform's own.
-_KIND_TO_TABLE = {"event": EVENTS, "dead": DEAD_LETTER, LATE_CANDIDATE: DEAD_LETTER, "window": WINDOWS}
-
-
-def split_batch(frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
-    """Tagged output rows -> one frame per sink table, with the batch id on every row."""
-    out: dict[str, pd.DataFrame] = {}
-    for spec in TABLES:
-        kinds = [k for k, t in _KIND_TO_TABLE.items() if t is spec]
-        part = frame[frame["kind"].isin(kinds)]
-        cols = [c.name for c in spec.columns if c.name != "batch_id"]
-        table = part.reindex(columns=cols)  # a column no row of this batch carries is NULL
-        table["batch_id"] = batch_id
-        out[spec.name] = table
-    return out
+#: Output row kind -> table, for the contract's default split (records behind the watermark, late
+#: candidates the batch writer kept, are dead letters like the transform's own).
+KINDS = {"event": EVENTS.name, "dead": DEAD_LETTER.name, "window": WINDOWS.name}

@@ -12,7 +12,8 @@ plans one source scan and one parse per branch, three per record.
 
 The same ``build`` serves a replay's bounded batch read (``rewind.replay.run``): there the
 watermark is ignored, duplicates are dropped over the batch, and window rows are partial
-aggregates of the batch (the replay recomputes windows from the sink's events instead).
+aggregates of the batch; ``aggregates`` declares the window table, so the replay recomputes each
+window it touches from all of its records (``rewind.replay.aggregates``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rewind.demo.events import classify_many
-from rewind.demo.tables import TABLES, split_batch
-from rewind.stream.contract import Identity, Transform
+from rewind.demo.tables import KINDS, TABLES
+from rewind.stream.contract import Aggregate, Identity, Transform
 from rewind.stream.late_routing import LATE_CANDIDATE
 
 if TYPE_CHECKING:
@@ -101,12 +102,20 @@ class DemoTransform(Transform):
     def build(self, source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
         return build(source, spec)
 
-    def split(self, frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
-        return split_batch(frame, batch_id)
+    @property
+    def kinds(self) -> dict[str, str]:
+        return KINDS  # the contract's default split routes by these
 
     @property
     def identity(self) -> Identity:
         return Identity(table="events", columns=("event_id",))
+
+    @property
+    def aggregates(self) -> Sequence[Aggregate]:
+        # Tumbling windows of event time per key; the measures let the proofs recompute them from
+        # expect()'s rows without Spark (a replay recomputes them by running build over their records).
+        return (Aggregate("window_results", keys=("key",), window="window_start", kind="window",
+                          measures={"event_count": "count", "amount_sum": "sum(amount)"}),)
 
     def expect(self, records: pd.DataFrame, spec: "StreamSpec") -> pd.DataFrame:
         """The classifier the stream's parse uses (``classify_many``), per record."""

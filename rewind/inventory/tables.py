@@ -8,8 +8,6 @@ batch commits last; the sink's ``on_conflict="latest"`` does that in one idempot
 
 from __future__ import annotations
 
-import pandas as pd
-
 from rewind.sink.schema import Column, TableSpec
 
 STOCK = TableSpec(
@@ -30,17 +28,5 @@ DEAD_LETTER = TableSpec(
              Column("watermark", "timestamp")),  # always NULL here: the stream has no watermark
     key=("topic", "partition", "offset"), on_conflict="ignore")
 TABLES = (STOCK, DEAD_LETTER)
-#: Output row kind -> table.
-KIND_TO_TABLE = {"stock": STOCK, "dead": DEAD_LETTER}
-
-
-def split_batch(frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
-    """Tagged output rows -> one frame per sink table, with the batch id on every row (pure)."""
-    out: dict[str, pd.DataFrame] = {}
-    for kind, spec in KIND_TO_TABLE.items():
-        part = frame[frame["kind"] == kind]
-        cols = [c.name for c in spec.columns if c.name != "batch_id"]
-        table = part.reindex(columns=cols).reset_index(drop=True)  # a column no row carries is NULL
-        table["batch_id"] = batch_id
-        out[spec.name] = table
-    return out
+#: Output row kind -> table, for the contract's default split.
+KINDS = {"stock": STOCK.name, "dead": DEAD_LETTER.name}

@@ -21,7 +21,7 @@ import pandas as pd
 
 from rewind.inventory import rules
 from rewind.inventory.catalog import load_catalog
-from rewind.inventory.tables import DEAD_LETTER, STOCK, TABLES, split_batch
+from rewind.inventory.tables import DEAD_LETTER, KINDS, STOCK, TABLES
 from rewind.stream.contract import Identity, Transform
 
 if TYPE_CHECKING:
@@ -65,8 +65,9 @@ class InventoryTransform(Transform):
     def build(self, source: DataFrame, spec: Any) -> DataFrame:
         return build(source)
 
-    def split(self, frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
-        return split_batch(frame, batch_id)
+    @property
+    def kinds(self) -> dict[str, str]:
+        return KINDS  # the contract's default split routes by these
 
     @property
     def identity(self) -> Identity:

@@ -217,12 +217,13 @@ def earliest_offsets(bootstrap_servers: str, partitions: Iterable[TP | str] | st
 
 
 def check_reachable(bootstrap_servers: str, topics: Iterable[str], config: Mapping[str, Any] | None = None,
-                    timeout_s: float = 15.0) -> dict[str, int]:
+                    timeout_s: float = 15.0, partitions: int | None = None) -> dict[str, int]:
     """Partition count of each topic. Runs before Spark starts, so a wrong bootstrap, security
     setting or topic costs seconds, not a Spark start-up and a stack trace. Raises
     ``KafkaAuthenticationError`` when the broker rejects the credentials, ``KafkaUnreachable`` when
     no broker answers within ``timeout_s`` or one closes the connection on the request (a listener
-    that expects another security protocol), ``UnknownTopicError`` naming every missing topic."""
+    that expects another security protocol), ``UnknownTopicError`` naming every missing topic (and,
+    given ``partitions``, the registry's partition count in the command that creates them)."""
     from confluent_kafka.admin import AdminClient
 
     conf = {k: v for k, v in base_consumer_config(bootstrap_servers, config).items()
@@ -234,8 +235,9 @@ def check_reachable(bootstrap_servers: str, topics: Iterable[str], config: Mappi
     topics = list(topics)
     missing = [t for t in topics if t not in meta.topics or meta.topics[t].error is not None]
     if missing:
+        hint = " ".join(f"`rewind produce --topic {t} --count 0 --partitions {partitions or 3}`" for t in missing)
         raise UnknownTopicError(f"Kafka topic(s) {', '.join(missing)} do not exist on {bootstrap_servers}; create them "
-                                "(e.g. `rewind produce --topic NAME --count 0`) or fix the registry")
+                                f"({hint}) or fix the registry")
     return {t: len(meta.topics[t].partitions) for t in topics}
 
 

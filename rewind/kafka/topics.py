@@ -12,10 +12,10 @@ log = logging.getLogger(__name__)
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1, timeout_s: float = 15.0,
-                 config: dict[str, str] | None = None) -> int:
+                 config: dict[str, str] | None = None, topic_config: dict[str, str] | None = None) -> int:
     """Create ``topic`` with ``partitions`` if it does not exist; return its partition count (an
     existing topic is used as it is, with a warning when its count differs). ``config``: more
-    librdkafka settings (security)."""
+    librdkafka settings (security); ``topic_config``: the new topic's own settings (cleanup.policy...)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -26,7 +26,8 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, replication: int =
         if have != partitions:
             log.warning("topic %s exists with %d partitions (asked for %d); using it as is", topic, have, partitions)
         return have
-    for fut in admin.create_topics([NewTopic(topic, partitions, replication)]).values():
+    new = NewTopic(topic, partitions, replication, config=dict(topic_config or {}))
+    for fut in admin.create_topics([new]).values():
         try:
             fut.result(timeout=timeout_s)
         except KafkaException as exc:  # created meanwhile by another process: fine

@@ -182,7 +182,7 @@ def dq_view(proof: dict[str, Any] | None, at: float | None) -> dict[str, Any] | 
         return None
     counts = proof.get("counts") or {}
     keep = ("kafka_records", "events", "dead_letters", "missing", "duplicate_event_rows", "windows_checked",
-            "windows_mismatched", "windows_pending")
+            "windows_mismatched", "windows_pending", "aggregates_checked", "aggregates_mismatch")
     return {"run_id": proof.get("run_id"), "ok": bool(proof.get("ok")), "at": at,
             "nothing_to_prove": proof.get("nothing_to_prove"),
             "expectations": proof.get("expectations"),

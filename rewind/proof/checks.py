@@ -17,21 +17,24 @@ from typing import Any
 SUITE = "exactly_once"
 #: Kafka coordinates: what ties a sink row to the record it came from.
 COORDS = ["topic", "partition", "offset"]
-FRAMES = ("events", "dead_letter", "coverage", "windows")
-#: Sink window sums and recomputed sums may differ in the last bits (summation order).
+FRAMES = ("events", "dead_letter", "coverage", "aggregates")
+#: Sink sums and recomputed sums may differ in the last bits (summation order).
 SUM_TOLERANCE = 1e-6
 #: landed_in values of a correct sink (``missing`` is judged by its own expectation).
 LANDED_OK = ("events", "dead_letter", "duplicate_send", "behind_watermark")
 
+AGGREGATES_NOTE = ("One row per group (window x keys) of every aggregate table: the sink's values beside their "
+                   "recomputation from the Kafka records; aggregate_state is match, mismatch, missing (closed by the "
+                   "stream's watermark but absent), pending (not closed yet), unexpected (no record makes it) or "
+                   "duplicate; disagrees names the table, the group and both values.")
 #: What each frame holds (the suite's notes in the Data Docs).
 FRAME_NOTES = {
     "events": "The sink's event rows whose Kafka coordinates are in the range; kafka_event_id is the id of the "
               "valid Kafka record at those coordinates.",
-    "dead_letter": "The sink's dead-letter rows in the range; kafka_verdict is the shared classifier's verdict "
+    "dead_letter": "The sink's dead-letter rows in the range; kafka_verdict is the stream's verdict (its expect()) "
                    "on the Kafka record at those coordinates.",
     "coverage": "One row per Kafka data record in the range; landed_in says where it is in the sink.",
-    "windows": "Sink window results joined with the recomputation from the raw Kafka events; window_state is "
-               "match, mismatch, missing (closed by the watermark but absent) or pending (not closed yet).",
+    "aggregates": AGGREGATES_NOTE,
 }
 
 
@@ -50,6 +53,22 @@ def _not_null(prefix: str, frame: str, columns: Sequence[str], what: str) -> lis
     return [Check(f"{c if c.startswith(prefix) else f'{prefix}_{c}'}_not_null", frame,
                   "ExpectColumnValuesToNotBeNull", {"column": c}, f"Every {what} row has a value in {c} (no nulls).")
             for c in columns]
+
+
+#: What every suite checks of aggregate tables (frame ``aggregates``, ``rewind.proof.aggregates``).
+AGGREGATE_CHECKS: tuple[Check, ...] = (
+    Check("no_duplicate_aggregate_rows", "aggregates", "ExpectColumnValuesToNotBeInSet",
+          {"column": "aggregate_state", "value_set": ["duplicate"]},
+          "Each group (window x keys) of an aggregate table has one row."),
+    Check("aggregates_reconcile", "aggregates", "ExpectColumnValuesToNotBeInSet",
+          {"column": "aggregate_state", "value_set": ["mismatch", "unexpected"]},
+          "Every aggregate row holds the values recomputed from all the Kafka records of its group (all "
+          f"partitions, the whole window; sums within {SUM_TOLERANCE}), and no row stands for a group no record "
+          "makes."),
+    Check("closed_aggregates_present", "aggregates", "ExpectColumnValuesToNotBeInSet",
+          {"column": "aggregate_state", "value_set": ["missing"]},
+          "Every group the stream's watermark has closed (and that holds records) has its row."),
+)
 
 
 CHECKS: tuple[Check, ...] = (
@@ -80,30 +99,20 @@ CHECKS: tuple[Check, ...] = (
           {"column": "landed_in", "value_set": [*LANDED_OK, "missing"]},
           "Each Kafka record is in exactly one place: its event at its own coordinates, its dead letter (also "
           "behind_watermark), or (a duplicate send) the one event row of its id at another record carrying that id."),
-    Check("no_duplicate_windows", "windows", "ExpectCompoundColumnsToBeUnique",
-          {"column_list": ["window_start", "key"]}, "Each (window, key) has one result."),
-    *_not_null("window", "windows", ["window_start", "key"], "window"),
-    Check("window_counts_reconcile", "windows", "ExpectColumnPairValuesToBeEqual",
-          {"column_A": "sink_count", "column_B": "expected_count", "ignore_row_if": "either_value_is_missing"},
-          "Every window result's event_count equals the count recomputed from the raw Kafka events."),
-    Check("window_sums_reconcile", "windows", "ExpectColumnValuesToBeBetween",
-          {"column": "sum_diff", "min_value": 0, "max_value": SUM_TOLERANCE},
-          f"Every window result's amount_sum equals the sum recomputed from the raw Kafka events "
-          f"(|difference| <= {SUM_TOLERANCE})."),
-    Check("closed_windows_present", "windows", "ExpectColumnValuesToNotBeInSet",
-          {"column": "window_state", "value_set": ["missing"]},
-          "Every window the stream's watermark has closed (and that holds raw events) is in the sink."),
+    *AGGREGATE_CHECKS,
 )
 
 
-#: The suite of any stream proven from its contract (``dq_suite: contract``): two frames built by
-#: ``rewind.proof.contract_frames`` from what the transform declares.
+#: The suite of any stream proven from its contract (``dq_suite: contract``): three frames built by
+#: ``rewind.proof.contract_frames`` and ``rewind.proof.aggregates`` from what the transform declares.
 CONTRACT_SUITE = "contract"
 CONTRACT_FRAME_NOTES = {
     "coverage": "One row per Kafka record in the range; landed_in says where it is: its identity's row, its dead "
                 "letter, or behind the watermark.",
     "rows": "One row per sink row of every declared table; row_check says whether its key is unique and whether its "
-            "identity, version and values are what the transform's expect() recomputes from Kafka.",
+            "identity, version and values are what the transform recomputes from Kafka (its expect(), or its "
+            "build() run as a bounded batch over the proved offsets).",
+    "aggregates": AGGREGATES_NOTE,
 }
 CONTRACT_CHECKS: tuple[Check, ...] = (
     Check("no_kafka_record_missing", "coverage", "ExpectColumnValuesToNotBeInSet",
@@ -120,6 +129,8 @@ CONTRACT_CHECKS: tuple[Check, ...] = (
           "Uniqueness: no declared key (of any output table, and of the dead-letter table) is held twice."),
     Check("rows_match_kafka", "rows", "ExpectColumnValuesToBeInSet",
           {"column": "row_check", "value_set": ["ok", "duplicate_key"]},
-          "Nothing is in the sink that Kafka does not hold, and every row holds what the transform's expect() "
-          "recomputes for the record it stands for (values reconciled column by column; 'disagrees' names them)."),
+          "Nothing is in the sink that Kafka does not hold, and every row holds what the transform recomputes for the "
+          "record it stands for (its expect(), or its build() over the proved offsets; values reconciled column by "
+          "column; 'disagrees' names them)."),
+    *AGGREGATE_CHECKS,
 )

@@ -30,20 +30,23 @@ Pure (no I/O): ``rewind.proof.contract_proof`` reads Kafka and the sink.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from rewind.proof.aggregates import FRAME_COLUMNS
 from rewind.proof.checks import COORDS
+from rewind.proof.values import coords_of as _coords
+from rewind.proof.values import equal_values as _equal
+from rewind.proof.values import text_key as _text
 
 #: What ``expect`` must return beside the identity columns.
 EXPECT_COLUMNS = ("reason", "event_time")
 #: Columns a proof never reconciles (who wrote the row, not what it holds).
 NOT_RECONCILED = frozenset(("batch_id", "kafka_timestamp", "watermark", "raw_value"))
-FLOAT_TOLERANCE = 1e-6
 
 
 @dataclass
@@ -53,75 +56,20 @@ class ContractFrames:
     counts: dict[str, Any]
     range: dict[str, dict[str, list[int]]]
     span: Mapping[tuple[str, int], tuple[int, int]] | None = None  # what a bounded proof read
+    aggregates: pd.DataFrame | None = None  # one row per aggregate group (rewind.proof.aggregates)
+    notes: list[str] = field(default_factory=list)
 
     def frames(self) -> dict[str, pd.DataFrame]:
-        return {"coverage": self.coverage, "rows": self.rows}
-
-
-def _text(frame: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
-    """Identity columns as one comparable text key (a sink reads ints as Int64, expect may give str)."""
-    if not len(frame):
-        return pd.Series([], dtype=object, index=frame.index)
-    parts = [frame[c].map(lambda v: None if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA
-                          else str(v)) for c in columns]
-    out = parts[0].astype(object)
-    for p in parts[1:]:
-        out = out.combine(p, lambda a, b: None if a is None or b is None else f"{a}\x1f{b}")
-    return out
-
-
-def _coords(frame: pd.DataFrame) -> pd.Series:
-    if not len(frame):
-        return pd.Series([], dtype=object, index=frame.index)
-    return pd.Series(list(zip(frame["topic"].astype(str), pd.to_numeric(frame["partition"]).astype("int64"),
-                              pd.to_numeric(frame["offset"]).astype("int64"))), index=frame.index, dtype=object)
-
-
-def _equal(a: pd.Series, b: pd.Series) -> np.ndarray:
-    """Reconciled values against their recomputation, vectorized: floats within tolerance, times as
-    UTC instants, both null equal; anything else falls back to ``_same`` per value."""
-    a_null, b_null = a.isna().to_numpy(), b.isna().to_numpy()
-    both = a_null & b_null
-    try:
-        if pd.api.types.is_datetime64_any_dtype(a) or pd.api.types.is_datetime64_any_dtype(b):
-            eq = (pd.to_datetime(a, utc=True) == pd.to_datetime(b, utc=True)).to_numpy(dtype=bool)
-            return both | eq
-        if pd.api.types.is_numeric_dtype(a) and pd.api.types.is_numeric_dtype(b):
-            x = pd.to_numeric(a).astype("float64").to_numpy()
-            y = pd.to_numeric(b).astype("float64").to_numpy()
-            with np.errstate(invalid="ignore"):
-                eq = (x == y) | (np.abs(x - y) <= FLOAT_TOLERANCE * np.maximum(1.0, np.abs(y)))  # x == y: inf
-            return both | (eq & ~a_null & ~b_null)
-    except (TypeError, ValueError):
-        pass
-    return np.fromiter((_same(x, y) for x, y in zip(a, b)), dtype=bool, count=len(a))
-
-
-def _same(a: Any, b: Any) -> bool:
-    """One reconciled value against its recomputation: floats within tolerance, times as UTC instants."""
-    a_null = a is None or a is pd.NA or (isinstance(a, float) and np.isnan(a)) or a is pd.NaT
-    b_null = b is None or b is pd.NA or (isinstance(b, float) and np.isnan(b)) or b is pd.NaT
-    if a_null or b_null:
-        return a_null and b_null
-    if isinstance(a, (pd.Timestamp, np.datetime64)) or isinstance(b, (pd.Timestamp, np.datetime64)):
-        ta, tb = pd.Timestamp(a), pd.Timestamp(b)
-        ta = ta.tz_localize("UTC") if ta.tzinfo is None else ta
-        tb = tb.tz_localize("UTC") if tb.tzinfo is None else tb
-        return bool(ta == tb)
-    if isinstance(a, (float, np.floating)) or isinstance(b, (float, np.floating)):
-        try:
-            return bool(abs(float(a) - float(b)) <= FLOAT_TOLERANCE * max(1.0, abs(float(b))))
-        except (TypeError, ValueError):
-            return False
-    if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
-        return int(a) == int(b)
-    return str(a) == str(b)
+        aggregates = self.aggregates if self.aggregates is not None else pd.DataFrame(columns=FRAME_COLUMNS)
+        return {"coverage": self.coverage, "rows": self.rows, "aggregates": aggregates}
 
 
 def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFrame], *, identity: Any,
                           keys: Mapping[str, Sequence[str]], dead_letter_table: str,
                           judged: np.ndarray | None = None, late_reason: str = "behind_watermark",
-                          row_scope: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> ContractFrames:
+                          row_scope: Mapping[tuple[str, int], tuple[int, int]] | None = None,
+                          not_reconciled: Collection[str] = (),
+                          records_in: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> ContractFrames:
     """Kafka records with ``expect``'s columns, and the sink's tables -> the two frames (pure).
 
     ``expected``: one row per Kafka record read (coordinates + ``expect`` output). ``judged``: which
@@ -129,7 +77,11 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     version from beyond the range). ``keys``: every sink table's key (name -> columns).
     ``row_scope``: a bounded proof's span: the sink holds only the rows its records touch, and only
     identity rows at coordinates in the span are judged (they stand for records read); other
-    tables are left to a full proof.
+    tables are left to a full proof. ``not_reconciled``: more columns whose values are not compared
+    (the proof from ``build`` skips a deduplicated row's Kafka coordinates: a batch may keep another
+    copy of the record than the stream kept). ``records_in``: ranges every offset of which is a
+    Kafka record read, whether or not ``expected`` lists it (``build``'s rows leave out the copies its
+    deduplication dropped): a ``behind_watermark`` dead letter there is not unexpected.
     """
     exp = expected.reset_index(drop=True).copy()
     judged = np.ones(len(exp), dtype=bool) if judged is None else np.asarray(judged, dtype=bool)
@@ -146,8 +98,15 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     by_coord = exp.set_index("_coord")
     kafka_valid = d["_coord"].map(lambda c: bool(c in by_coord.index and pd.isna(by_coord.at[c, "reason"])))
     kafka_known = d["_coord"].map(lambda c: c in by_coord.index)
+    if records_in is not None and len(d):
+        from rewind.proof.frames import range_mask
+
+        read = range_mask(d, dict(records_in)) & (d["reason"] == late_reason).to_numpy(dtype=bool) \
+            if "reason" in d else np.zeros(len(d), dtype=bool)
+        kafka_known = kafka_known | pd.Series(read, index=d.index)
     reason = d["reason"].astype(object) if "reason" in d else pd.Series([None] * len(d), dtype=object)
-    wm = pd.to_datetime(d["watermark"], utc=True) if "watermark" in d else pd.Series(pd.NaT, index=d.index)
+    wm = pd.to_datetime(d["watermark"], utc=True) if "watermark" in d else \
+        pd.Series(pd.NaT, index=d.index, dtype="datetime64[ns, UTC]")
     et = d["_coord"].map(lambda c: by_coord.at[c, "event_time"] if c in by_coord.index else pd.NaT)
     et = pd.to_datetime(et, utc=True)
     is_late = (reason == late_reason).to_numpy(dtype=bool) & kafka_valid.to_numpy(dtype=bool)
@@ -182,7 +141,7 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     coverage["landed_in"] = landed.astype(object)
     coverage = coverage[judged].reset_index(drop=True)
 
-    rows = _judge_rows(exp[valid], t, identity, keys.get(identity.table, ids))
+    rows = _judge_rows(exp[valid], t, identity, keys.get(identity.table, ids), not_reconciled)
     if row_scope is not None:
         rows = rows[_in_scope(rows, row_scope)].reset_index(drop=True)
     dead_rows = d[[*COORDS, "reason"]].copy() if len(d) else pd.DataFrame(columns=[*COORDS, "reason"])
@@ -214,11 +173,13 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     return ContractFrames(coverage, all_rows, counts, _range_doc(coverage))
 
 
-def _judge_rows(valid: pd.DataFrame, t: pd.DataFrame, identity: Any, key: Sequence[str]) -> pd.DataFrame:
+def _judge_rows(valid: pd.DataFrame, t: pd.DataFrame, identity: Any, key: Sequence[str],
+                not_reconciled: Collection[str] = ()) -> pd.DataFrame:
     """Each identity-table row: duplicate key, unexpected identity/version, or values against the recomputation."""
     version = identity.version
     reconciled = [c for c in valid.columns if c in t.columns and c not in identity.columns
-                  and c not in NOT_RECONCILED and not c.startswith("_") and c not in ("reason", version)]
+                  and c not in NOT_RECONCILED and c not in not_reconciled and not c.startswith("_")
+                  and c not in ("reason", version)]
     out = pd.DataFrame({"table": identity.table, "identity": t["_id"]}, index=t.index)
     if version:
         out[version] = t[version]

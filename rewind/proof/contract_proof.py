@@ -1,15 +1,24 @@
 """The contract-derived proof of one stream (``dq_suite: contract``): the I/O around ``contract_frames``.
 
-Kafka is re-read with a plain consumer (not the Spark source under test), the transform's own
-``expect()`` says what each record becomes, and ``rewind.proof.contract_frames`` holds the
-sink's tables to it. ``verify_contract_stream`` is ``rewind verify`` for such a stream (a report
-with ``ok`` and ``summary()``); the DQ proof (``rewind.proof.dq.run_proof``) validates the same
-frames with Great Expectations (``rewind.proof.checks.CONTRACT_CHECKS``).
+What each record becomes comes from the stream's transform: with ``expect()``, Kafka is re-read
+with a plain consumer (not the Spark source under test) and ``expect()`` judges every record
+(an independent implementation of the rules); without it, the stream's own ``build`` runs as a
+bounded batch over exactly the proved offsets (``rewind.stream.bounded``) and its rows are what
+the sink must hold (the same code: a proof of the sink, the crashes and the replays, not of the
+rules). ``rewind.proof.contract_frames`` holds the sink's tables to it, and every aggregate table
+is proven by value (``rewind.proof.aggregate_proof``). ``verify_contract_stream`` is ``rewind
+verify`` for such a stream (a report with ``ok`` and ``summary()``); the DQ proof
+(``rewind.proof.dq.run_proof``) validates the same frames with Great Expectations
+(``rewind.proof.checks.CONTRACT_CHECKS``).
 
 Range: while the stream runs, the records below its last committed batch's end offsets are
-judged; every record Kafka holds is read as context (a ``latest`` row may already hold a version
-from a later batch). What is not done yet: a bounded read from a cursor (issue 15, item 3); this
-proof reads each topic from its beginning.
+judged. A bounded proof (from the cursor) reads only its span, except that aggregates are
+recomputed from every record of the groups the span touches.
+
+Without ``expect()``: the identity table's rows must carry the Kafka coordinates (``topic``,
+``partition``, ``offset``) so that a row can be told from the record it stands for; a batch's
+deduplication may keep another copy of a record than the stream kept, so those coordinates (and
+``kafka_timestamp``) are not compared for a table keyed otherwise.
 """
 
 from __future__ import annotations
@@ -26,8 +35,8 @@ from rewind.errors import Refused
 from rewind.proof.checks import COORDS
 from rewind.proof.contract_frames import EXPECT_COLUMNS, ContractFrames, build_contract_frames
 from rewind.proof.cursor import Since, Span, resolve_span, write_cursor
-from rewind.proof.verify import KafkaRecord, read_records
-from rewind.stream.contract import RECORD_COLUMNS, Transform, load_transform
+from rewind.proof.verify import read_records, records_frame
+from rewind.stream.contract import Transform, has_expect, identity_of, load_transform
 
 #: How many example rows a report shows per problem.
 EXAMPLES = 5
@@ -62,18 +71,6 @@ class ContractReport:
         return json.dumps(self.summary(), indent=1, default=str)
 
 
-def records_frame(records: list[KafkaRecord]) -> pd.DataFrame:
-    """Kafka records as the frame ``Transform.expect`` receives (``RECORD_COLUMNS``)."""
-    frame = pd.DataFrame({
-        "topic": pd.Series([r.topic for r in records], dtype=object),
-        "partition": pd.Series([r.partition for r in records], dtype="int64"),
-        "offset": pd.Series([r.offset for r in records], dtype="int64"),
-        "timestamp": pd.Series([r.timestamp_ms for r in records], dtype="Int64"),
-        "key": pd.Series([r.key for r in records], dtype=object),
-        "value": pd.Series([r.value for r in records], dtype=object)})
-    return frame[list(RECORD_COLUMNS)]
-
-
 def expected_frame(transform: Transform, records: pd.DataFrame, spec: Any) -> pd.DataFrame:
     """``expect()`` checked and joined to the records' coordinates; refused naming what it lacks."""
     out = transform.expect(records, spec)
@@ -82,7 +79,7 @@ def expected_frame(transform: Transform, records: pd.DataFrame, spec: Any) -> pd
         got = f"{len(out)} rows" if isinstance(out, pd.DataFrame) else type(out).__name__
         raise ExpectRefused(f"{where} must return a pandas DataFrame with one row per record ({len(records)}), "
                             f"got {got}")
-    ident = transform.identity
+    ident = identity_of(transform)
     need = [*ident.columns, *EXPECT_COLUMNS, *([ident.version] if ident.version else [])]
     lacking = [c for c in need if c not in out.columns]
     if lacking:
@@ -96,37 +93,112 @@ def expected_frame(transform: Transform, records: pd.DataFrame, spec: Any) -> pd
     return exp
 
 
-def contract_frames(spec: Any, bootstrap: str, span: Span | None = None,
-                    transform: Transform | None = None) -> ContractFrames:
-    """The two frames of ``span`` (``[start, end)`` per partition; None: every record Kafka holds).
+def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transform: Transform | None = None, *,
+                    spark: Any = None, last_batch: int | None = None) -> ContractFrames:
+    """The frames of ``span`` (``[start, end)`` per partition; None: every record Kafka holds).
 
-    With a span, only its records are read, and only the sink rows they touch: rows of their
-    identities (to find each record's row) and rows and dead letters at coordinates in the span
-    (judged). Memory follows the span, not the topic's history.
+    With a span, only its records are read (and, for aggregates, the records of the groups they
+    touch), and only the sink rows they touch: rows of their identities (to find each record's
+    row) and rows and dead letters at coordinates in the span (judged). ``spark``: the session for
+    a transform without ``expect()`` or with aggregates to recompute by ``build`` (default: the
+    active one, else a local one). ``last_batch``: aggregate rows of later batches are left out.
     """
+    from rewind.proof.aggregate_proof import prove_aggregates
+    from rewind.proof.verify import with_duplicates
     from rewind.stream.late_routing import BEHIND_WATERMARK
     from rewind.stream.runner import open_sink
 
     transform = transform or load_transform(spec)
-    ident = transform.identity
-    if span is None:
-        records = read_records(bootstrap, spec.topics, source_options=spec.source.options)
-    else:
-        records = read_records(bootstrap, spec.topics, source_options=spec.source.options,
-                               upper={k: e for k, (_, e) in span.items()}, lower={k: s for k, (s, _) in span.items()})
-    exp = expected_frame(transform, records_frame(records), spec)
-    del records
-    sink = open_sink(spec)
+    ident = identity_of(transform)
+    aggregated = {a.table for a in transform.aggregates}
+    sink = open_sink(spec, transform, spark)
+    judged = None
+    read: dict[tuple[str, int], tuple[int, int]] | None = None
+    notes: list[str] = []
     try:
-        if span is None:
-            tables = {t.name: sink.read_table(t.name) for t in transform.tables}
+        span_tables = None
+        if has_expect(transform):
+            wide = span is not None and any(a.measures for a in transform.aggregates)
+            upper = None if span is None else {k: e for k, (_, e) in span.items()}
+            lower = None if span is None or wide else {k: s for k, (s, _) in span.items()}
+            records = read_records(bootstrap, spec.topics, source_options=spec.source.options, upper=upper,
+                                   lower=lower)
+            exp = expected_frame(transform, records_frame(records), spec)
+            del records
+            if wide:
+                from rewind.proof.frames import range_mask
+
+                judged = range_mask(exp, dict(span or {}))
+            not_reconciled: tuple[str, ...] = ()
         else:
-            tables = touched_rows(sink, transform, exp, span)
+            from rewind.stream.outputs import spark_for
+
+            spark = spark or spark_for(spec)
+            exp, span_tables, read = expected_from_build(spark, spec, transform, bootstrap, span)
+            not_reconciled = () if tuple(ident.columns) == tuple(COORDS) else (*COORDS, "kafka_timestamp")
+            notes.append(f"no expect(): the sink is held to build() run as a bounded batch over the proved offsets "
+                         f"({len(exp)} rows and dead letters)")
+        names = [t for t in sink.specs if t not in aggregated]
+        if span is None:
+            tables = {name: with_duplicates(sink, name, sink.read_table(name)) for name in names}
+        else:
+            tables = touched_rows(sink, transform, exp if judged is None else exp[judged], span)
+            tables = {name: with_duplicates(sink, name, frame) for name, frame in tables.items()}
+        aggregates = prove_aggregates(spec, transform, bootstrap, sink, span=span,
+                                      expected=exp if has_expect(transform) else None, judged=judged,
+                                      span_tables=span_tables, spark=spark, last_batch=last_batch)
     finally:
         sink.dispose()
-    return build_contract_frames(exp, tables, identity=ident, keys={t.name: t.key for t in transform.tables},
-                                 dead_letter_table=transform.dead_letter_table, late_reason=BEHIND_WATERMARK,
-                                 row_scope=span)
+    frames = build_contract_frames(exp, tables, identity=ident, keys={t.name: t.key for t in transform.tables},
+                                   dead_letter_table=transform.dead_letter_table, late_reason=BEHIND_WATERMARK,
+                                   row_scope=span, judged=judged, not_reconciled=not_reconciled,
+                                   records_in=None if has_expect(transform) else read)
+    frames.aggregates = aggregates.frame
+    frames.counts.update(aggregates.counts)
+    frames.notes = notes + aggregates.notes
+    return frames
+
+
+def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: str, span: Span | None
+                        ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], dict[tuple[str, int], tuple[int, int]]]:
+    """What the sink must hold for ``span`` without ``expect()``: ``build`` as a bounded batch over exactly
+    those offsets, as the frame ``build_contract_frames`` reads (one row per identity row, with its
+    coordinates, and one per dead letter), the batch's tables (aggregate rows name the groups), and
+    the ranges read."""
+    from rewind.kafka.types import TP
+    from rewind.stream.bounded import build_batch, partitions_of, whole_span
+
+    earliest, ends = partitions_of(spec, bootstrap)
+    if span is None:
+        ranges = whole_span(earliest, ends)
+    else:  # exactly the span (what retention left of it)
+        ranges = {TP(t, int(p)): (max(int(lo), earliest.get(TP(t, int(p)), 0)), int(hi))
+                  for (t, p), (lo, hi) in span.items()}
+    tables = build_batch(spark, spec, transform, bootstrap, ranges, earliest=earliest,
+                         description=f"rewind proof of {spec.name}: build() over the proved offsets")
+    ident = identity_of(transform)
+    rows = tables.get(ident.table, pd.DataFrame())
+    if len(rows) and not set(COORDS) <= set(rows.columns):
+        raise ExpectRefused(f"stream {spec.name}: without expect(), the rows of identity table {ident.table!r} must "
+                            f"carry the Kafka coordinates {COORDS} (the proof tells each record's row by them); "
+                            "add them in build() or implement expect()")
+    valid = rows.drop(columns=["batch_id"], errors="ignore").assign(reason=None)
+    if "event_time" not in valid:
+        valid["event_time"] = pd.NaT
+    dead = tables.get(transform.dead_letter_table, pd.DataFrame(columns=[*COORDS, "reason"]))
+    dead = dead[[*COORDS, "reason"]].assign(event_time=pd.NaT) if len(dead) else \
+        pd.DataFrame(columns=[*COORDS, "reason", "event_time"])
+    exp = pd.concat([frame for frame in (valid, dead) if len(frame)], ignore_index=True) \
+        if len(valid) or len(dead) else pd.DataFrame(columns=[*COORDS, *ident.columns, "reason", "event_time"])
+    for c in ident.columns:
+        if c not in exp:
+            exp[c] = None
+    exp["partition"] = pd.to_numeric(exp["partition"]).astype("int64")
+    exp["offset"] = pd.to_numeric(exp["offset"]).astype("int64")
+    exp["event_time"] = pd.to_datetime(exp["event_time"], utc=True)
+    exp["reason"] = exp["reason"].astype(object).where(exp["reason"].notna(), None)
+    read = {(tp.topic, tp.partition): r for tp, r in ranges.items()}
+    return exp.sort_values(COORDS).reset_index(drop=True), tables, read
 
 
 def touched_rows(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span,
@@ -136,8 +208,8 @@ def touched_rows(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span,
 
     from rewind.sink.dialects import coordinates_in
 
-    ident = transform.identity
-    specs = {t.name: t for t in transform.tables}
+    ident = identity_of(transform)
+    specs = sink.specs
 
     at_coords = coordinates_in(span)
 
@@ -164,10 +236,14 @@ def report_of(stream: str, frames: ContractFrames) -> ContractReport:
     picks = [(f"records_{w.replace('+', '_and_')}", cov[cov["landed_in"] == w])
              for w in ("missing", "dead_letter_missing", "row+dead_letter", "not_behind_watermark")]
     picks += [(f"rows_{w}", rows[rows["row_check"] == w]) for w in ("duplicate_key", "unexpected", "value_mismatch")]
+    agg = frames.aggregates
+    if agg is not None:
+        picks += [(f"aggregates_{w}", agg[agg["aggregate_state"] == w])
+                  for w in ("mismatch", "missing", "unexpected", "duplicate")]
     for name, part in picks:
         problems[name] = int(len(part))
         examples[name] = _records(part)
-    return ContractReport(stream, frames.counts, frames.range, problems, examples)
+    return ContractReport(stream, frames.counts, frames.range, problems, examples, notes=list(frames.notes))
 
 
 def verify_contract_stream(spec: Any, bootstrap: str, bounds: dict[tuple[str, int], int] | None = None, *,

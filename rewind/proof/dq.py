@@ -6,7 +6,9 @@
       ->  gx.validate_frames (checks.CHECKS)  ->  report.ProofResult  ->  publish (run dir, S3)
 
 Kafka is re-read with a plain consumer (not the Spark source under test) and every record is
-judged by the classifier the stream uses (``rewind.proof.classify``).
+judged by the stream's own transform (its ``expect()``, or its ``build()`` run as a bounded batch
+over the proved offsets when it has none: ``rewind.proof.contract_proof``). Aggregate tables are
+proven by value for every stream: each group recomputed from Kafka (``rewind.proof.aggregates``).
 
 Which range: by default everything below the end offsets of the stream's last committed
 batch (a running stream is still reading; a crashed one has not read the rest yet), else every
@@ -149,8 +151,9 @@ def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, status: 
         span, clipped = resolve_span(spec, bootstrap, since="cursor", committed=committed)
         notes.extend(clipped)
         notes.append(f"proving {sum(e - s for s, e in span.values())} offsets since the last passed proof")
-    frames = contract_frames(spec, bootstrap, span)
+    frames = contract_frames(spec, bootstrap, span, last_batch=status.last_batch_id if status is not None else None)
     frames.span = span
+    notes.extend(frames.notes)
     seconds["frames"] = time.perf_counter() - t
     return frames
 
@@ -158,9 +161,14 @@ def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, status: 
 def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str, float], notes: list[str],
                          watermark: Any, wm_batch: Any, last_batch: Any, d: Any) -> Any:
     """The demo-shaped suite's four frames (events, dead letters, coverage, windows)."""
+    from rewind.proof.contract_proof import records_frame
+    from rewind.proof.verify import with_duplicates
+    from rewind.stream.contract import load_transform
     from rewind.stream.runner import open_sink
 
-    sink = open_sink(spec)
+    transform = load_transform(spec)
+    aggregate = next((a for a in transform.aggregates if a.table == "window_results"), None)
+    sink = open_sink(spec, transform)
     try:
         t = time.perf_counter()
         # Everything, not only the range: a window's expected result counts events past the range's
@@ -168,14 +176,14 @@ def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str
         records = read_records(bootstrap, spec.topics, source_options=spec.source.options)
         seconds["read_kafka"] = time.perf_counter() - t
         t = time.perf_counter()
-        events, dead, windows = (sink.read_table("events"), sink.read_table("dead_letter"),
-                                 sink.read_table("window_results"))
+        events, dead = with_duplicates(sink, "events", sink.read_table("events")), sink.read_table("dead_letter")
+        windows = sink.read_table("window_results") if aggregate is not None else pd.DataFrame()
         seconds["read_sink"] = time.perf_counter() - t
     finally:
         sink.dispose()
     t = time.perf_counter()
-    kafka = kafka_frame(records, d["allowed_lateness"])
-    frames = build_frames(kafka, events, dead, windows, bounds=norm, window=d["window"],
+    kafka = kafka_frame(records, transform.expect(records_frame(records), spec))
+    frames = build_frames(kafka, events, dead, windows, bounds=norm, window=d["window"], aggregate=aggregate,
                           watermark_delay=d["watermark_delay"], stream_watermark=watermark, last_batch=last_batch)
     frames.counts["stream_watermark"] = watermark.isoformat() if watermark else None
     frames.counts["watermark_batch"] = wm_batch

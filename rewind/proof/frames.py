@@ -11,10 +11,13 @@ The frames (each validated by the suite ``STREAM.exactly_once.FRAME`` of ``rewin
   (``landed_in``: events / dead_letter / behind_watermark / duplicate_send (a re-send of an
   event the sink holds once, at another coordinate that carries the same id) / missing /
   events+dead_letter / wrong_coordinates);
-- ``windows``: the sink's window results joined with ``rewind.proof.verify.recompute_windows``
-  over the raw Kafka events, with the window state (match / mismatch / missing: closed
-  but absent / pending: not yet closed by the stream's watermark).
+- ``aggregates``: the sink's aggregate rows (the stream's ``Aggregate`` declaration, e.g. the
+  demo's window results) beside their recomputation from the valid Kafka records
+  (``rewind.proof.aggregates``, the mechanism every suite shares), one row per group with its
+  state (match / mismatch / missing: closed but absent / pending: not yet closed by the stream's
+  watermark / unexpected / duplicate).
 
+Each record is judged by the stream's own ``expect()`` (its transform, not code of this package).
 Only records in ``[start, end)`` (and sink rows at those coordinates, and the windows their
 events fall in) are judged; the records before ``start`` are context (a duplicate send's first
 copy, a window's earlier events), and a window's expected result counts every valid event
@@ -39,9 +42,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rewind.proof.checks import COORDS, FRAMES, SUM_TOLERANCE
-from rewind.proof.classify import classify
-from rewind.proof.verify import KafkaRecord, recompute_windows, utc_ns
+from rewind.proof.aggregates import closing_horizon, counts_of, group_text, judge_groups, recompute_measures
+from rewind.proof.checks import COORDS, FRAMES
+from rewind.proof.verify import KafkaRecord, utc_ns
 
 Bounds = Mapping[Any, Any]
 
@@ -53,7 +56,7 @@ class ProofFrames:
     events: pd.DataFrame
     dead_letter: pd.DataFrame
     coverage: pd.DataFrame
-    windows: pd.DataFrame
+    aggregates: pd.DataFrame
     counts: dict[str, Any]
     range: dict[str, dict[str, list[int]]]
 
@@ -86,31 +89,34 @@ def normalize_bounds(bounds: Bounds | None) -> dict[tuple[str, int], tuple[int, 
     return out
 
 
-def kafka_frame(records: Iterable[KafkaRecord], allowed_lateness: timedelta) -> pd.DataFrame:
-    """One row per Kafka record with the classifier's verdict ('event' or 'dead') and the event's fields."""
-    cols: dict[str, list[Any]] = {c: [] for c in ["topic", "partition", "offset", "kafka_timestamp", "verdict",
-                                                  "event_id", "key", "amount", "event_time", "reason"]}
-    for rec in records:
-        v = classify(rec.value, rec.timestamp_ms, allowed_lateness)
-        ev = v.event
-        cols["topic"].append(rec.topic)
-        cols["partition"].append(int(rec.partition))
-        cols["offset"].append(int(rec.offset))
-        cols["kafka_timestamp"].append(rec.timestamp_ms)
-        cols["verdict"].append("event" if ev else "dead")
-        cols["event_id"].append(ev.event_id if ev else None)
-        cols["key"].append(ev.key if ev else None)
-        cols["amount"].append(ev.amount if ev else np.nan)
-        cols["event_time"].append(ev.event_time if ev else None)
-        cols["reason"].append(v.reason)
-    df = pd.DataFrame(cols)
-    df["partition"] = df["partition"].astype("int64")
-    df["offset"] = df["offset"].astype("int64")
-    df["amount"] = df["amount"].astype("float64")
-    df["kafka_timestamp"] = pd.to_datetime(df["kafka_timestamp"], unit="ms", utc=True)
-    df["event_time"] = pd.to_datetime(df["event_time"], utc=True)
-    for c in ("topic", "verdict", "event_id", "key", "reason"):
-        df[c] = df[c].astype(object)
+def kafka_frame(records: Iterable[KafkaRecord], expected: pd.DataFrame) -> pd.DataFrame:
+    """One row per Kafka record with the stream's verdict ('event' or 'dead') and the event's fields.
+
+    ``expected``: the transform's ``expect()`` over the records, in their order (``event_id``,
+    ``key``, ``amount``, ``event_time``, ``reason``): the stream's own rules, not a copy of them.
+    """
+    recs = list(records)
+    exp = expected.reset_index(drop=True)
+    if len(exp) != len(recs):
+        raise ValueError(f"expect() gave {len(exp)} rows for {len(recs)} records")
+    reason = exp["reason"].astype(object).where(exp["reason"].notna(), None) if len(exp) else \
+        pd.Series([], dtype=object)
+    dead = reason.notna().to_numpy()
+    df = pd.DataFrame({
+        "topic": pd.Series([r.topic for r in recs], dtype=object),
+        "partition": pd.Series([int(r.partition) for r in recs], dtype="int64"),
+        "offset": pd.Series([int(r.offset) for r in recs], dtype="int64"),
+        "kafka_timestamp": pd.to_datetime(pd.Series([r.timestamp_ms for r in recs], dtype="float64"), unit="ms",
+                                          utc=True),
+        "verdict": pd.Series(np.where(dead, "dead", "event"), dtype=object),
+        "event_id": exp["event_id"].astype(object).where(~dead, None) if len(exp) else pd.Series([], dtype=object),
+        "key": exp["key"].astype(object).where(~dead, None) if len(exp) else pd.Series([], dtype=object),
+        "amount": pd.to_numeric(exp["amount"], errors="coerce").astype("float64") if len(exp) else
+        pd.Series([], dtype="float64"),
+        "event_time": pd.to_datetime(exp["event_time"], utc=True) if len(exp) else
+        pd.Series([], dtype="datetime64[ns, UTC]"),
+        "reason": reason})
+    df.loc[dead, "event_time"] = pd.NaT
     return df
 
 
@@ -140,14 +146,16 @@ def range_mask(frame: pd.DataFrame, bounds: dict[tuple[str, int], tuple[int, int
 
 def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, windows: pd.DataFrame, *,
                  bounds: dict[tuple[str, int], tuple[int, int]] | None, window: timedelta,
-                 watermark_delay: timedelta, stream_watermark: datetime | None = None,
+                 watermark_delay: timedelta, aggregate: Any, stream_watermark: datetime | None = None,
                  last_batch: int | None = None) -> ProofFrames:
     """Kafka (``kafka_frame``) and sink tables -> the four frames the suites validate (pure: no I/O).
 
     ``kafka`` holds every record read (from the beginning up to the end bounds or further);
     only records in ``bounds`` and sink rows at coordinates in ``bounds`` are judged.
+    ``windows``: the sink's rows of ``aggregate`` (the stream's ``Aggregate`` declaration, with
+    its measures over the events' columns); ``window``: its size unless it declares one.
     ``stream_watermark``: the watermark of the stream's last committed batch, if known.
-    ``last_batch``: leave out window rows written by later batches (a running stream).
+    ``last_batch``: leave out aggregate rows written by later batches (a running stream).
     """
     kafka = kafka.reset_index(drop=True)
     ctx = kafka[range_mask(kafka, bounds, from_start=False)]  # context: everything below the end bounds
@@ -174,9 +182,10 @@ def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, 
     counted = _coords_int(kafka).merge(_coords_int(behind_all).drop_duplicates().assign(_behind=True), on=COORDS,
                                         how="left")
     counted = kafka[counted.pop("_behind").isna().to_numpy()]
-    win, win_counts = _windows(ctx, rng, windows, bounds=bounds, kafka=counted, window=window,
-                               watermark_delay=watermark_delay, stream_watermark=stream_watermark,
-                               last_batch=last_batch)
+    size = (aggregate.size if aggregate else None) or window
+    win, win_counts = _aggregates(ctx, rng, windows, aggregate, bounds=bounds, kafka=counted, size=size,
+                                  watermark_delay=watermark_delay, stream_watermark=stream_watermark,
+                                  last_batch=last_batch)
 
     landed = coverage["landed_in"].value_counts().to_dict() if len(coverage) else {}
     valid = rng[rng["verdict"] == "event"]
@@ -265,63 +274,36 @@ def _coverage(rng: pd.DataFrame, ev_all: pd.DataFrame, dead_all: pd.DataFrame, k
     return cov
 
 
-def _windows(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, *,
-             bounds: dict[tuple[str, int], tuple[int, int]] | None, kafka: pd.DataFrame,
-             window: timedelta, watermark_delay: timedelta, stream_watermark: datetime | None,
-             last_batch: int | None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The sink's window results beside their recomputation from raw events, each with its state, and counts."""
+def _aggregates(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, aggregate: Any, *,
+                bounds: dict[tuple[str, int], tuple[int, int]] | None, kafka: pd.DataFrame, size: timedelta,
+                watermark_delay: timedelta, stream_watermark: datetime | None,
+                last_batch: int | None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The sink's aggregate rows beside their recomputation from the valid events (``rewind.proof.aggregates``).
+
+    Expected results count every valid event of a group, also those after the range's end: a
+    window is by event time, the stream counted them, and a range may end mid-window (a replay).
+    The horizon comes from the context only (what is below the end bounds).
+    """
+    if aggregate is None:
+        from rewind.proof.aggregates import FRAME_COLUMNS
+
+        empty = pd.DataFrame(columns=FRAME_COLUMNS)
+        return empty, {**counts_of(empty), "windows_checked": 0, "windows_mismatched": 0, "windows_missing": 0,
+                       "windows_pending": 0, "window_horizon": None}
     valid = ctx[ctx["verdict"] == "event"].drop_duplicates("event_id")
-    # Expected results count every valid event of a window, also those after the range's end: a
-    # window is by event time, the stream counted them, and a range may end mid-window (a replay).
-    # The horizon below still comes from the context only.
     every = kafka[kafka["verdict"] == "event"].drop_duplicates("event_id")
-    expected = recompute_windows(every[["event_id", "key", "amount", "event_time"]], window)
-    expected = expected.rename(columns={"event_count": "expected_count", "amount_sum": "expected_sum"})
-    expected["window_start"] = utc_ns(expected["window_start"])
-    sink = sink.copy()
-    if "batch_id" not in sink:
-        sink["batch_id"] = pd.NA
-    if last_batch is not None and len(sink):
-        sink = sink[~(pd.to_numeric(sink["batch_id"], errors="coerce") > last_batch).fillna(False)]
-    sink = sink.rename(columns={"event_count": "sink_count", "amount_sum": "sink_sum"})
-    sink["window_start"] = utc_ns(sink["window_start"])
-    sink = sink[["window_start", "key", "sink_count", "sink_sum", "batch_id"]]
-    # a bounded range (one that starts after the beginning, ends before the end, or covers some
-    # partitions only) judges only the windows its own events fall in
-    if bounds is not None:
-        own = recompute_windows(rng[rng["verdict"] == "event"][["event_id", "key", "amount", "event_time"]],
-                                window)[["window_start", "key"]]
-        own["window_start"] = utc_ns(own["window_start"])
-        expected = expected.merge(own, on=["window_start", "key"])
-        sink = sink.merge(own, on=["window_start", "key"])
-    win = sink.merge(expected, on=["window_start", "key"], how="outer")
-    win["window_end"] = win["window_start"] + pd.Timedelta(window)
-    in_sink = win["sink_count"].notna().to_numpy()
-    has_raw = win["expected_count"].notna().to_numpy()
-    win["expected_count"] = win["expected_count"].fillna(0).astype("int64")
-    win["expected_sum"] = win["expected_sum"].fillna(0.0).astype("float64")
-    win["sink_count"] = pd.to_numeric(win["sink_count"], errors="coerce").astype("Int64")
-    win["sink_sum"] = pd.to_numeric(win["sink_sum"], errors="coerce").astype("float64")
-    win["sum_diff"] = (win["sink_sum"].fillna(0.0) - win["expected_sum"]).abs().where(in_sink)
-
-    horizon = None
-    if len(valid):
-        horizon = utc_ns(valid["event_time"]).max() - pd.Timedelta(watermark_delay)
-        if stream_watermark is not None:
-            horizon = min(horizon, pd.Timestamp(stream_watermark).tz_convert("UTC"))
-    closed = (win["window_end"] <= horizon).to_numpy() if horizon is not None else np.zeros(len(win), dtype=bool)
-    count_ok = (win["sink_count"] == win["expected_count"]).fillna(False).to_numpy(dtype=bool)
-    sum_ok = (win["sum_diff"] <= SUM_TOLERANCE).fillna(False).to_numpy(dtype=bool)
-    win["window_state"] = np.select(
-        [in_sink & count_ok & sum_ok, in_sink, has_raw & closed, has_raw],
-        ["match", "mismatch", "missing", "pending"], default="pending").astype(object)
-    win["closed"] = closed
-    win = win[["window_start", "window_end", "key", "sink_count", "expected_count", "sink_sum", "expected_sum",
-               "sum_diff", "window_state", "closed", "batch_id"]].sort_values(["window_start", "key"])
-    win = win.reset_index(drop=True)
-    states = win["window_state"].value_counts().to_dict()
-    counts = {"windows_checked": int(in_sink.sum()), "windows_mismatched": int(states.get("mismatch", 0)),
-              "windows_missing": int(states.get("missing", 0)), "windows_pending": int(states.get("pending", 0)),
+    recomputed = recompute_measures(every, aggregate, size)
+    scope = None
+    if bounds is not None:  # a bounded range judges only the groups its own events fall in
+        scope = set(group_text(recompute_measures(rng[rng["verdict"] == "event"], aggregate, size), aggregate))
+    latest = utc_ns(valid["event_time"]).max() if len(valid) else None
+    horizon = closing_horizon(stream_watermark, latest, watermark_delay)
+    frame = judge_groups(sink, recomputed, aggregate, values=[m.column for m in aggregate.measures], size=size,
+                         closed_until=horizon, scope=scope, last_batch=last_batch)
+    agg_counts = counts_of(frame)
+    counts = {**agg_counts, "windows_checked": agg_counts["aggregates_checked"],
+              "windows_mismatched": agg_counts["aggregates_mismatch"] + agg_counts["aggregates_unexpected"]
+              + agg_counts["aggregates_duplicate"],
+              "windows_missing": agg_counts["aggregates_missing"], "windows_pending": agg_counts["aggregates_pending"],
               "window_horizon": None if horizon is None else horizon.isoformat()}
-    return win, counts
-
+    return frame, counts

@@ -111,9 +111,11 @@ def format_proof(result: ProofResult) -> str:
              f"duplicate rows {c.get('duplicate_event_rows', 0) + c.get('duplicate_coordinate_rows', 0)}, "
              f"missing {c.get('missing')}, misplaced {c.get('misplaced')}, unexpected sink rows "
              f"{c.get('unexpected_sink_rows')}",
-             f"windows: {c.get('windows_checked')} checked, {c.get('windows_mismatched')} mismatched, "
-             f"{c.get('windows_missing')} missing, {c.get('windows_pending')} pending (closed up to "
-             f"{c.get('window_horizon')})",
+             f"aggregates: {c.get('aggregates_checked', 0)} groups checked by value, "
+             f"{c.get('aggregates_mismatch', 0)} mismatched, {c.get('aggregates_missing', 0)} missing, "
+             f"{c.get('aggregates_duplicate', 0)} duplicated, {c.get('aggregates_unexpected', 0)} unexpected, "
+             f"{c.get('aggregates_pending', 0)} pending (closed up to "
+             f"{c.get('window_horizon', c.get('aggregates_closed_until'))})",
              f"expectations: {result.expectations} run, {len(result.failures)} failed"]
     for f in result.failures:
         if f.unexpected_count is not None:

@@ -1,13 +1,14 @@
 """The exactly-once proof: every Kafka data record against the sink, from the data.
 
 Kafka is re-read with a plain consumer (not the Spark source under test), each
-record is judged by the same classifier the stream uses, and then:
+record is judged by the stream's own ``expect()`` (its transform's rules), and then:
 - every valid event id is in the events table exactly once, at coordinates that
   carry that id in Kafka (duplicate sends collapse onto one row);
 - every malformed or late record is in the dead-letter table at its coordinates;
 - nothing is in the sink that Kafka does not hold;
 - every window result equals a recomputation from the raw events, and every
-  window the watermark has closed is present.
+  window the watermark has closed is present (``rewind.proof.aggregates``, the mechanism every
+  proof uses for aggregate tables).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pandas as pd
 
-from rewind.proof.classify import classify
+from rewind.stream.contract import RECORD_COLUMNS
 
 Coord = tuple[str, int, int]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -84,6 +86,18 @@ def _ts(value: object) -> pd.Timestamp:
     return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
 
 
+def records_frame(records: list[KafkaRecord]) -> pd.DataFrame:
+    """Kafka records as the frame ``Transform.expect`` receives (``RECORD_COLUMNS``)."""
+    frame = pd.DataFrame({
+        "topic": pd.Series([r.topic for r in records], dtype=object),
+        "partition": pd.Series([r.partition for r in records], dtype="int64"),
+        "offset": pd.Series([r.offset for r in records], dtype="int64"),
+        "timestamp": pd.Series([r.timestamp_ms for r in records], dtype="Int64"),
+        "key": pd.Series([r.key for r in records], dtype=object),
+        "value": pd.Series([r.value for r in records], dtype=object)})
+    return frame[list(RECORD_COLUMNS)]
+
+
 def utc_ns(values: object) -> pd.Series:
     """``_ts`` of every value, vectorised: naive times are taken as UTC, aware ones converted, in ns.
 
@@ -101,9 +115,13 @@ def utc_ns(values: object) -> pd.Series:
 
 
 def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dead: pd.DataFrame,
-                       windows: pd.DataFrame, *, allowed_lateness: timedelta, window: timedelta,
+                       windows: pd.DataFrame, *, expected: pd.DataFrame, aggregate: Any, window: timedelta,
                        watermark_delay: timedelta, closed_until: datetime | None = None) -> ExactlyOnceReport:
     """Compare what Kafka holds with what the sink holds (pure: no I/O).
+
+    ``expected``: the transform's ``expect()`` over ``records`` (same order): ``event_id``, ``key``,
+    ``amount``, ``event_time``, ``reason``. ``aggregate``: the stream's ``Aggregate`` of the window
+    table (None: no windows judged).
 
     A valid record may be in the dead-letter table instead of behind an event row only with reason
     ``behind_watermark`` and an event time at or before the watermark recorded with it (Spark's
@@ -112,20 +130,24 @@ def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dea
     """
     from rewind.stream.late_routing import BEHIND_WATERMARK
 
+    records = list(records)
     rep = ExactlyOnceReport()
     coords_by_id: dict[str, set[Coord]] = defaultdict(set)
     event_time_us: dict[Coord, int] = {}
     expected_dead: set[Coord] = set()
-    for rec in records:
+    exp = expected.reset_index(drop=True)
+    counted_rows = []
+    for i, rec in enumerate(records):
         rep.kafka_records += 1
-        verdict = classify(rec.value, rec.timestamp_ms, allowed_lateness)
+        reason, event_id = exp.at[i, "reason"], exp.at[i, "event_id"]
         coord = (rec.topic, int(rec.partition), int(rec.offset))
-        if verdict.event is None:
+        if reason is not None and not (isinstance(reason, float) and pd.isna(reason)):
             expected_dead.add(coord)
         else:
             rep.valid_records += 1
-            coords_by_id[verdict.event.event_id].add(coord)
-            event_time_us[coord] = (verdict.event.event_time - _EPOCH) // timedelta(microseconds=1)
+            coords_by_id[str(event_id)].add(coord)
+            event_time_us[coord] = int(_ts(exp.at[i, "event_time"]).value // 1000)
+            counted_rows.append(i)
     rep.distinct_events = len(coords_by_id)
     rep.duplicate_sends = rep.valid_records - rep.distinct_events
     rep.expected_dead_letters = len(expected_dead)
@@ -162,7 +184,11 @@ def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dea
         if eid in coords_by_id and coord not in coords_by_id[eid]:
             rep.wrong_coordinates.append(f"{eid} at {coord}")
 
-    _check_windows(rep, events, windows, window, watermark_delay, closed_until)
+    if aggregate is not None:
+        coords_of = [(r.topic, int(r.partition), int(r.offset)) for r in records]
+        counted = exp.iloc[[i for i in counted_rows if coords_of[i] not in behind]]
+        _check_windows(rep, counted.drop_duplicates("event_id"), windows, aggregate, aggregate.size or window,
+                       watermark_delay, closed_until)
     return rep
 
 
@@ -176,30 +202,25 @@ def recompute_windows(events: pd.DataFrame, window: timedelta) -> pd.DataFrame:
             .reset_index())
 
 
-def _check_windows(rep: ExactlyOnceReport, events: pd.DataFrame, windows: pd.DataFrame, window: timedelta,
-                   watermark_delay: timedelta, closed_until: datetime | None = None) -> None:
-    """Windows against their recomputation; a window counts as closed up to the raw horizon (max event
-    time minus the delay) and, given ``closed_until`` (a running stream's last committed watermark),
-    not past it: the stream emits a window in the batch after its watermark passes it."""
-    expected = recompute_windows(events, window)
-    exp = {(row.window_start, row.key): (int(row.event_count), float(row.amount_sum))
-           for row in expected.itertuples()}
-    rep.windows_checked = len(windows)
-    seen = set()
-    for row in windows.itertuples():
-        k = (_ts(row.window_start), row.key)
-        seen.add(k)
-        want = exp.get(k)
-        if want is None or want[0] != int(row.event_count) or abs(want[1] - float(row.amount_sum or 0)) > 1e-6:
-            rep.window_mismatches.append({"window_start": str(k[0]), "key": k[1], "sink": (
-                int(row.event_count), float(row.amount_sum or 0)), "recomputed": want})
-    if len(events):
-        watermark = utc_ns(events["event_time"]).max() - pd.Timedelta(watermark_delay)
-        if closed_until is not None:
-            watermark = min(watermark, _ts(closed_until))
-        for (start, key), want in exp.items():
-            if start + pd.Timedelta(window) <= watermark and (start, key) not in seen:
-                rep.missing_windows.append({"window_start": str(start), "key": key, "recomputed": want})
+def _check_windows(rep: ExactlyOnceReport, counted: pd.DataFrame, windows: pd.DataFrame, aggregate: Any,
+                   window: timedelta, watermark_delay: timedelta, closed_until: datetime | None = None) -> None:
+    """Windows against their recomputation (``rewind.proof.aggregates``); a window counts as closed up to
+    the raw horizon (max event time minus the delay) and, given ``closed_until`` (a running stream's
+    last committed watermark), not past it: the stream emits a window in the batch after its watermark
+    passes it."""
+    from rewind.proof.aggregates import closing_horizon, judge_groups, recompute_measures
+
+    latest = utc_ns(counted["event_time"]).max() if len(counted) else None
+    horizon = closing_horizon(closed_until, latest, watermark_delay)
+    frame = judge_groups(windows, recompute_measures(counted, aggregate, window), aggregate,
+                         values=[m.column for m in aggregate.measures], size=window, closed_until=horizon)
+    rep.windows_checked = int(frame["sink"].notna().sum())
+    for row in frame.itertuples():
+        if row.aggregate_state in ("mismatch", "unexpected", "duplicate"):
+            rep.window_mismatches.append({"group": row.group, "state": row.aggregate_state, "sink": row.sink,
+                                          "recomputed": row.recomputed, "disagrees": row.disagrees})
+        elif row.aggregate_state == "missing":
+            rep.missing_windows.append({"group": row.group, "recomputed": row.recomputed})
 
 
 def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
@@ -229,19 +250,26 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
     return out
 
 
-def explain_missing(spec, records: list[KafkaRecord], missing_ids: set[str],  # type: ignore[no-untyped-def]
-                    allowed_lateness: timedelta) -> list[dict]:
+def explain_missing(spec, records: list[KafkaRecord], expected: pd.DataFrame,  # type: ignore[no-untyped-def]
+                    missing_ids: set[str]) -> list[dict]:
     """Where the records of missing events were read, and whether they were behind the watermark."""
     from rewind.checkpoints.pointer import active_checkpoint
     from rewind.stream.late_routing import explain
 
     coords = []
-    for rec in records:
-        verdict = classify(rec.value, rec.timestamp_ms, allowed_lateness)
-        if verdict.event is not None and verdict.event.event_id in missing_ids:
-            us = (verdict.event.event_time - _EPOCH) // timedelta(microseconds=1)
-            coords.append(((rec.topic, rec.partition, rec.offset), us))
+    exp = expected.reset_index(drop=True)
+    for i, rec in enumerate(records):
+        if exp.at[i, "event_id"] in missing_ids and pd.isna(exp.at[i, "reason"]):
+            coords.append(((rec.topic, rec.partition, rec.offset), int(_ts(exp.at[i, "event_time"]).value // 1000)))
     return explain(coords, active_checkpoint(spec))
+
+
+def with_duplicates(sink: Any, name: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (a table as read) with the copies of keys the storage holds more than once
+    (``Sink.duplicate_rows``): a proof counts every committed copy, not one per key."""
+    extra = sink.duplicate_rows(name)
+    return pd.concat([rows, extra[[c for c in rows.columns if c in extra.columns]]], ignore_index=True) \
+        if len(extra) else rows
 
 
 def below(bounds: dict[tuple[str, int], int], frame: pd.DataFrame) -> pd.DataFrame:
@@ -263,13 +291,17 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
     ``bounds`` limits the proof to offsets below them per partition: for a running stream, the
     end offsets of its last committed batch (later records are still in flight).
     """
+    from rewind.stream.contract import load_transform
     from rewind.stream.runner import open_sink
 
-    sink = open_sink(spec)
+    transform = load_transform(spec)
+    sink = open_sink(spec, transform)
     try:
         d = spec.durations()
         records = read_records(bootstrap, spec.topics, source_options=spec.source.options, upper=bounds)
+        expected = transform.expect(records_frame(records), spec)
         events, dead = sink.read_table("events"), sink.read_table("dead_letter")
+        events = with_duplicates(sink, "events", events)
         if bounds is not None:
             events, dead = below(bounds, events), below(bounds, dead)
         # Windows count as closed up to the watermark of the stream's last committed batch (as in the
@@ -278,14 +310,13 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
         from rewind.checkpoints.watermark import stream_watermark
 
         closed_until = stream_watermark(spec, None)[0]
-        report = check_exactly_once(records, events, dead, sink.read_table("window_results"),
-                                    allowed_lateness=d["allowed_lateness"], window=d["window"],
-                                    watermark_delay=d["watermark_delay"], closed_until=closed_until)
+        aggregate = next((a for a in transform.aggregates if a.table == "window_results"), None)
+        windows = sink.read_table("window_results") if aggregate is not None else pd.DataFrame()
+        report = check_exactly_once(records, events, dead, windows, expected=expected, aggregate=aggregate,
+                                    window=d["window"], watermark_delay=d["watermark_delay"],
+                                    closed_until=closed_until)
         if report.missing_events:
-            report.missing_explained = explain_missing(spec, records, set(report.missing_events),
-                                                       d["allowed_lateness"])
+            report.missing_explained = explain_missing(spec, records, expected, set(report.missing_events))
         return report
     finally:
         sink.dispose()
-
-

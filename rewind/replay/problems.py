@@ -38,9 +38,11 @@ class ReplayRefused(Refused, ValueError):
 
     def __init__(self, problems: Sequence[Problem]) -> None:
         self.problems = [p for p in problems if p.severity == "error"]
+        if len(self.problems) == 1:  # one reason, one line
+            super().__init__(f"replay refused: {self.problems[0].message}")
+            return
         lines = [f"- {p.message}" for p in self.problems]
-        super().__init__(f"replay refused ({len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}):\n"
-                         + "\n".join(lines))
+        super().__init__(f"replay refused ({len(self.problems)} problems):\n" + "\n".join(lines))
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable (e.g. across Airflow task boundaries)
         return (type(self), (self.problems,))

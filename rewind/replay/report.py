@@ -30,7 +30,8 @@ class ReplayReport:
     sink: dict[str, Any]            # masked url, prefix, physical tables written
     finished_at: str | None = None
     counts: dict[str, Any] = field(default_factory=dict)
-    windows: dict[str, Any] = field(default_factory=dict)
+    windows: dict[str, Any] = field(default_factory=dict)  # the first aggregate table's outcome (as before)
+    aggregates: dict[str, Any] = field(default_factory=dict)  # aggregate table -> rewind.replay.aggregates outcome
     chunks: list[dict[str, Any]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     throughput: dict[str, float] = field(default_factory=dict)
@@ -119,15 +120,20 @@ def format_report(r: ReplayReport) -> str:
              f"sink: {r.sink.get('url')} tables {', '.join(r.sink.get('tables', {}).values())}"]
     if c:
         w_tab, skip = c.get("written", {}), c.get("already_present", {})
+        late = (f"{c.get('late', 0)} behind the watermark ("
+                + (f"{c.get('late_reprocessed', 0)} brought back as rows" if c.get("late_reprocessed") else
+                   "left dead letters; --reprocess-late brings them back") + ")")
         lines.append(f"read: {c.get('records_read')} records (planned {c.get('records_planned')}) in "
                      f"{len(r.chunks)} chunk(s); out: {c.get('events_out')} rows, {c.get('dead_letters_out')} "
-                     f"dead letters, {c.get('duplicates_collapsed')} duplicate sends collapsed")
+                     f"dead letters, {late}, {c.get('duplicates_collapsed')} duplicate sends collapsed")
         lines.append("written: " + ", ".join(f"{t} {n}" for t, n in w_tab.items())
                      + "; already present (skipped): " + ", ".join(f"{t} {n}" for t, n in skip.items()))
-    if w:
-        lines.append(f"windows: {w.get('affected')} touched by the range, {w.get('recomputed')} recomputed from raw "
-                     f"events, {w.get('written')} written, {w.get('unchanged')} already right, {w.get('left_open')} "
-                     f"left open for the live stream (closed up to {w.get('horizon')}: {w.get('horizon_source')})")
+    for table, w in (r.aggregates or ({"windows": r.windows} if r.windows else {})).items():
+        lines.append(f"aggregates {table}: {w.get('touched', w.get('affected'))} groups touched by the range, "
+                     f"{w.get('recomputed')} recomputed from all their records (every partition, the whole window), "
+                     f"{w.get('written')} written, {w.get('unchanged')} already right, {w.get('left_open')} left "
+                     f"open for the live stream, {w.get('left_alone', 0)} left alone (records past retention) "
+                     f"(closed up to {w.get('horizon')}: {w.get('horizon_source')})")
     if r.throughput:
         lines.append(f"time: {r.seconds.get('total')} s total, {r.seconds.get('replay')} s replaying "
                      f"({r.throughput.get('records_per_s')} records/s), {r.seconds.get('proof', 0)} s proof")
@@ -141,11 +147,14 @@ def format_report(r: ReplayReport) -> str:
                          f"main, {d.get('differing')} differing")
     if r.proof:
         p = r.proof
+        pc = p.get("counts", {})
+        missing = pc.get("missing", pc.get("landed_missing", 0))
+        duplicates = pc.get("duplicate_event_rows", pc.get("rows_duplicate_key", 0))
         lines.append(f"proof {p.get('run_id')}: {'PASS' if p.get('ok') else 'FAIL'} "
                      f"({p.get('expectations')} expectations, failed: {', '.join(p.get('failed', [])) or 'none'}; "
-                     f"missing {p.get('counts', {}).get('missing')}, duplicate rows "
-                     f"{p.get('counts', {}).get('duplicate_event_rows')}, windows mismatched "
-                     f"{p.get('counts', {}).get('windows_mismatched')})")
+                     f"missing {missing}, duplicate rows {duplicates}; aggregates: {pc.get('aggregates_checked', 0)} "
+                     f"checked by value, {pc.get('aggregates_mismatch', 0)} mismatched, "
+                     f"{pc.get('aggregates_missing', 0)} missing)")
         if p.get("text") and not p.get("ok"):
             lines += ["  " + line for line in p["text"].splitlines()]
         lines.append(f"proof results: {p.get('local', {}).get('data_docs')}"

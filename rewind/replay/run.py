@@ -6,9 +6,11 @@ transform (``rewind.stream.contract.load_transform``: the same class, not a copy
 with the transform's tables module and writes them through the stream's sink with
 ``write_rows`` -- the idempotent path without the ledger, because a replay's rows may overlap
 what the live stream writes at the same moment (events are insert-or-ignore by event_id, dead
-letters by coordinates). Window results are recomputed from the raw events afterwards, so the
-transform's window rows are left out of the plan (``rewind.replay.windows`` says which and why).
-Then the DQ proof runs over the range.
+letters by coordinates). The transform's aggregate rows are never written: each aggregate group
+the range touches is recomputed afterwards from ALL its records (every partition, its whole
+window), or left alone and reported (``rewind.replay.aggregates`` says which and why); a replay
+that could not keep an aggregate whole is refused before anything is written. Then the DQ proof
+runs over the range, aggregates judged by value.
 
 Why chunks: the range is split into chunks of at most ``chunk_offsets`` offsets (every
 partition advances in proportion), each one Spark job whose source rows are cached once
@@ -22,8 +24,10 @@ proof verdict); ``rewind.replay.job`` does the Spark work.
 
 Refusals (``ReplayRefused``, before any Spark job): an unknown mode, a bad replay id, a plan of
 another stream or with errors, an empty plan ("nothing to replay": an empty range is almost
-always a wrong --from/--to, so it is refused rather than reported as a success), and a replay
-of the same stream already running (``ReplayBusy``, from the lock in ``rewind.replay.guard``).
+always a wrong --from/--to, so it is refused rather than reported as a success), a ``replace``
+table not declared an aggregate or an aggregate no bounded range can recompute
+(``rewind.replay.aggregates.refusals``), and a replay of the same stream already running
+(``ReplayBusy``, from the lock in ``rewind.replay.guard``).
 Runtime failures raise ``ReplayFailed``; a failing proof raises ``ReplayProofFailed``; both
 carry the report, which is stored either way.
 """
@@ -37,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from rewind.replay.guard import acquire_lock, current_holder
-from rewind.replay.job import execute, prove_range
+from rewind.replay.job import check_before_writing, execute, prove_range
 from rewind.replay.plan import ReplayPlan, format_plan
 from rewind.replay.problems import refuse
 from rewind.replay.report import ReplayFailed, ReplayProofFailed, ReplayReport, format_report, s3_key, store_report
-from rewind.replay.setup import DEFAULT_CHUNK_OFFSETS, RECOMPUTED, ReplaySetup, plan_chunks, prepare_replay
+from rewind.replay.setup import DEFAULT_CHUNK_OFFSETS, ReplaySetup, plan_chunks, prepare_replay
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +58,14 @@ def describe_replay(setup: ReplaySetup, s3_where: str | None = None,
     spec = setup.spec
     from rewind.stream.contract import load_transform
 
-    specs = list(load_transform(spec).tables)
+    transform = load_transform(spec)
+    specs = list(transform.tables)
+    aggregated = {a.table for a in transform.aggregates}
     tables = ", ".join(f"{setup.table_prefix}{t.name}" for t in specs)
     rule = {"ignore": "insert-or-ignore", "replace": "upsert", "latest": "highest version wins"}
-    how = "; ".join(f"{t.name}: {'recomputed from the raw events' if t.name == RECOMPUTED else rule[t.on_conflict]}"
-                    f" by {'/'.join(t.key)}" for t in specs)
+    whole = "each touched group recomputed from all its records"
+    how = "; ".join(f"{t.name}: {whole if t.name in aggregated else rule[t.on_conflict]} by {'/'.join(t.key)}"
+                    for t in specs)
     what = (f"into the stream's own tables, idempotently ({how})" if setup.mode == "into-sink"
             else "into shadow tables for comparison with the main tables (which stay untouched)")
     n_chunks = len(plan_chunks(setup.ranges, chunk_offsets))
@@ -73,6 +80,9 @@ def describe_replay(setup: ReplaySetup, s3_where: str | None = None,
     if holder:
         lines.append(f"  note: replay {holder.get('replay_id')!r} of this stream is running now (pid "
                      f"{holder.get('pid')}, since {holder.get('started_at')}): a run would be refused until it ends")
+    if setup.reprocess_late:
+        lines.append("  late records: the range's behind_watermark dead letters become rows (their aggregates "
+                     "recomputed whole), then their dead letters are deleted")
     lines.append("(dry run: nothing was written or changed)")
     return "\n".join(lines)
 
@@ -85,7 +95,7 @@ def describe_replay(setup: ReplaySetup, s3_where: str | None = None,
 def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into-sink",
                replay_id: str | None = None, spark: Any = None, run_dir: str | Path | None = None,
                s3: Any = None, progress: bool = True, chunk_offsets: int = DEFAULT_CHUNK_OFFSETS,
-               prove: bool = True) -> ReplayReport:
+               prove: bool = True, reprocess_late: bool = False) -> ReplayReport:
     """Replay ``plan`` for ``spec``'s stream; returns the (stored) report when the proof passes.
 
     Raises ReplayRefused (input, nothing to replay, another replay running) before any Spark job,
@@ -93,12 +103,18 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
     in ``run_dir`` (default ``$REWIND_HOME/replays/STREAM/REPLAY_ID``) and, given ``s3`` (an
     ``S3Store`` or ``S3Config``), at ``replays/STREAM/REPLAY_ID/report.json`` in every case but a
     refusal. ``spark``: a session to use (else one is built and stopped here). ``prove=False``
-    skips the proof (benchmarks only; the report says so).
+    skips the proof (benchmarks only; the report says so). ``reprocess_late``: bring the range's
+    ``behind_watermark`` dead letters back into the tables (``rewind.replay.late``).
     """
     if chunk_offsets < 1:
         raise refuse("bad_chunk_size", f"chunk_offsets must be >= 1, not {chunk_offsets}")
-    setup = prepare_replay(spec, plan, mode=mode, replay_id=replay_id, run_dir=run_dir)
+    setup = prepare_replay(spec, plan, mode=mode, replay_id=replay_id, run_dir=run_dir, reprocess_late=reprocess_late)
     lock = acquire_lock(spec.status_dir, spec.name, setup.replay_id, setup.bounds, mode)
+    try:
+        check_before_writing(setup, bootstrap)  # aggregates it could not keep whole: refused, nothing written
+    except BaseException:
+        lock.release()
+        raise
     started = time.perf_counter()
     report = ReplayReport(setup.replay_id, spec.name, mode, "running", _now(), plan.to_json(),
                           {"url": spec.sink.url.split("@")[-1], "table_prefix": setup.table_prefix,

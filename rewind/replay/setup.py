@@ -24,11 +24,6 @@ from rewind.replay.plan import ReplayPlan
 from rewind.replay.problems import ReplayRefused, refuse
 
 DEFAULT_CHUNK_OFFSETS = 200_000
-#: Tables the replay recomputes instead of writing the transform's rows (see rewind.replay.windows).
-RECOMPUTED = "window_results"
-#: The ``kind`` of the transform's rows for ``RECOMPUTED``. A replay leaves them out of its plan: they
-#: would only be partial aggregates to throw away, and the events name the windows they touch.
-RECOMPUTED_KIND = "window"
 Ranges = dict[TP, tuple[int, int]]
 
 
@@ -56,6 +51,7 @@ class ReplaySetup:
     replay_id: str
     table_prefix: str         # the prefix of the tables written (the stream's, or the shadow one)
     run_dir: Path
+    reprocess_late: bool = False  # bring the range's behind_watermark dead letters back (rewind.replay.late)
 
     @property
     def ranges(self) -> Ranges:
@@ -85,7 +81,7 @@ def default_run_dir(spec: Any, replay_id: str) -> Path:
 
 
 def prepare_replay(spec: Any, plan: ReplayPlan, *, mode: str = "into-sink", replay_id: str | None = None,
-                   run_dir: str | Path | None = None) -> ReplaySetup:
+                   run_dir: str | Path | None = None, reprocess_late: bool = False) -> ReplaySetup:
     """Validate everything that needs neither Spark nor the sink; raise ReplayRefused otherwise."""
     check_mode(mode)
     replay_id = check_replay_id(replay_id) if replay_id is not None else new_replay_id()
@@ -102,4 +98,4 @@ def prepare_replay(spec: Any, plan: ReplayPlan, *, mode: str = "into-sink", repl
                                           "--partitions with `rewind replay plan`")
     prefix = spec.sink.table_prefix if mode == "into-sink" else shadow_prefix(spec.sink.table_prefix, replay_id)
     return ReplaySetup(spec, plan, mode, replay_id, prefix,
-                       Path(run_dir) if run_dir else default_run_dir(spec, replay_id))
+                       Path(run_dir) if run_dir else default_run_dir(spec, replay_id), reprocess_late)

@@ -5,8 +5,7 @@ It answers the on-call question "what would an into-sink replay of this range ch
   the main tables hold in the range but the replay did not produce (e.g. a transform fix
   now dead-letters them), and ids in both whose content differs;
 - dead letters (by topic/partition/offset): only in shadow, only in main, reason differs;
-- windows (by window_start/key): the shadow's recomputed rows that main lacks or holds with
-  another count or sum.
+- aggregates (by group): the shadow's recomputed rows that main lacks or holds with other values.
 An id the main tables hold at other coordinates (a duplicate send outside the range) is in
 main already, so it is not "only in shadow".
 """
@@ -20,8 +19,6 @@ import pandas as pd
 import sqlalchemy as sa
 
 from rewind.kafka.types import TP
-from rewind.proof.verify import utc_ns
-from rewind.replay.windows import SUM_TOLERANCE, pairs_of, read_window_rows
 from rewind.sink.dialects import coordinates_in
 
 EXAMPLES = 5
@@ -81,30 +78,37 @@ def compare_dead_letters(main: Any, shadow: Any, where: Any) -> dict[str, Any]:
                          "differing": _examples(differing, [*coords, "reason_shadow", "reason_main"])}}
 
 
-def compare_windows(main: Any, shadow: Any) -> dict[str, Any]:
-    sh = shadow.read_table("window_results")
-    pairs = pairs_of(sh)
-    mn = read_window_rows(main, pairs) if pairs else sh.iloc[0:0].copy()
-    for frame in (sh, mn):
-        frame["window_start"] = utc_ns(frame["window_start"])
-    merged = sh.merge(mn, on=["window_start", "key"], how="left", suffixes=("_shadow", "_main"), indicator=True)
+def compare_aggregate(main: Any, shadow: Any, agg: Any) -> dict[str, Any]:
+    """The shadow's rows of one aggregate table against main's rows of the same groups (values within
+    ``rewind.proof.values``' tolerance)."""
+    from rewind.proof.aggregates import group_text, value_columns
+    from rewind.proof.values import equal_values
+
+    sh = shadow.read_table(agg.table)
+    mn = main.read_table(agg.table)
+    sh["_g"], mn["_g"] = group_text(sh, agg), group_text(mn, agg)
+    values = value_columns(shadow.specs[agg.table].column_names, agg)
+    merged = sh.merge(mn[mn["_g"].isin(set(sh["_g"]))][["_g", *values]], on="_g", how="left",
+                      suffixes=("_shadow", "_main"), indicator=True)
     only_shadow = merged[merged["_merge"] == "left_only"]
-    both = merged[merged["_merge"] == "both"]
-    differs = ((both["event_count_shadow"] != both["event_count_main"])
-               | ((both["amount_sum_shadow"].fillna(0) - both["amount_sum_main"].fillna(0)).abs() > SUM_TOLERANCE))
-    cols = ["window_start", "key", "event_count_shadow", "event_count_main", "amount_sum_shadow", "amount_sum_main"]
+    both = merged[merged["_merge"] == "both"].reset_index(drop=True)
+    differs = pd.Series(False, index=both.index)
+    for v in values:
+        differs |= ~pd.Series(equal_values(both[f"{v}_shadow"], both[f"{v}_main"]), index=both.index)
+    cols = [*agg.group_columns, *(f"{v}_{w}" for v in values for w in ("shadow", "main"))]
     return {"shadow": int(len(sh)), "only_in_shadow": int(len(only_shadow)), "differing": int(differs.sum()),
             "same": int(len(both) - differs.sum()),
-            "examples": {"only_in_shadow": _examples(only_shadow, ["window_start", "key", "event_count_shadow"]),
-                         "differing": _examples(both[differs], cols)}}
+            "examples": {"only_in_shadow": _examples(only_shadow, list(agg.group_columns)),
+                         "differing": _examples(both[differs], [c for c in cols if c in both.columns])}}
 
 
-def compare_shadow(main: Any, shadow: Any, ranges: Mapping[TP, tuple[int, int]]) -> dict[str, Any]:
-    """The comparison of the shadow tables with the main tables over the replayed range."""
+def compare_shadow(main: Any, shadow: Any, ranges: Mapping[TP, tuple[int, int]], transform: Any) -> dict[str, Any]:
+    """The comparison of the (demo-shaped) shadow tables with the main tables over the replayed range."""
     where = coordinates_in(ranges)
+    windows = next(a for a in transform.aggregates if a.table == "window_results")
     out: dict[str, Any] = {"events": compare_events(main, shadow, where),
                            "dead_letter": compare_dead_letters(main, shadow, where),
-                           "windows": compare_windows(main, shadow)}
+                           "windows": compare_aggregate(main, shadow, windows)}
     out["identical"] = all(out[t]["only_in_shadow"] == 0 and out[t]["differing"] == 0
                            and out[t].get("only_in_main", 0) == 0 for t in ("events", "dead_letter", "windows"))
     out["main_tables"] = {t: main.table_name(t) for t in ("events", "dead_letter", "window_results")}

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from rewind.sink.errors import SinkRefused
-from rewind.sink.schema import TableSpec, check_table_name
+from rewind.sink.schema import TableSpec, check_resolved, check_table_name
 
 __all__ = ["BatchResult", "Rows", "Sink", "check_batch_id", "check_sink_tables"]
 
@@ -72,6 +72,7 @@ def check_sink_tables(stream: Any, tables: Sequence[TableSpec], table_prefix: st
     specs = list(tables)
     if not specs or len({s.name for s in specs}) != len(specs):
         raise SinkRefused(f"one TableSpec per table is needed, got {[s.name for s in specs]}")
+    check_resolved(specs)
     return {s.name: s for s in specs}
 
 
@@ -157,6 +158,13 @@ class Sink(abc.ABC):
         reads back only the rows its range touches (the events of a few windows, the coordinates
         of its range), not whole tables.
         """
+
+    def duplicate_rows(self, name: str) -> pd.DataFrame:
+        """The rows of spec table ``name`` that repeat a key already held, as a reader of the storage sees
+        them (``read_table`` keeps one row per key). Why: a proof must count every committed copy. A
+        SQL table's primary key allows none (the default: empty); a Kafka topic can hold a record twice
+        (a re-send), so the Kafka sink returns the later copies of keys of its ``ignore`` tables."""
+        return pd.DataFrame()
 
     @abc.abstractmethod
     def column_max(self, name: str, column: str) -> Any:

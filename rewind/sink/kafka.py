@@ -14,7 +14,9 @@ not at all.
   that wakes up can no longer commit (``SinkWriteError``, "fenced").
 - **Re-run batches**: after ``init_transactions`` the sink reads the ledger topic
   ``read_committed``; a batch id committed before with the same source offsets is skipped, one
-  with other offsets (a re-planned batch) is written again, as ``Sink.write_batch`` says.
+  with other offsets (a re-planned batch) is written again, as ``Sink.write_batch`` says. The
+  ledger topic is created compacted with unlimited retention (``LEDGER_TOPIC_CONFIG``; its records
+  are keyed by stream and batch id), so no broker retention ever forgets a committed batch.
 - **Idempotent tables**: a topic is a changelog keyed by the table's key; reading it back applies
   the table's conflict rule (``rewind.sink.kafka_mirror``). Where a write could repeat a key of an
   ``ignore`` table (a re-planned batch, a replay's ``write_rows``), the keys already in the topic
@@ -53,6 +55,9 @@ log = logging.getLogger(__name__)
 __all__ = ["TransactionalKafkaSink"]
 
 TOO_LARGE = "too_large_for_kafka"
+#: The ledger decides whether a re-run batch is skipped, so it must outlive any retention: compacted
+#: (one record per (stream, batch id) key, the last one counts) and never deleted by time.
+LEDGER_TOPIC_CONFIG = {"cleanup.policy": "compact", "retention.ms": "-1"}
 
 
 class TransactionalKafkaSink(Sink):
@@ -107,9 +112,11 @@ class TransactionalKafkaSink(Sink):
     def create_tables(self) -> None:
         from rewind.kafka.topics import ensure_topic
 
+        ledger = self.table_name(LEDGER_TABLE)
         for topic, partitions in self._topics().items():
             ensure_topic(self.bootstrap, topic, partitions, self.target.replication,
-                         config=librdkafka_config(self.target.client))
+                         config=librdkafka_config(self.target.client),
+                         topic_config=LEDGER_TOPIC_CONFIG if topic == ledger else None)
 
     def _start_writing(self) -> Transactions:
         """The batch writer: topics there, older producers of this id fenced, their open transaction
@@ -136,7 +143,7 @@ class TransactionalKafkaSink(Sink):
         fault_point("sink.before_write", batch=batch_id)
         records = self._records(prepared, batch_id, skip_known=prior is not None)
         entry = LedgerEntry(self.stream, batch_id, dt.datetime.now(dt.UTC), counts, source_offsets)
-        records.append(Record(self.table_name(LEDGER_TABLE), self.stream.encode(), entry.to_json(), []))
+        records.append(Record(self.table_name(LEDGER_TABLE), entry.key(), entry.to_json(), []))
         group = self._group_offsets(source_offsets)
         writer.run(records, f"batch {batch_id} of stream {self.stream}",
                    before_commit=lambda: fault_point("sink.pre_committed", batch=batch_id),
@@ -174,6 +181,26 @@ class TransactionalKafkaSink(Sink):
         finally:
             txn.close()
         return {n: p.submitted for n, p in prepared.items()}
+
+    def write_tombstones(self, name: str, keys: pd.DataFrame, label: str) -> int:
+        """Delete rows of table ``name`` by key: one tombstone each (the key, no value), in one transaction
+        of its own (``rewind.sink.deletes``); readers apply them as deletes."""
+        spec = self.specs[name]
+        prepared = prepare_table(TableSpec(spec.name, tuple(c for c in spec.columns if c.name in spec.key), spec.key,
+                                           "ignore"), keys.to_dict(orient="records"), sqlite_text=False)
+        headers: list[tuple[str, str | bytes | None]] = [("rewind.stream", self.stream.encode())]
+        records = [Record(self.table_name(name), key, None, headers) for key, _ in encode_table(prepared)]
+        txn = Transactions(self._producer_config(f"{self.transactional_id}.delete.{uuid.uuid4().hex}"))
+        try:
+            txn.run(records, f"{label}: {len(records)} tombstone(s) in {name} of stream {self.stream}")
+        finally:
+            txn.close()
+        return len(records)
+
+    def duplicate_rows(self, name: str) -> pd.DataFrame:
+        """``Sink.duplicate_rows``: the later committed copies of keys of an ``ignore`` table's topic."""
+        self.table_name(name)
+        return self._mirror_of([name]).repeated(name)
 
     def _records(self, prepared: Mapping[str, PreparedTable], batch_id: int | None, *, skip_known: bool,
                  inserted: dict[str, int] | None = None) -> list[Record]:

@@ -21,7 +21,7 @@ import msgspec
 from rewind.sink.convert import PreparedTable
 from rewind.sink.schema import TableSpec
 
-__all__ = ["decode_value", "encode_table"]
+__all__ = ["decode_key", "decode_value", "encode_key", "encode_table"]
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -64,3 +64,17 @@ def decode_value(spec: TableSpec, raw: bytes | None) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown column {unknown[0]!r} (table {spec.name!r} has {list(kinds)})")
     return {name: _from_json(kind, row.get(name)) for name, kind in kinds.items()}
+
+
+def decode_key(spec: TableSpec, raw: bytes) -> dict[str, Any]:
+    """A record's key -> the row's key columns (column -> Python value), typed by the table's columns."""
+    values = _decode(raw)
+    if not isinstance(values, list) or len(values) != len(spec.key):
+        raise ValueError(f"not a key of table {spec.name!r}: {raw!r}")
+    kinds = {c.name: c.type for c in spec.columns}
+    return {k: _from_json(kinds[k], v) for k, v in zip(spec.key, values)}
+
+
+def encode_key(spec: TableSpec, row: Mapping[str, Any]) -> bytes:
+    """The record key of a decoded row (``decode_value``): its key values as ``encode_table`` writes them."""
+    return _encode([row.get(k) for k in spec.key])

@@ -1,8 +1,9 @@
 """The Kafka sink's ledger: one record per committed batch on the ledger topic, in the batch's transaction.
 
 Why a topic and not a table elsewhere: the ledger record must commit or abort with the batch's
-records, and only a record in the same Kafka transaction does. Its key is the stream's name, its
-value JSON (``LedgerEntry``). A batch re-planned after a restore has a second entry with its new
+records, and only a record in the same Kafka transaction does. Its key is the stream's name and
+the batch id (``LedgerEntry.key``: the topic is compacted, so each batch keeps its last entry),
+its value JSON (``LedgerEntry``). A batch re-planned after a restore has a second entry with its new
 offsets; the last one counts. ``read_ledger`` reads the topic ``read_committed`` to its end after
 the writer's ``init_transactions``, when no transaction of this stream can still be open.
 """
@@ -30,6 +31,10 @@ class LedgerEntry:
     committed_at: dt.datetime
     rows: dict[str, int]
     source_offsets: str | None
+
+    def key(self) -> bytes:
+        """The record key: one per (stream, batch id), so compaction keeps every batch's last entry."""
+        return f"{self.stream}/{self.batch_id}".encode()
 
     def to_json(self) -> bytes:
         return json.dumps({"stream": self.stream, "batch_id": self.batch_id,

@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pandas as pd
+
 from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.kafka.reader import read_to_end
 from rewind.kafka.types import TP, UnknownTopicError
@@ -32,6 +34,12 @@ from rewind.sink.sql import ExactlyOnceSqlSink
 log = logging.getLogger(__name__)
 
 __all__ = ["TopicMirror", "settled_ends"]
+
+
+def _key_of(spec: TableSpec, row: Mapping[str, Any]) -> bytes:
+    from rewind.sink.kafka_codec import encode_key
+
+    return encode_key(spec, row)
 
 SETTLE_S = 10.0
 
@@ -71,6 +79,9 @@ class TopicMirror:
         self._next: dict[TP, int] = {}
         #: per table, the record keys read so far (a record's key is its row's key: see kafka_codec)
         self.keys: dict[str, set[bytes]] = {name: set() for name in specs}
+        #: per ``ignore`` table, the rows of records whose key was held already (a re-send: the copy keeps
+        #: the first, a proof must still count them, ``repeated``)
+        self.repeats: dict[str, list[dict[str, Any]]] = {name: [] for name in specs}
         self.foreign = 0  # records that are not rows of their table (another producer wrote to the topic)
 
     def catch_up(self, names: Iterable[str]) -> None:
@@ -84,21 +95,50 @@ class TopicMirror:
             if all(lower[tp] >= end for tp, end in ends.items()):
                 continue
             for msgs in read_to_end(self.config, [topic], upper=ends, lower=lower):
-                rows = []
+                rows: list[dict[str, Any]] = []
                 for m in msgs:
                     tp = TP(topic, m.partition())  # type: ignore[arg-type]
                     self._next[tp] = m.offset() + 1  # type: ignore[operator]
+                    key = m.key() or b""
+                    if m.value() is None:  # a tombstone: the row was deleted (rewind.sink.deletes)
+                        self.sql.write_rows({name: rows})
+                        rows = []
+                        self._delete(name, key)
+                        continue
                     try:
-                        rows.append(decode_value(self.specs[name], m.value()))
+                        row = decode_value(self.specs[name], m.value())
                     except ValueError as exc:
                         self.foreign += 1
                         log.warning("topic %s[%s] offset %s is not a row of table %s (%s): left out", topic,
                                     m.partition(), m.offset(), name, exc)
                         continue
-                    self.keys[name].add(m.key() or b"")
+                    if key in self.keys[name] and self.specs[name].on_conflict == "ignore":
+                        self.repeats[name].append(row)
+                    rows.append(row)
+                    self.keys[name].add(key)
                 self.sql.write_rows({name: rows})
             for tp, end in ends.items():  # past trailing transaction markers
                 self._next[tp] = max(self._next.get(tp, 0), end)
+
+    def repeated(self, name: str) -> pd.DataFrame:
+        """The later copies of keys of table ``name`` (``ignore`` tables), typed as ``read_table`` types them."""
+        rows = self.repeats[name]
+        spec = self.specs[name]
+        frame = pd.DataFrame(rows, columns=list(spec.column_names))
+        for c in spec.columns:
+            if c.type == "timestamp":
+                frame[c.name] = pd.to_datetime(frame[c.name], utc=True)
+            elif c.type in ("int", "bigint"):
+                frame[c.name] = pd.array(frame[c.name], dtype="Int64")
+        return frame
+
+    def _delete(self, name: str, key: bytes) -> None:
+        from rewind.sink.kafka_codec import decode_key
+        from rewind.sink.sql_delete import sql_delete
+
+        self.keys[name].discard(key)
+        self.repeats[name] = [r for r in self.repeats[name] if key != _key_of(self.specs[name], r)]
+        sql_delete(self.sql, name, pd.DataFrame([decode_key(self.specs[name], key)]))
 
     def dispose(self) -> None:
         self.sql.dispose()

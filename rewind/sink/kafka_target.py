@@ -28,6 +28,9 @@ _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9._\[\]:-]+:\d{1,5}$")
 #: librdkafka's own default for ``message.max.bytes``; the brokers' default limit is just above it.
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
+#: librdkafka's other names for a setting checked below (CONFIGURATION.md: ``request.required.acks``
+#: is ``acks``); the sink would otherwise be refused by the producer at its first batch.
+ALIASES = {"acks": ("request.required.acks",)}
 #: What librdkafka adds to a record's key, value and headers in a batch (a safe upper bound).
 RECORD_OVERHEAD_BYTES = 512
 
@@ -95,8 +98,9 @@ def check_client_options(client: Mapping[str, str]) -> None:
     if str(client.get("enable.idempotence", "true")).lower() != "true":
         refuse("enable.idempotence", "a transactional producer is idempotent; without it a retried send writes "
                "a record twice. Remove the option")
-    if str(client.get("acks", "all")).lower() not in ("all", "-1"):
-        refuse("acks", "transactions need acks=all; remove the option")
+    for acks in ("acks", *ALIASES["acks"]):  # librdkafka takes either name; the producer refuses any but all
+        if str(client.get(acks, "all")).lower() not in ("all", "-1"):
+            refuse(acks, "transactions need acks=all; remove the option")
     if str(client.get("isolation.level", "read_committed")).lower() != "read_committed":
         refuse("isolation.level", "the sink reads its topics back (proofs, replays) read_committed, or it would "
                "count records of aborted transactions; remove the option")

@@ -30,7 +30,7 @@ TIMEOUT_S = 60.0
 class Record(NamedTuple):
     topic: str
     key: bytes
-    value: bytes
+    value: bytes | None  # None: a tombstone (a delete, rewind.sink.deletes)
     headers: list[tuple[str, str | bytes | None]]
 
 

@@ -9,6 +9,7 @@ SQL identifiers: a bad name fails when the tables module is imported, not mid-ba
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +23,7 @@ __all__ = [
     "Column",
     "ColumnType",
     "TableSpec",
+    "check_resolved",
     "check_table_name",
 ]
 
@@ -57,6 +59,8 @@ class TableSpec:
 
     on_conflict="ignore": first writer wins (raw events, dead letters: the original record is the truth).
     on_conflict="replace": upsert, last writer wins (window results: a later, more complete aggregate wins).
+    No columns (``columns=()``): they come from the stream's output schema, filled in before a sink
+    opens (``rewind.stream.outputs.resolved_tables``).
     on_conflict="latest": upsert where the row with the highest ``version`` wins, whichever is written
     last (an entity's latest state: a replay of an older range never overwrites a newer state, and
     the result does not depend on the order batches or replays commit in).
@@ -81,13 +85,17 @@ class TableSpec:
             raise SinkRefused(f"table {self.name!r}: duplicate columns {dupes}")
         if not self.key:
             raise SinkRefused(f"table {self.name!r}: key must name at least one column")
-        for k in self.key:
+        for k in self.key if self.columns else ():
             if k not in names:
                 raise SinkRefused(f"table {self.name!r}: key column {k!r} is not among its columns {names}")
         if self.on_conflict not in ("ignore", "replace", "latest"):
             raise SinkRefused(f"table {self.name!r}: on_conflict must be 'ignore', 'replace' or 'latest', "
                               f"not {self.on_conflict!r}")
-        if self.on_conflict == "latest":
+        if self.on_conflict == "latest" and not self.columns:
+            if not self.version or self.version in self.key:
+                raise SinkRefused(f"table {self.name!r}: on_conflict 'latest' needs version= naming a column outside "
+                                  f"the key, got {self.version!r}")
+        elif self.on_conflict == "latest":
             kinds = {c.name: c for c in self.columns}
             col = kinds.get(self.version or "")
             if col is None:
@@ -103,6 +111,20 @@ class TableSpec:
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+    @property
+    def resolved(self) -> bool:
+        """False for a table declared without columns (they come from the stream's output schema,
+        ``rewind.stream.outputs.resolved_tables``): no sink takes it before they are filled in."""
+        return bool(self.columns)
+
+
+def check_resolved(specs: Sequence[TableSpec]) -> None:
+    """Refuse tables whose columns are still to come from the stream's output (a sink needs them)."""
+    pending = [s.name for s in specs if not s.resolved]
+    if pending:
+        raise SinkRefused(f"tables {pending} have no columns yet: they come from the stream's output schema; open the "
+                          "sink with rewind.stream.sink_factory.open_sink (it resolves them) or declare the columns")
 
 
 def check_table_name(value: str, what: str) -> None:

@@ -56,7 +56,7 @@ from rewind.sink.dialects import (
     upsert_statement,
 )
 from rewind.sink.errors import SinkConnectionError, SinkRefused, SinkWriteError
-from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_table_name
+from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_resolved, check_table_name
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class ExactlyOnceSqlSink(Sink):
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise SinkRefused(f"duplicate table names in {names}")
+        check_resolved(specs)
         for name in [*names, LEDGER_TABLE]:
             check_table_name(table_prefix + name, f"table name (prefix {table_prefix!r} + {name!r})")
 

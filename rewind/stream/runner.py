@@ -38,10 +38,11 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter)."""
     from rewind.sink.delta_target import is_delta_url
     from rewind.stream.contract import load_transform
+    from rewind.stream.outputs import output_frame
     from rewind.stream.spark_session import ensure_source, use_checkpoint_file_manager
 
     transform = load_transform(spec)
-    sink = open_sink(spec, transform)
+    sink = open_sink(spec, transform, spark)
     sink.create_tables()
     checkpoint = checkpoint or spec.checkpoint
     writer: BatchWriter
@@ -63,7 +64,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     use_checkpoint_file_manager(spark, checkpoint)
     ensure_source(spark, spec.source.format)
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
-    out = transform.build(source, spec)
+    out = output_frame(transform, source, spec)
     ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)
           .option("checkpointLocation", checkpoint))
     ws = ws.trigger(availableNow=True) if available_now else ws.trigger(

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from rewind.sink.schema import Column, TableSpec
 from rewind.stream.contract import Identity, Transform
-from rewind.stream.late_routing import LATE_CANDIDATE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -72,9 +71,10 @@ DEAD_LETTER = TableSpec(
              Column("kafka_timestamp", "timestamp"), Column("reason", "string", False), Column("raw_value", "string"),
              Column("watermark", "timestamp"), Column("batch_id", "bigint")),
     key=("topic", "partition", "offset"), on_conflict="ignore")
-#: Output row kind -> table. LATE_CANDIDATE: rows a stateful operator would drop as behind the
-#: watermark (only if you add one; see rewind.stream.late_routing) are dead letters too.
-KIND_TO_TABLE = {"row": ROWS, "dead": DEAD_LETTER, LATE_CANDIDATE: DEAD_LETTER}
+#: Output row kind -> table, for the default split() (rewind.stream.contract.Transform.split). Rows of
+#: kind LATE_CANDIDATE (a stateful operator would drop them as behind the watermark: only if you add
+#: one, see rewind.stream.late_routing) go to the dead-letter table too.
+KINDS = {"row": ROWS.name, "dead": DEAD_LETTER.name}
 
 
 class __CLASS__(Transform):
@@ -115,16 +115,10 @@ class __CLASS__(Transform):
         return (rows.withColumn("kind", F.when(ok, F.lit("row")).otherwise(F.lit("dead")))
                 .withColumn("reason", F.when(F.col("kind") == "dead", F.lit(MALFORMED))))
 
-    def split(self, frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
-        """One collected batch -> a frame per table (pure: Rewind writes them in one transaction)."""
-        out = {}
-        for table in self.tables:
-            kinds = [kind for kind, t in KIND_TO_TABLE.items() if t is table]
-            part = frame[frame["kind"].isin(kinds)].reindex(
-                columns=[c for c in table.column_names if c != "batch_id"])
-            part["batch_id"] = batch_id
-            out[table.name] = part
-        return out
+    @property
+    def kinds(self) -> dict[str, str]:
+        # Where the default split() sends each kind of row build() outputs (one transaction per batch).
+        return KINDS
 
     def expect(self, records: pd.DataFrame, spec: Any) -> pd.DataFrame:
         """build() in pandas: for each Kafka record, its id, reason, event_time and values."""

@@ -23,7 +23,7 @@ def check_source(spec: Any, bootstrap: str) -> None:
 
         if not spark_packages_name_connector():  # else Spark resolves the connector (compose)
             connector_jars(required=True)
-    check_reachable(bootstrap, spec.topics, kafka_options(spec.source.options))
+    check_reachable(bootstrap, spec.topics, kafka_options(spec.source.options), partitions=spec.partitions)
 
 
 def source_options(spec: Any, bootstrap: str) -> dict[str, str]:

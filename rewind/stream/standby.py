@@ -49,6 +49,7 @@ def _last_records(spec: StreamSpec, bootstrap: str) -> dict[Any, tuple[int, int]
 def warm_up(spark: Any, spec: StreamSpec, bootstrap: str) -> dict[str, Any]:
     """Run the stream's transform over the last record of each partition; returns what it did."""
     from rewind.stream.contract import load_transform
+    from rewind.stream.outputs import output_frame
     from rewind.stream.source import bounded_options, bounded_read
 
     started = time.perf_counter()
@@ -56,7 +57,7 @@ def warm_up(spark: Any, spec: StreamSpec, bootstrap: str) -> dict[str, Any]:
     src = bounded_read(spark, spec, bounded_options(spec, bootstrap, list(spec.topics)), ranges)
     spark.sparkContext.setJobDescription(f"rewind standby warm-up of {spec.name} (nothing is written)")
     try:
-        rows = load_transform(spec).build(src, spec).toArrow().num_rows
+        rows = output_frame(load_transform(spec), src, spec).toArrow().num_rows
     finally:
         spark.sparkContext.setJobDescription(None)
     return {"records": sum(e - s for s, e in ranges.values()), "rows_out": rows,
