@@ -49,3 +49,17 @@ def test_no_test_module_imports_airflow_into_the_pytest_process() -> None:
 
         assert os.path.realpath(AIRFLOW_HOME) == os.path.realpath(os.environ["AIRFLOW_HOME"]), AIRFLOW_HOME
         assert os.path.realpath(AIRFLOW_HOME) != os.path.realpath(os.path.expanduser("~/airflow"))
+
+
+def test_collecting_the_suite_does_not_import_airflow() -> None:
+    """test_dags' dag.test() needs Airflow imported after its settings (tests/conftest.py), so no test
+    module may import Airflow while pytest collects it: at module level, in a class's bases, or in a
+    parametrize list. A CI rehearsal (2026-11-27) failed 10 of test_dags' 15 tests on one such module."""
+    tests = Path(__file__).resolve().parent
+    modules = sorted(p.stem for p in tests.glob("test_*.py"))
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in modules) +
+            "print([m for m in sys.modules if m == 'airflow' or m.startswith(('airflow.', 'rewind_airflow'))][:5])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tests,
+                         env={**os.environ, "PYTHONPATH": f"{tests.parent}{os.pathsep}{tests}"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", f"imported while collecting: {out.stdout[-500:]}"

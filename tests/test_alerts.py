@@ -15,27 +15,6 @@ from rewind.alerts import TaskOutcome, alert_for, event_of
 from rewind.registry import RegistryError, load_registry
 from rewind.testing.registry_templates import demo_stream, write_registry
 
-SENT: list[dict[str, Any]] = []
-
-
-def _notifier_base() -> type:
-    from airflow.sdk import BaseNotifier
-
-    return BaseNotifier
-
-
-class RecordingNotifier(_notifier_base()):  # type: ignore[misc]
-    """A notifier as a provider writes one: template fields rendered by BaseNotifier, then notify()."""
-
-    template_fields = ("subject", "text", "channel")
-
-    def __init__(self, channel: str, subject: str | None = None, text: str | None = None) -> None:
-        super().__init__()
-        self.channel, self.subject, self.text = channel, subject, text
-
-    def notify(self, context: Any) -> None:
-        SENT.append({"channel": self.channel, "subject": self.subject, "text": self.text})
-
 
 # --------------------------------------------------------------------------- which outcomes are events
 def outcome(role: str, task: str, state: str = "failed", **failures: Any) -> TaskOutcome:
@@ -114,8 +93,10 @@ def test_the_callback_sends_through_the_registry_notifier(tmp_path: Path) -> Non
 
     from rewind_airflow.notify import RewindAlerts
 
-    registry = _spec(tmp_path, "{class: test_alerts.RecordingNotifier, channel: '#oncall'}")
+    registry = _spec(tmp_path, "{class: harness.notifier.RecordingNotifier, channel: '#oncall'}")
     ti = SimpleNamespace(task_id="proof", dag_id="rewind_a_dq", run_id="r1", start_date=None, log_url="http://l")
+    from harness.notifier import SENT
+
     SENT.clear()
     context: dict[str, Any] = {"ti": ti, "exception": RuntimeError("FAIL: 3 missing {{ 7 * 7 }}")}
     alert = RewindAlerts("dq", str(registry), "a").send(context)
@@ -144,7 +125,7 @@ def test_dags_carry_the_alerts_and_a_missing_notifier_is_an_import_error(tmp_pat
     from rewind_airflow.dags.factory import build_dags
     from rewind_airflow.notify import RewindAlerts
 
-    dags = build_dags(str(_spec(tmp_path, "{class: test_alerts.RecordingNotifier, channel: c}")))
+    dags = build_dags(str(_spec(tmp_path, "{class: harness.notifier.RecordingNotifier, channel: c}")))
     for dag_id in ("rewind_a_dq", "rewind_a_savepoint", "rewind_a_supervisor", "rewind_replay"):
         for task in dags[dag_id].tasks:
             assert any(isinstance(cb, RewindAlerts) for cb in task.on_failure_callback or []), (dag_id, task.task_id)
