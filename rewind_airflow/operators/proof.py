@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
 from rewind_airflow.hooks.kafka import RewindKafkaHook
 from rewind_airflow.hooks.s3 import RewindS3Hook
+from rewind_airflow.operators.base import StreamOperator
 
 
 def run_proof_task(name: str, registry: str, run_id: str | None = None) -> dict[str, Any]:
@@ -41,7 +40,7 @@ def run_proof_task(name: str, registry: str, run_id: str | None = None) -> dict[
     return {"ok": True, "counts": result.counts}
 
 
-class ProveStreamOperator(BaseOperator):
+class ProveStreamOperator(StreamOperator):
     """The Great Expectations proof of what a stream has committed (``rewind.proof.dq.run_proof``).
 
     Succeeds when the proof passes; fails (no retry) with the verdict, counts, example rows and links
@@ -53,13 +52,5 @@ class ProveStreamOperator(BaseOperator):
     :param registry: the registry file (default: ``$REWIND_REGISTRY``)
     """
 
-    template_fields = ("stream",)
-
-    def __init__(self, *, stream: str, registry: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.stream, self.registry = stream, registry
-
     def execute(self, context: Any) -> dict[str, Any]:
-        from rewind.settings import default_registry
-
-        return run_proof_task(self.stream, self.registry or str(default_registry()), context["run_id"])
+        return run_proof_task(self.stream, self.registry_file, context["run_id"])

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from rewind_airflow.hooks.kafka import RewindKafkaHook
+from rewind_airflow.operators.base import registry_file
 
 
 def plan_replay_task(params: dict[str, Any], registry: str) -> dict[str, Any]:
@@ -100,7 +101,7 @@ class PlanReplayOperator(BaseOperator):
         self.request, self.registry = request, registry
 
     def execute(self, context: Any) -> dict[str, Any]:
-        return plan_replay_task(dict(self.request or context["params"]), _registry(self.registry))
+        return plan_replay_task(dict(self.request or context["params"]), registry_file(self.registry))
 
 
 class ReplayOperator(BaseOperator):
@@ -122,11 +123,6 @@ class ReplayOperator(BaseOperator):
         self.planned, self.request, self.registry, self.conn_id = planned, request, registry, conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        return run_replay_task(dict(self.planned), dict(self.request or context["params"]), _registry(self.registry),
-                               self.conn_id)
+        return run_replay_task(dict(self.planned), dict(self.request or context["params"]),
+                               registry_file(self.registry), self.conn_id)
 
-
-def _registry(given: str | None) -> str:
-    from rewind.settings import default_registry
-
-    return given or str(default_registry())

@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
 from rewind_airflow.hooks.s3 import RewindS3Hook
+from rewind_airflow.operators.base import StreamOperator
 
 
 def take_savepoint(name: str, registry: str) -> dict[str, Any]:
@@ -88,7 +87,7 @@ def restore_task(name: str, registry: str, savepoint_id: str, relaunch: bool, st
             "was_running": was_running, "launched": bool(launched)}
 
 
-class SavepointOperator(BaseOperator):
+class SavepointOperator(StreamOperator):
     """An online savepoint of a stream's last complete batch to S3 (``rewind.checkpoints.savepoints``).
 
     Skipped, not failed, before the stream's first complete batch. Returns the savepoint's id, batch
@@ -98,34 +97,22 @@ class SavepointOperator(BaseOperator):
     :param registry: the registry file (default: ``$REWIND_REGISTRY``)
     """
 
-    template_fields = ("stream",)
-
-    def __init__(self, *, stream: str, registry: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.stream, self.registry = stream, registry
-
     def execute(self, context: Any) -> dict[str, Any]:
-        return take_savepoint(self.stream, _registry(self.registry))
+        return take_savepoint(self.stream, self.registry_file)
 
 
-class SavepointRetentionOperator(BaseOperator):
+class SavepointRetentionOperator(StreamOperator):
     """The registry's savepoint retention (``keep_last``, ``max_age``); the newest savepoint is always kept.
 
     :param stream: the registry stream
     :param registry: the registry file (default: ``$REWIND_REGISTRY``)
     """
 
-    template_fields = ("stream",)
-
-    def __init__(self, *, stream: str, registry: str | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.stream, self.registry = stream, registry
-
     def execute(self, context: Any) -> dict[str, Any]:
-        return apply_retention(self.stream, _registry(self.registry))
+        return apply_retention(self.stream, self.registry_file)
 
 
-class RestoreSavepointOperator(BaseOperator):
+class RestoreSavepointOperator(StreamOperator):
     """Restore a savepoint: check it exists (nothing is touched before), stop the stream after its current
     batch, download and verify it into a fresh checkpoint, point the stream at it, launch it again.
 
@@ -140,17 +127,10 @@ class RestoreSavepointOperator(BaseOperator):
 
     def __init__(self, *, stream: str, savepoint_id: str, relaunch: bool | str = True, registry: str | None = None,
                  conn_id: str = "spark_default", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.stream, self.savepoint_id, self.relaunch = stream, savepoint_id, relaunch
-        self.registry, self.conn_id = registry, conn_id
+        super().__init__(stream=stream, registry=registry, **kwargs)
+        self.savepoint_id, self.relaunch, self.conn_id = savepoint_id, relaunch, conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         relaunch = self.relaunch if isinstance(self.relaunch, bool) else str(self.relaunch).lower() != "false"
-        return restore_task(self.stream, _registry(self.registry), self.savepoint_id or "", relaunch,
-                            conn_id=self.conn_id)
+        return restore_task(self.stream, self.registry_file, self.savepoint_id or "", relaunch, conn_id=self.conn_id)
 
-
-def _registry(given: str | None) -> str:
-    from rewind.settings import default_registry
-
-    return given or str(default_registry())
