@@ -57,6 +57,7 @@ from rewind.sink.dialects import (
 )
 from rewind.sink.errors import SinkConnectionError, SinkRefused, SinkWriteError
 from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_resolved, check_table_name
+from rewind.sink.sql_schema import ensure_tables
 
 log = logging.getLogger(__name__)
 
@@ -129,46 +130,11 @@ class ExactlyOnceSqlSink(Sink):
         return self._table(name).name
 
     def create_tables(self) -> None:
-        """Create the spec tables and the ledger if missing (idempotent, safe from several processes).
-
-        An existing table must already have every spec column; otherwise a
-        SinkRefused says which are missing instead of failing later mid-batch.
-        """
-        for attempt in range(3):
-            try:
-                with self._connect() as conn, conn.begin():
-                    self._metadata.create_all(conn, checkfirst=True)
-                break
-            except (exc.IntegrityError, exc.ProgrammingError):
-                # PostgreSQL: two processes racing on CREATE TABLE (duplicate pg_type key).
-                if attempt == 2:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
-        self._add_missing_nullable_columns()
-        with self._read() as conn:
-            inspector = sa.inspect(conn)
-            for table in [*self._tables.values(), self._ledger]:
-                existing = {c["name"] for c in inspector.get_columns(table.name)}
-                missing = [c.name for c in table.columns if c.name not in existing]
-                if missing:
-                    raise SinkRefused(f"table {table.name!r} exists in {self.safe_url} without columns {missing}; "
-                                      f"migrate it or use another table_prefix")
+        """``Sink.create_tables`` (``rewind.sink.sql_schema``): an existing table must already have every
+        spec column; otherwise a SinkRefused says which are missing instead of failing later mid-batch."""
+        ensure_tables(self._connect, self._read, self._metadata, [*self._tables.values(), self._ledger],
+                      where=self.safe_url, stream=self.stream)
         self._tables_ready = True
-
-    def _add_missing_nullable_columns(self) -> None:
-        """Tables created by an earlier version get the nullable columns added since (the ledger's
-        ``source_offsets``, the dead letters' ``watermark``): ADD COLUMN of a nullable column
-        rewrites nothing, and the old rows read as NULL. A missing NOT NULL column stays an error."""
-        for table in [*self._tables.values(), self._ledger]:
-            with self._read() as conn:
-                existing = {c["name"] for c in sa.inspect(conn).get_columns(table.name)}
-            for col in table.columns:
-                if col.name in existing or not col.nullable:
-                    continue
-                kind = col.type.compile(dialect=self._engine.dialect)
-                with self._connect() as conn, conn.begin():
-                    conn.execute(sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {kind}'))
-                log.info("sink %s: added column %s to %s", self.stream, col.name, table.name)
 
     def write_batch(self, batch_id: int, rows: Mapping[str, Rows], source_offsets: str | None = None) -> BatchResult:
         """``Sink.write_batch`` in one transaction: the ledger row first (ON CONFLICT DO NOTHING),

@@ -1,0 +1,67 @@
+"""The SQL sink's tables as a database holds them: created when missing, older ones brought up to date, or refused.
+
+Why its own module: the sink's transaction, ledger and conflict rules are one job; making sure the
+tables they write exist with every column is another, done once per sink before its first write.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import Connection
+
+from rewind.sink.errors import SinkRefused
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ensure_tables"]
+
+
+def ensure_tables(connect: Callable[[], Connection], read: Callable[[], Connection], metadata: sa.MetaData,
+                  tables: Sequence[sa.Table], *, where: str, stream: str) -> None:
+    """Create ``metadata``'s tables if missing (idempotent, safe from several processes), add the nullable
+    columns added since an older version created a table, and refuse (``SinkRefused``) a table that
+    lacks a NOT NULL column, naming it, instead of failing later mid-batch. ``connect``/``read``: the sink's
+connections for writing and for reading only (SQLite takes no write lock for the latter); ``where``: the
+masked URL."""
+    for attempt in range(3):
+        try:
+            with connect() as conn, conn.begin():
+                metadata.create_all(conn, checkfirst=True)
+            break
+        except (exc.IntegrityError, exc.ProgrammingError):
+            # PostgreSQL: two processes racing on CREATE TABLE (duplicate pg_type key).
+            if attempt == 2:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    for table in tables:
+        _add_missing_nullable_columns(connect, read, table, stream)
+    with read() as conn:
+        inspector = sa.inspect(conn)
+        for table in tables:
+            existing = {c["name"] for c in inspector.get_columns(table.name)}
+            missing = [c.name for c in table.columns if c.name not in existing]
+            if missing:
+                raise SinkRefused(f"table {table.name!r} exists in {where} without columns {missing}; "
+                                  f"migrate it or use another table_prefix")
+
+
+def _add_missing_nullable_columns(connect: Callable[[], Connection], read: Callable[[], Connection], table: sa.Table,
+                                  stream: str) -> None:
+    """A table created by an earlier version gets the nullable columns added since (the ledger's
+    ``source_offsets``, the dead letters' ``watermark``): ADD COLUMN of a nullable column rewrites
+    nothing, and the old rows read as NULL. A missing NOT NULL column stays an error."""
+    with read() as conn:
+        existing = {c["name"] for c in sa.inspect(conn).get_columns(table.name)}
+        dialect = conn.dialect
+    for col in table.columns:
+        if col.name in existing or not col.nullable:
+            continue
+        kind = col.type.compile(dialect=dialect)
+        with connect() as conn, conn.begin():
+            conn.execute(sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {kind}'))
+        log.info("sink %s: added column %s to %s", stream, col.name, table.name)
