@@ -14,6 +14,7 @@ from rewind.checkpoints.inspection import NotACheckpoint, inspect_checkpoint
 from rewind.checkpoints.logs import parse_commit_file, parse_offsets_file
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import load_registry
+from rewind.testing.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,16 +27,8 @@ def real_checkpoint(tmp_path_factory, platform, spark) -> Path:  # type: ignore[
     work = tmp_path_factory.mktemp("cp")
     topic = "cp-inspect"
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=3000, partitions=2, malformed_every=50))
-    (work / "s.yaml").write_text(f"""
-streams:
-  cp:
-    topics: [{topic}]
-    transform: rewind.demo.transform:DemoTransform
-    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 1000}}}}
-    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: cp_}}
-    checkpoint: {work}/checkpoint
-    status_dir: {work}/status
-""")
+    write_registry(work / "s.yaml", demo_stream("cp", topic, work, sink_url=f"sqlite:///{work}/sink.db",
+                                                 checkpoint=f"{work}/checkpoint"))
     spec = load_registry(work / "s.yaml").get("cp")
     query = build_query(spark, spec, platform.kafka_bootstrap, available_now=True)
     query.awaitTermination(300)

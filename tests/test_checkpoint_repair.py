@@ -16,22 +16,15 @@ from rewind.checkpoints.repair import RepairRefused, plan_repair, repair_checkpo
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.proof.verify import verify_stream
 from rewind.registry import StreamSpec, load_registry
+from rewind.testing.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "cp-repair"
 
 
 def _registry(work: Path) -> StreamSpec:
-    (work / "s.yaml").write_text(f"""
-streams:
-  rp:
-    topics: [{TOPIC}]
-    transform: rewind.demo.transform:DemoTransform
-    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 700}}}}
-    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: rp_}}
-    checkpoint: {work}/checkpoint
-    status_dir: {work}/status
-""")
+    write_registry(work / "s.yaml", demo_stream("rp", TOPIC, work, max_offsets=700, sink_url=f"sqlite:///{work}/sink.db",
+                                                 checkpoint=f"{work}/checkpoint"))
     return load_registry(work / "s.yaml").get("rp")
 
 

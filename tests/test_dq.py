@@ -251,6 +251,7 @@ def demo_run(tmp_path_factory, platform, spark):  # type: ignore[no-untyped-def]
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.registry import load_registry
     from rewind.stream.runner import build_query
+    from rewind.testing.registry_templates import demo_stream, write_registry
 
     t0 = time.perf_counter()
     work = tmp_path_factory.mktemp("dq")
@@ -258,22 +259,12 @@ def demo_run(tmp_path_factory, platform, spark):  # type: ignore[no-untyped-def]
     sent = produce(platform.kafka_bootstrap, ProduceSpec(
         topic=topic, count=3000, rate=1000, partitions=3, id_prefix="dq", malformed_every=50, late_every=70,
         duplicate_every=40))
-    body = f"""
-    topics: [{topic}]
-    transform: rewind.demo.transform:DemoTransform
-    source: {{options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 2000}}}}
-    checkpoint: {work}/checkpoint
-    status_dir: {work}/status
-    window: 1 second
-    watermark_delay: 1 second
-    allowed_lateness: 500 ms"""
-    (work / "s.yaml").write_text(f"""
-streams:
-  dq:{body}
-    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: dq_}}
-  dqbad:{body}
-    sink: {{url: "sqlite:///{work}/sink.db", table_prefix: bad_}}
-""")
+    same = {"max_offsets": 2000, "checkpoint": f"{work}/checkpoint", "window": "1 second",
+            "watermark_delay": "1 second", "allowed_lateness": "500 ms"}
+    sink = f"sqlite:///{work}/sink.db"
+    write_registry(work / "s.yaml",  # dqbad reads damaged copies of dq's tables (damage_copy), prefixed bad_
+                   demo_stream("dq", topic, work, sink=f'{{url: "{sink}", table_prefix: dq_}}', **same),
+                   demo_stream("dqbad", topic, work, sink=f'{{url: "{sink}", table_prefix: bad_}}', **same))
     registry = load_registry(work / "s.yaml")
     query = build_query(spark, registry.get("dq"), platform.kafka_bootstrap, available_now=True)
     t1 = time.perf_counter()

@@ -280,22 +280,12 @@ KILLS = 2
 
 
 def write_registry(path: Path, name: str, topic: str, home: Path, sink_url: str | None = None) -> Path:
-    path.write_text(f"""
-streams:
-  {name}:
-    topics: [{topic}]
-    partitions: 5
-    transform: rewind.inventory.transform:InventoryTransform
-    source:
-      format: kafka
-      options: {{startingOffsets: earliest, maxOffsetsPerTrigger: 400}}
-    sink: {{url: "{sink_url or f'sqlite:///{home}/sink.db'}", table_prefix: {name}_}}
-    checkpoint: {home}/checkpoints/{name}
-    status_dir: {home}/status
-    trigger: 1 second
-    dq_suite: contract
-""")
-    return path
+    from rewind.testing.registry_templates import demo_stream
+    from rewind.testing.registry_templates import write_registry as write
+
+    return write(path, demo_stream(name, topic, home, max_offsets=400, sink_url=sink_url or f"sqlite:///{home}/sink.db",
+                                   transform="rewind.inventory.transform:InventoryTransform", partitions="5",
+                                   trigger="1 second", dq_suite="contract"))
 
 
 @pytest.mark.slow

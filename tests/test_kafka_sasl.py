@@ -34,6 +34,8 @@ from rewind.platform.processes import terminate_group
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
 from rewind.stream.status import read_status
+from rewind.testing.registry_templates import demo_stream
+from rewind.testing.registry_templates import write_registry as write
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = "rewind"
@@ -98,24 +100,9 @@ def produce_sasl(broker: KafkaBroker, topic: str, count: int, prefix: str, start
 def write_registry(path: Path, name: str, topic: str, home: Path, fmt: str, password: str = PASSWORD) -> Path:
     options = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "2000", **java_sasl_options(password)}
     # JSON is YAML: the JAAS line keeps its quotes and semicolon without YAML escaping rules.
-    path.write_text(f"""
-streams:
-  {name}:
-    topics: [{topic}]
-    partitions: 3
-    transform: rewind.demo.transform:DemoTransform
-    source:
-      format: {fmt}
-      options: {json.dumps(options)}
-    sink: {{url: "sqlite:///{home}/sink.db", table_prefix: {name}_}}
-    checkpoint: {home}/checkpoints/{name}
-    status_dir: {home}/status
-    trigger: 1 second
-    window: 5 seconds
-    watermark_delay: 30 seconds
-    allowed_lateness: 20 seconds
-""")
-    return path
+    return write(path, demo_stream(name, topic, home, sink_url=f"sqlite:///{home}/sink.db", partitions="3",
+                                   source=f"{{format: {fmt}, options: {json.dumps(options)}}}", trigger="1 second",
+                                   window="5 seconds", watermark_delay="30 seconds", allowed_lateness="20 seconds"))
 
 
 def cli_env(**extra: str) -> dict[str, str]:

@@ -27,17 +27,10 @@ BASE = datetime(2026, 1, 1, tzinfo=UTC)   # record timestamps: BASE + i seconds
 
 
 def write_registry(tmp_path: Path, topics: list[str], name: str = "rp") -> Path:
-    path = tmp_path / "streams.yaml"
-    path.write_text(f"""
-streams:
-  {name}:
-    topics: [{", ".join(topics)}]
-    transform: rewind.demo.transform:DemoTransform
-    sink: {{url: "sqlite:///{tmp_path}/sink.db"}}
-    checkpoint: {tmp_path}/checkpoints/{name}
-    status_dir: {tmp_path}/status
-""")
-    return path
+    from rewind.testing.registry_templates import demo_stream
+    from rewind.testing.registry_templates import write_registry as write
+
+    return write(tmp_path / "streams.yaml", demo_stream(name, topics, tmp_path, sink_url=f"sqlite:///{tmp_path}/sink.db"))
 
 
 def kinds(exc: pytest.ExceptionInfo[ReplayRefused]) -> list[str]:
