@@ -56,7 +56,8 @@ def test_dags_import_without_network(airflow_env: dict[str, str], monkeypatch: p
     monkeypatch.setattr(socket, "create_connection", no_network)
     dags = _load()
     assert set(dags) == {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq", "rewind_replay",
-                         "rewind_inventory_supervisor", "rewind_inventory_savepoint", "rewind_inventory_dq"}
+                         "rewind_inventory_supervisor", "rewind_inventory_savepoint", "rewind_inventory_dq",
+                         "rewind_upgrade"}
 
 
 def test_dagbag_has_no_import_errors(airflow_env: dict[str, str]) -> None:

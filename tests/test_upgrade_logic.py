@@ -122,7 +122,9 @@ def test_spark_s_state_errors_become_one_line_saying_what_changed() -> None:
                         "metadata: [(OperatorName: a)]; Stateful operators in current batch: [(OperatorName: b)].")
     assert ops.state and "stateful operators changed" in ops.reason
     assert "current batch: [(OperatorName: b)]" in ops.reason
-    other = spark_verdict("\nValueError: batch 7: cannot price key 'poison'\n  at ...")
+    other = spark_verdict("py4j.Py4JException: An exception was raised by the Python Proxy. Return Message: "
+                          "Traceback (most recent call last):\n  File \"x.py\", line 1, in split\n    raise "
+                          "ValueError(...)\nValueError: batch 7: cannot price key 'poison'\n\n\tat py4j.Protocol")
     assert not other.state and other.reason == "ValueError: batch 7: cannot price key 'poison'"
 
 
@@ -236,7 +238,8 @@ def test_the_new_version_is_rolled_back_on_a_crash_loop_or_after_the_grace() -> 
     again = next_step([fail], restart, 0.0, 100.0, 180.0)
     assert (again.action, again.delay_s) == ("relaunch", 2.0)
     loop = next_step([fail, fail], restart, 0.0, 120.0, 180.0)
-    assert loop.action == "rollback" and loop.reason.startswith("crash loop: 2 failures in a row")
+    assert (loop.action, loop.reason) == ("rollback", "crash loop: the new version failed 2 times in a row without "
+                                                      "committing past batch 7; last: query_failed: ValueError: poison")
     late = next_step([Attempt(181.0, False, "no_progress", "no batch", 7)], restart, 0.0, 181.0, 180.0)
     assert late.action == "rollback" and "startup grace of 180s" in late.reason
     short = next_step([fail], RestartSpec(strategy="fixed-delay", max_attempts=5, delay="60 seconds"), 0.0, 150.0,

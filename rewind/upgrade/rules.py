@@ -194,8 +194,19 @@ def spark_verdict(text: str) -> SparkVerdict:
         if base in STATE_ERRORS:
             detail = _schemas(text)
             return SparkVerdict(True, cls, f"{STATE_ERRORS[base]} (Spark: {cls}{'; ' + detail if detail else ''})")
-    first = next((line.strip() for line in (text or "").splitlines() if line.strip()), "no message")
-    return SparkVerdict(False, classes[0] if classes else None, first[:600])
+    return SparkVerdict(False, classes[0] if classes else None, short_cause(text))
+
+
+_RAISED = re.compile(r"^\s*((?:[\w.]+\.)?\w*(?:Error|Exception|Refused|Failed)\w*: .+)$")
+
+
+def short_cause(text: str) -> str:
+    """The line that says what went wrong: the last ``SomeError: message`` (a Python exception under
+    py4j's wrappers names the root cause last), else the first line."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    raised = [m.group(1).strip() for line in lines if (m := _RAISED.match(line))
+              and not m.group(1).startswith(("py4j.", "org.apache.spark.sql.streaming.StreamingQueryException"))]
+    return (raised[-1] if raised else lines[0].strip() if lines else "no message")[:600]
 
 
 def _schemas(text: str) -> str:

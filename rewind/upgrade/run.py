@@ -19,7 +19,7 @@ from typing import Any
 
 from rewind.errors import Failed, Refused
 from rewind.upgrade import guard, history
-from rewind.upgrade.rules import Facts, UpgradeRefused, notes, refusals
+from rewind.upgrade.rules import Facts, UpgradeRefused, notes, refusals, short_cause
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def _run(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable
     from rewind.registry import parse_duration
     from rewind.upgrade.entry import with_entry, write_registry
     from rewind.upgrade.preflight import preflight
-    from rewind.upgrade.steps import rollback, stop_with_savepoint, switch_checkpoint, watch
+    from rewind.upgrade.steps import first_own_batch_after, rollback, stop_with_savepoint, switch_checkpoint, watch
 
     req, old, new = p.req, p.old, p.new
     rec.step("preflight", f"the new version on a copy of the newest savepoint ({req.mode})")
@@ -168,9 +168,9 @@ def _run(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable
     rec.step("switched", f"{req.mode}: checkpoint {checkpoint}, registry entry {new.config_hash()}",
              checkpoint=checkpoint)
     grace = req.grace_s if req.grace_s is not None else parse_duration(new.supervision.startup_grace).total_seconds()
-    after = None if req.mode == "stateless" else manifest.batch_id
+    after = first_own_batch_after(old, req.mode, manifest)
     verdict, why, attempts = watch(new, start, after, grace, on_attempt=lambda a: rec.step(
-        "launched" if a.ok else "failed", "committed a batch" if a.ok else f"{a.cause}: {a.detail[:500]}"))
+        "launched" if a.ok else "failed", "committed a batch" if a.ok else f"{a.cause}: {short_cause(a.detail)}"))
     if verdict == "healthy":
         return rec.finish("upgraded", why, attempts=len(attempts))
 

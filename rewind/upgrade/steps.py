@@ -73,6 +73,23 @@ def switch_checkpoint(spec: Any, store: Any, mode: str, manifest: Any, record_id
     return active_checkpoint(spec)
 
 
+def first_own_batch_after(spec: Any, mode: str, manifest: Any) -> int | None:
+    """The batch the new version must commit past to count as running: its first batch it planned
+    itself. In last-state mode the checkpoint may hold a batch the old version planned before the
+    stop; the new version re-runs that plan first, which proves little (a record after it may be the
+    one it cannot handle). A restored savepoint holds no plan past its batch; a stateless checkpoint
+    starts at batch 0."""
+    if mode == "stateless":
+        return None
+    if mode == "savepoint":
+        return int(manifest.batch_id)
+    from rewind.checkpoints.inspection import inspect_checkpoint
+    from rewind.checkpoints.pointer import active_checkpoint
+
+    planned = inspect_checkpoint(active_checkpoint(spec), recent=2).planned
+    return max([int(manifest.batch_id), *([int(planned[-1])] if len(planned) else [])])
+
+
 def watch(spec: Any, start: Callable[[Any], int], after_batch: int | None, grace_s: float,
           on_attempt: Callable[[Attempt], None] = lambda _a: None, sleep: Callable[[float], None] = time.sleep,
           clock: Callable[[], float] = time.time) -> tuple[str, str, list[Attempt]]:

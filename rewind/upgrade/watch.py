@@ -2,7 +2,8 @@
 
 After the switch the upgrade watches the new version the way the Flink Kubernetes Operator watches
 a new deployment (it rolls back when the deployment is not healthy within its readiness timeout):
-the new version must commit a batch (or report that it is caught up) within the startup grace
+the new version must commit a batch it planned itself (not only the re-run of a batch the old
+version planned before the stop), or report that it is caught up, within the startup grace
 (``supervision.startup_grace`` of the new entry, or the upgrade's ``--grace``), counted from its
 first launch; a failure before that is relaunched as the new entry's restart strategy says, and
 when the strategy gives up (a crash loop: failures that never get past the batch the upgrade
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rewind.supervision.restart_policy import Failure, decide
+from rewind.upgrade.rules import short_cause
 
 
 @dataclass(frozen=True)
@@ -42,11 +44,14 @@ def next_step(attempts: list[Attempt], restart: Any, first_launch_at: float, now
         return Next("healthy", reason=f"committed a batch after {len(attempts)} launch(es)")
     last = attempts[-1] if attempts else None
     if now - first_launch_at >= grace_s:
-        why = f"; last: {last.cause}: {last.detail[:800]}" if last else ""
+        why = f"; last: {last.cause}: {short_cause(last.detail)}" if last else ""
         return Next("rollback", reason=f"no batch committed within the startup grace of {grace_s:.0f}s{why}")
     failures = [Failure(a.at, a.cause, a.batch_id, {}, a.detail) for a in attempts if not a.ok]
     decision = decide(restart, failures, now)
     if not decision.restart:
-        return Next("rollback", reason=decision.reason)
+        after = f"past batch {last.batch_id}" if last and last.batch_id is not None else "a batch"
+        why = f"; last: {last.cause}: {short_cause(last.detail)}" if last else ""
+        return Next("rollback", reason=f"crash loop: the new version failed {len(failures)} times in a row without "
+                                       f"committing {after}{why}")
     remaining = grace_s - (now - first_launch_at)
     return Next("relaunch", delay_s=max(0.0, min(decision.delay_s, remaining)), reason=decision.reason)
