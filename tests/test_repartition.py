@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 from harness.crash import run_crash_scenario
-from harness.processes import StreamProcess
+from harness.processes import StreamProcess, wait_for
 
 from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.pointer import active_checkpoint
+from rewind.paths import status_path
 from rewind.registry import load_registry
 from rewind.s3 import S3Config, S3Store
+from rewind.stream.status import read_status
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +46,15 @@ def test_a_repartition_2_to_4_of_the_demo_then_kills_stays_exactly_once(tmp_path
         assert not stream.alive()
         done.update(record=record, spec=spec)
         stream.start()
+        rbatch = record["savepoint"]["batch_id"] + 1  # Spark's repartition batch
+        spath = status_path(spec.status_dir, spec.name)
+        wait_for(lambda: (st := read_status(spath)) is not None and st.pid == stream.pid and st.state == "running"
+                 and (st.last_batch_id or -1) > rbatch and (st.last_batch_at or 0) >= st.started_at, 240,
+                 "a batch on 4 state partitions", stream)
         return {"repartitioned": f"{record['from']['partitions']} -> 4", "savepoint": record["savepoint"]["id"]}
 
     summary = run_crash_scenario(tmp_path, platform, new_topic(3, "repart"), f"sqlite:///{tmp_path}/sink.db", "rp",
-                                 events=6000, driver_kills=2, mid_run=rescale)
+                                 events=9000, driver_kills=2, mid_run=rescale, produce_s=150.0)
     assert any(k.get("repartitioned") == "2 -> 4" for k in summary["kills"]), summary["kills"]
     spec, record = done["spec"], done["record"]
     after = inspect_checkpoint(active_checkpoint(spec), recent=10_000)
