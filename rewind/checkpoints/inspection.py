@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.checkpoints.logs import log_ids, parse_commit_file, parse_offsets_file, problem_kind
+from rewind.checkpoints.partitions import partitions_at, shuffle_partitions, within
 from rewind.checkpoints.state_files import check_state, list_state, list_state_dirs, metadata_files, operator_versions
 from rewind.checkpoints.store import CheckpointStore, open_store
 from rewind.errors import Refused
@@ -229,41 +230,10 @@ def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None
     return needed + _source_files(store) + metadata_files(store, list_state_dirs(store)) + state_files
 
 
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-
-
-def shuffle_partitions(meta: dict[str, Any]) -> int | None:
-    """The state partitions a batch ran with (``spark.sql.shuffle.partitions`` in its offsets file)."""
-    value = (meta.get("conf") or {}).get(SHUFFLE_PARTITIONS)
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def is_repartition(prev: BatchInfo, info: BatchInfo) -> bool:
     """Pure: ``info`` is Spark's repartition batch after ``prev`` (same offsets and watermark, other partitions)."""
     return (prev.partitions is not None and info.partitions is not None and prev.partitions != info.partitions
             and bool(info.offsets) and prev.offsets == info.offsets and prev.watermark_ms == info.watermark_ms)
-
-
-def within(state: Any, partitions: int | None) -> Any:
-    """The state listing (full or partition directories) cut to partitions ``0 .. partitions-1``: a batch
-    is judged on the partitions it ran with (none cut when not known)."""
-    if partitions is None:
-        return state
-    if all(isinstance(parts, dict) for parts in state.values()):
-        return {op: {p: v for p, v in parts.items() if int(p) < partitions} for op, parts in state.items()}
-    return {op: [p for p in parts if int(p) < partitions] for op, parts in state.items()}
-
-
-def partitions_at(store: CheckpointStore, batch_id: int) -> int | None:
-    """The state partitions of ``batch_id`` from its offsets file (None when unreadable)."""
-    try:
-        meta, _ = parse_offsets_file(store.read_bytes(f"offsets/{batch_id}").decode(errors="replace"))
-    except (OSError, ValueError):
-        return None
-    return shuffle_partitions(meta)
 
 
 def _source_files(store: CheckpointStore, rel: str = "sources") -> list[str]:

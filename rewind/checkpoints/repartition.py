@@ -120,8 +120,7 @@ def check_result(path: Path, batch: int, partitions: int) -> None:
     if report.errors or report.last_complete != batch or info is None or info.partitions != partitions or wrong:
         raise RepartitionFailed(f"the repartitioned copy {path} does not inspect as complete at batch {batch} with "
                                 f"{partitions} partitions (last complete {report.last_complete}, operators {wrong}, "
-                                f"problems {[p.detail for p in report.errors[:3]]}); the stream's checkpoint was "
-                                "not switched")
+                                f"problems {[p.detail for p in report.errors[:3]]})")
 
 
 def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], int] | None, *, spark: Any = None,
@@ -179,9 +178,10 @@ def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], i
         except Exception as exc:
             if relaunch is not None:
                 relaunch(spec)
-            raise RepartitionFailed(f"the repartition of {spec.name}'s copy failed ({type(exc).__name__}: "
-                                    f"{str(exc).splitlines()[0][:600]}); its checkpoint {before} was not switched"
-                                    + (" and it runs again" if relaunch else "")) from exc
+            what = str(exc) if isinstance(exc, RepartitionFailed) else \
+                f"the repartition of {spec.name}'s copy failed ({type(exc).__name__}: {str(exc).splitlines()[0][:600]})"
+            raise RepartitionFailed(f"{what}; its checkpoint {before} was not switched"
+                                    + (f" and {spec.name} runs on it again" if relaunch else "")) from exc
         point_to(spec, dest, f"repartitioned to {partitions} state partitions from savepoint {manifest.savepoint_id}")
         was = record["from"]["partitions"]
         step("switched", f"checkpoint {dest}, batch {manifest.batch_id + 1} repartitioned {was} -> {partitions}",
