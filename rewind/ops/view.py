@@ -25,6 +25,8 @@ from typing import Any
 
 from rewind.stream.status import StreamStatus
 from rewind.supervision.health import Thresholds, diagnose
+from rewind.upgrade.history import read_history as read_upgrades
+from rewind.upgrade.views import history_rows
 
 #: States the page knows.
 STATES = ("running", "recovering", "failed", "stopped")
@@ -287,14 +289,7 @@ def build_stream_view(inp: Inputs, now: float) -> StreamView:
         replay_defaults={"stream": inp.stream, **rng, "mode": "into-sink", "dry_run": True},
         dags=dag_summary(inp.stream, inp.dag_runs), problems=problems,
         spark_ui=inp.status.spark_ui if inp.status is not None and inp.process_alive else None,
-        upgrades=upgrade_rows(inp.upgrades))
-
-
-def upgrade_rows(records: list[dict[str, Any]], limit: int = 10) -> list[dict[str, Any]]:
-    """The newest upgrades and rescales: from, to, mode, savepoint, result (``rewind.upgrade.views``)."""
-    from rewind.upgrade.views import history_rows
-
-    return history_rows(records, newest_first=True)[:limit]
+        upgrades=history_rows(inp.upgrades, newest_first=True)[:10])
 
 
 # --------------------------------------------------------------------------- I/O edge
@@ -389,12 +384,6 @@ def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Input
     else:
         inp.savepoints_error = "no S3 configured"
     return inp
-
-
-def read_upgrades(spec: Any) -> list[dict[str, Any]]:
-    from rewind.upgrade.history import read_history
-
-    return read_history(spec)
 
 
 def utc_iso(ts: float | None) -> str | None:
