@@ -109,6 +109,18 @@ def test_the_test_versions_are_judged_as_their_docstrings_say() -> None:
         "table events: column amount_cents removed: old rows hold it; keep it (nullable)"]
 
 
+def test_an_aggregate_declared_differently_is_refused() -> None:
+    from types import SimpleNamespace as NS
+
+    def version(keys: tuple[str, ...]) -> NS:
+        return NS(tables=[T], identity=None, dead_letter_table="dead_letter",
+                  aggregates=(NS(table="t", keys=keys),))
+
+    assert incompatible(contract_changes(version(("id",)), version(("id",)))) == []
+    assert incompatible(contract_changes(version(("id",)), version(("id", "v"))))[0].startswith(
+        "table t: aggregate changed")
+
+
 def test_spark_s_state_errors_become_one_line_saying_what_changed() -> None:
     key = ("org.apache.spark.sql.streaming.StreamingQueryException: [STREAM_FAILED] Query [id = 1] terminated with "
            "exception: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match existing state key "

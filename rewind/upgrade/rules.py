@@ -153,6 +153,12 @@ def contract_changes(old: Any, new: Any) -> list[Change]:
     if old.identity != new.identity:
         out.append(Change(new.identity.table, f"identity changed {old.identity} -> {new.identity}: the proofs "
                                               "find each record's row by it", False))
+    before = {a.table: a for a in getattr(old, "aggregates", ())}  # Aggregate declarations, where the contract has them
+    after = {a.table: a for a in getattr(new, "aggregates", ())}
+    for table in sorted(set(before) | set(after)):
+        if table in before and before.get(table) != after.get(table):
+            out.append(Change(table, f"aggregate changed {before[table]} -> {after.get(table)}: the totals already "
+                                     "written are over the old keys, window or measures", False))
     if old.dead_letter_table != new.dead_letter_table:
         out.append(Change(new.dead_letter_table, f"dead-letter table changed {old.dead_letter_table} -> "
                                                  f"{new.dead_letter_table}", False))
