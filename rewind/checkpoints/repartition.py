@@ -164,7 +164,9 @@ def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], i
              savepoint={"id": manifest.savepoint_id, "batch_id": manifest.batch_id})
         dest = Path(before).resolve().with_name(f"{Path(spec.checkpoint).name}.p{partitions}-{record_id}")
         scratch = dest.with_name(f".{dest.name}.status")
-        local = spec.model_copy(update={"checkpoint": str(dest), "status_dir": str(scratch)})
+        from rewind.upgrade.preflight import scratch_places
+
+        local = spec.model_copy(update=scratch_places(spec, dest, scratch))
         try:
             restore_savepoint(local, store, manifest.savepoint_id, to=dest)
             Path(f"{dest}.active.json").unlink(missing_ok=True)  # the copy's own pointer: not the stream's

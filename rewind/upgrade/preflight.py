@@ -84,6 +84,16 @@ def wait_for_records_after(spec: Any, bootstrap: str, offsets: dict[str, dict[st
         time.sleep(1.0)
 
 
+def scratch_places(spec: Any, checkpoint: Path, status_dir: Path) -> dict[str, str]:
+    """Where a scratch copy of ``spec`` keeps its checkpoint and its own documents (status, pointer,
+    and the control store where the registry has one): nothing of the live stream's is shared, so a
+    restore into the copy is not refused for the live stream's driver, nor touches its state."""
+    places = {"checkpoint": str(checkpoint), "status_dir": str(status_dir)}
+    if "control" in type(spec).model_fields:
+        places["control"] = str(status_dir)
+    return places
+
+
 def scratch_spec(new: Any, scratch: Path) -> Any:
     """The new entry pointed at the scratch directory: its own checkpoint and status, a throwaway SQLite
     sink with the same tables, and a capped batch."""
@@ -92,7 +102,7 @@ def scratch_spec(new: Any, scratch: Path) -> Any:
     options = {k: v for k, v in new.source.options.items() if k.lower() != "maxoffsetspertrigger"}
     cap = min(int(new.source.options.get("maxOffsetsPerTrigger", PREFLIGHT_MAX_OFFSETS)), PREFLIGHT_MAX_OFFSETS)
     return new.model_copy(update={
-        "checkpoint": str(scratch / "checkpoint"), "status_dir": str(scratch / "status"),
+        **scratch_places(new, scratch / "checkpoint", scratch / "status"),
         "sink": SinkSpec(url=f"sqlite:///{scratch / 'shadow.db'}", table_prefix=new.sink.table_prefix),
         "source": SourceSpec(format=new.source.format, options={**options, "maxOffsetsPerTrigger": str(cap)})})
 
