@@ -81,6 +81,7 @@ class DagIds:
     savepoint: str
     dq: str
     replay: str = "rewind_replay"  # one for every stream; restore is the savepoint DAG with action=restore
+    upgrade: str = "rewind_upgrade"  # one for every stream (rewind stream upgrade's form)
 
 
 def dag_ids(stream: str) -> DagIds:

@@ -56,7 +56,8 @@ def test_dags_import_without_network(airflow_env: dict[str, str], monkeypatch: p
     monkeypatch.setattr(socket, "create_connection", no_network)
     dags = _load()
     assert set(dags) == {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq", "rewind_replay",
-                         "rewind_inventory_supervisor", "rewind_inventory_savepoint", "rewind_inventory_dq"}
+                         "rewind_inventory_supervisor", "rewind_inventory_savepoint", "rewind_inventory_dq",
+                         "rewind_upgrade"}
 
 
 def test_dagbag_has_no_import_errors(airflow_env: dict[str, str]) -> None:
@@ -113,6 +114,22 @@ def test_replay_dag_refuses_bad_input_in_its_first_task(airflow_env: dict[str, s
     assert states["plan"] == "failed" and states["replay"] != "success", states
     log = capfd.readouterr().out  # dag.test() logs the tasks to stdout
     assert "AirflowFailException: replay refused" in log and message in log, log[-3000:]
+
+
+def test_upgrade_dag_refuses_a_bad_entry_in_its_task(airflow_env: dict[str, str], platform: Any, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capfd: pytest.CaptureFixture[str]) -> None:
+    """The form's entry is checked before anything is stopped: a transform that does not load fails the
+    task without retries, naming it, and the registry is left as it was."""
+    registry = _supervised_registry(tmp_path, "upgrade-form", platform, monkeypatch)
+    before = registry.read_text()
+    entry = before.replace("rewind.demo.transform:DemoTransform", "rewind.nowhere:Transform")
+    run = _load(registry)["rewind_upgrade"].test(run_conf={"stream": "sup", "mode": "last-state",
+                                                            "registry_entry": entry})
+    assert _states(run)["upgrade"] == "failed"
+    log = capfd.readouterr().out
+    assert "AirflowFailException" in log and "cannot import module 'rewind.nowhere'" in log, log[-3000:]
+    assert registry.read_text() == before
 
 
 def test_registry_error_is_an_import_error_naming_file_and_key(airflow_env: dict[str, str], tmp_path: Path,

@@ -124,7 +124,7 @@ def test_build_view_end_to_end_from_inputs() -> None:
     assert list(v["lag"]["partitions"]) == ["t/0", "t/1"] and v["lag"]["total"] == 8
     assert v["dq"]["ok"] is False and v["dq"]["failed"] == ["no_gaps"] and v["dq"]["counts"]["missing"] == 2
     assert v["dags"]["savepoint"]["last_run"]["dag_run_id"] == "m1"
-    assert set(v["dags"]) == {"supervisor", "savepoint", "dq", "replay"}
+    assert set(v["dags"]) == {"supervisor", "savepoint", "dq", "replay", "upgrade"}
     assert v["replay_defaults"]["stream"] == "demo" and v["replay_defaults"]["dry_run"] is True
     assert v["problems"] == []
 
@@ -160,3 +160,10 @@ def test_read_inputs_from_files(tmp_path: Path) -> None:
     assert inp.savepoints_error == "no S3 configured" and inp.replay_holder is None
     v = build_stream_view(inp, NOW)
     assert v.state == "failed" and v.dq and v.dq["run_id"] == "20261123T1-aa"
+    from rewind.upgrade.history import save_record
+
+    save_record(spec, {"id": "u1", "kind": "upgrade", "mode": "savepoint", "result": "rolled_back", "reason": "crash",
+                       "from": {"transform": "a:A", "hash": "h1"}, "to": {"transform": "b:B", "hash": "h2"},
+                       "savepoint": {"id": "sp1"}, "started_at": NOW - 60, "finished_at": NOW})
+    shown = build_stream_view(read_inputs(spec, store=None, now=NOW), NOW).upgrades
+    assert [(u["change"], u["savepoint"], u["result"]) for u in shown] == [("A h1 -> B h2", "sp1", "rolled_back")]

@@ -58,17 +58,19 @@ def operator_classes() -> list[type]:
     import rewind_airflow.operators.replay as replay
     import rewind_airflow.operators.savepoint as savepoint
     import rewind_airflow.operators.supervision as supervision
+    import rewind_airflow.operators.upgrade as upgrade
     import rewind_airflow.sensors.committed as committed
     import rewind_airflow.sensors.stream as stream
 
-    return [c for m in (proof, replay, savepoint, supervision, committed, stream) for c in vars(m).values()
+    return [c for m in (proof, replay, savepoint, supervision, upgrade, committed, stream) for c in vars(m).values()
             if isinstance(c, type) and issubclass(c, BaseOperator) and c.__module__ == m.__name__]
 
 
 def test_savepoint_proof_and_replay_are_operator_classes() -> None:
     names = {c.__name__ for c in operator_classes()}
     assert {"SavepointOperator", "SavepointRetentionOperator", "RestoreSavepointOperator", "ProveStreamOperator",
-            "PlanReplayOperator", "ReplayOperator", "LaunchStreamOperator", "FirstBatchSensor"} <= names, names
+            "PlanReplayOperator", "ReplayOperator", "LaunchStreamOperator", "FirstBatchSensor",
+            "UpgradeStreamOperator"} <= names, names
 
 
 def test_every_operator_parameter_is_documented() -> None:

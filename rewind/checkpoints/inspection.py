@@ -13,6 +13,13 @@ a RocksDB snapshot names, none empty or unreadable).
 Only directory names are listed; contents are read for the newest ``recent`` batches and
 for the state files of the batch judged complete, so inspection does not grow with the
 age of the stream.
+
+A state rescale (Spark's offline repartition, ``rewind checkpoint repartition``) writes a batch
+that reads no data: ``offsets/R`` repeats ``offsets/R-1`` with another
+``spark.sql.shuffle.partitions``, ``commits/R`` repeats ``commits/R-1``, and every new partition
+gets state version R+1. Inspection names it (an info problem, ``repartition``), and judges each
+batch on the state partitions it ran with (a batch before R never had the new partitions), so
+a repair can still roll back across it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.checkpoints.logs import log_ids, parse_commit_file, parse_offsets_file, problem_kind
+from rewind.checkpoints.partitions import partitions_at, shuffle_partitions, within
 from rewind.checkpoints.state_files import check_state, list_state, list_state_dirs, metadata_files, operator_versions
 from rewind.checkpoints.store import CheckpointStore, open_store
 from rewind.errors import Refused
@@ -52,6 +60,8 @@ class BatchInfo:
     offsets: list[dict[str, Any]] = field(default_factory=list)
     watermark_ms: int | None = None
     complete: bool = False
+    partitions: int | None = None  # spark.sql.shuffle.partitions in offsets/N: its state partitions
+    repartition: bool = False  # a state rescale: no data, the previous batch's offsets, other partitions
 
 
 @dataclass
@@ -130,6 +140,7 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
         try:
             meta, sources = parse_offsets_file(store.read_bytes(rel).decode(errors="replace"))
             info.offsets, info.watermark_ms = sources, meta.get("batchWatermarkMs")
+            info.partitions = shuffle_partitions(meta)
             good_offsets.add(bid)
         except (OSError, ValueError) as exc:
             problems.append(Problem(rel, problem_kind(exc), str(exc)))
@@ -150,6 +161,14 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
                 problems.append(Problem(rel, problem_kind(exc), str(exc)))
     if window and window[0] > 0 and window[0] - 1 in planned and store.size(f"offsets/{window[0] - 1}") is not None:
         read_offsets(window[0] - 1)  # the start of the oldest batch in the window
+    for bid in sorted(infos):
+        prev = infos.get(bid - 1)
+        info = infos[bid]
+        if prev is not None and is_repartition(prev, info):
+            info.repartition = True
+            problems.append(Problem(f"offsets/{bid}", "repartition", f"batch {bid} is a state repartition (Spark's "
+                                    f"offline repartition, no data): {prev.partitions} -> {info.partitions} state "
+                                    "partitions", severity="info"))
     last_complete = None
     state_files: list[str] = []
     for bid in sorted(window, reverse=True):
@@ -160,7 +179,7 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
                                     f"batch {bid} cannot resume: Spark reads offsets/{bid - 1} to know where it "
                                     "began, and it is missing or unreadable"))
             continue
-        files, state_problems = check_state(store, state, bid)
+        files, state_problems = check_state(store, within(state, infos[bid].partitions), bid)
         if state_problems:
             problems.append(Problem(state_problems[0].split(":")[0], "missing_state",
                                     f"batch {bid} is committed but its state (version {bid + 1}) cannot load: "
@@ -197,7 +216,8 @@ def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None
     if batch_id == report.last_complete:
         state_files = report.state_files
     else:
-        state_files, problems = check_state(store, list_state_dirs(store), batch_id)
+        state_files, problems = check_state(store, within(list_state_dirs(store), partitions_at(store, batch_id)),
+                                            batch_id)
         if problems:
             raise CheckpointError(f"batch {batch_id} of {store.location} cannot load its state: {problems[0]}")
     needed = ["metadata", f"offsets/{batch_id}", f"commits/{batch_id}"]
@@ -208,6 +228,12 @@ def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None
             raise CheckpointError(f"{store.location}{'' if store.location.endswith('/') else '/'}{rel} is missing or "
                                   f"empty; batch {batch_id} cannot be resumed")
     return needed + _source_files(store) + metadata_files(store, list_state_dirs(store)) + state_files
+
+
+def is_repartition(prev: BatchInfo, info: BatchInfo) -> bool:
+    """Pure: ``info`` is Spark's repartition batch after ``prev`` (same offsets and watermark, other partitions)."""
+    return (prev.partitions is not None and info.partitions is not None and prev.partitions != info.partitions
+            and bool(info.offsets) and prev.offsets == info.offsets and prev.watermark_ms == info.watermark_ms)
 
 
 def _source_files(store: CheckpointStore, rel: str = "sources") -> list[str]:

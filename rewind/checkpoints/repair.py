@@ -6,8 +6,10 @@ to the last complete batch C therefore means: no commit after C, no plan after C
 state version after C+1. ``offsets/C+1`` stays when it parses, so Spark re-runs that batch
 with exactly the range it had planned; when it does not parse, Spark plans C+1 afresh from
 C's end and the sink's ledger, which records each batch's offsets, rewrites it idempotently
-instead of skipping it (see ``ExactlyOnceSqlSink.write_batch``). Moved files keep their
-relative paths under ``<checkpoint>.quarantine/<time>-batch<C>/`` beside a ``record.json``.
+instead of skipping it (see ``ExactlyOnceSqlSink.write_batch``). The plan of a state repartition
+(``rewind.checkpoints.repartition``) at C+1 is moved too: re-run as a batch, it would read C's
+state with another partitioning. Moved files keep their relative paths under
+``<checkpoint>.quarantine/<time>-batch<C>/`` beside a ``record.json``.
 """
 
 from __future__ import annotations
@@ -62,13 +64,20 @@ def plan_repair(report: CheckpointReport, state: dict[str, dict[str, dict[int, s
     if any(p.file == "metadata" for p in report.errors):
         moves.append(Move("metadata", "unreadable query metadata; Spark writes a new one (new query id) on start"))
     next_info = report.batch(c + 1)
-    next_ok = next_info is not None and bool(next_info.offsets)
+    # A state repartition's plan never re-runs: its state (version C+2, in the new partitions) is what
+    # did not survive, and re-run as a batch it would read C's state with another partitioning.
+    # Spark plans C+1 afresh, with C's partitions; the sink never saw the repartition batch.
+    replanned = next_info is not None and next_info.repartition
+    next_ok = next_info is not None and bool(next_info.offsets) and not replanned
     for bid in report.committed:
         if bid > c:
             moves.append(Move(f"commits/{bid}", f"commit of batch {bid}, after the last complete batch {c}"))
     for bid in report.planned:
         if bid > c + 1:
             moves.append(Move(f"offsets/{bid}", f"plan of batch {bid}, after the last complete batch {c}"))
+        elif bid == c + 1 and replanned:
+            moves.append(Move(f"offsets/{bid}", f"plan of batch {bid}, a state repartition whose state cannot "
+                                                f"load; Spark plans batch {bid} again with batch {c}'s partitions"))
         elif bid == c + 1 and not next_ok:
             moves.append(Move(f"offsets/{bid}", f"plan of batch {bid} is unreadable; Spark plans it again from "
                                                 f"the end of batch {c}"))

@@ -1,4 +1,5 @@
-"""`rewind checkpoint inspect|repair STREAM|PATH|s3://...|s3a://...`: what a checkpoint holds, and rolling it back."""
+"""`rewind checkpoint inspect|repair STREAM|PATH|s3://...|s3a://...`: what a checkpoint holds, and rolling it back.
+`rewind checkpoint repartition STREAM --partitions N`: rescale its state (``rewind.checkpoints.repartition``)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,28 @@ from rewind.errors import EXIT_FAILED, EXIT_OK, EXIT_PROOF_VIOLATION
 
 
 def add_parser(sub: Any) -> None:
-    cp = command(sub, "checkpoint", "inspect or repair a Spark checkpoint (stream name, path, s3:// or s3a:// URL)",
+    cp = command(sub, "checkpoint", "inspect, repair or repartition a Spark checkpoint (stream name, path, s3:// or "
+                                    "s3a:// URL)",
                  "inspect: batches, offsets, state and every problem found. repair: roll back to the last complete "
-                 "batch, moving later files into <checkpoint>.quarantine/ (never deleting).",
-                 codes={EXIT_PROOF_VIOLATION: "inspect found problems (each is named)",
-                        3: "refused: not a checkpoint, the stream runs, or no batch is complete (restore a "
-                           "savepoint); nothing was moved"})
-    cp.add_argument("action", choices=["inspect", "repair"])
+                 "batch, moving later files into <checkpoint>.quarantine/ (never deleting). repartition STREAM "
+                 "--partitions N: rescale the stream's state with Spark's offline repartition, on a verified copy of "
+                 "a savepoint taken at the stop; the copy is inspected, then the stream switched to it and relaunched "
+                 "(the old checkpoint is kept; back to it if the stream commits no batch within its startup grace).",
+                 codes={EXIT_FAILED: "repair did not complete, or the repartition broke (the message says where the "
+                                     "stream was left)",
+                        EXIT_PROOF_VIOLATION: "inspect found problems (each is named)",
+                        3: "refused: not a checkpoint, the stream runs (repair), no batch is complete (restore a "
+                           "savepoint), or Spark cannot repartition it (HDFS state store, a checkpoint of Spark < 4.0, "
+                           "no state, the same partitions); nothing was moved"})
+    cp.add_argument("action", choices=["inspect", "repair", "repartition"])
     cp.add_argument("target", metavar="STREAM|PATH")
     add_registry(cp)
     cp.add_argument("--json", action="store_true")
     cp.add_argument("--dry-run", action="store_true", help="repair: show what would move, change nothing")
+    cp.add_argument("--partitions", type=int, metavar="N", help="repartition: the state partitions wanted")
+    cp.add_argument("--no-restart", action="store_true", help="repartition: leave the stream stopped afterwards")
+    cp.add_argument("--bucket", help="repartition: S3 bucket of the savepoints (default: $REWIND_S3_BUCKET)")
+    cp.add_argument("--bootstrap", metavar="HOST:PORT", help="repartition: Kafka for the relaunched stream")
     cp.set_defaults(func=run)
 
 
@@ -50,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from rewind.checkpoints.repair import format_record, repair_checkpoint, stream_running
     from rewind.checkpoints.store import is_s3_url
 
+    if args.action == "repartition":
+        return repartition(args)
     target, spec = resolve_target(args.target, args.registry)
     if args.action == "repair":
         record = repair_checkpoint(target, running=stream_running(spec) if spec else None, dry_run=args.dry_run)
@@ -64,3 +78,33 @@ def run(args: argparse.Namespace) -> int:
     report = inspect_checkpoint(target, s3_client=s3)
     print(json.dumps(report.to_json(), default=str) if args.json else format_report(report))
     return EXIT_PROOF_VIOLATION if report.errors else EXIT_OK
+
+
+def repartition(args: argparse.Namespace) -> int:
+    import sys
+
+    from rewind.checkpoints.repartition import RepartitionRefused, repartition
+    from rewind.registry import load_registry
+    from rewind.s3 import S3Store, resolve_s3_config
+    from rewind.settings import default_registry, resolve_bootstrap
+    from rewind.stream.control import default_log_path, launch_stream, wait_running
+
+    if args.partitions is None:
+        raise RepartitionRefused("repartition needs --partitions N (the state partitions wanted); nothing was done")
+    spec = load_registry(args.registry).get(args.target)
+    registry = str(args.registry or default_registry())
+    store = S3Store(resolve_s3_config(args.bucket))
+    start = None
+    if not args.no_restart:
+        bootstrap = resolve_bootstrap(args.bootstrap)
+
+        def start(s: Any) -> int:
+            log_path = default_log_path(s)
+            return wait_running(s, launch_stream(s, registry, bootstrap, log_path), 240.0, log_path).pid
+
+    record = repartition(spec, store, args.partitions, start,
+                         on_step=lambda step, detail: print(f"{step}: {detail}", file=sys.stderr, flush=True))
+    print(json.dumps(record, default=str) if args.json else
+          f"{spec.name}: {record['result']} {record['from']['partitions']} -> {args.partitions} state partitions "
+          f"({record.get('reason', '')}); the previous checkpoint {record['from']['checkpoint']} is kept")
+    return EXIT_OK if record["result"] == "repartitioned" else EXIT_FAILED

@@ -55,6 +55,8 @@ def add_parser(subparsers: Any) -> None:
     rs.add_argument("--to", metavar="PATH", help="new checkpoint directory (must not exist or be empty)")
     rs.add_argument("--no-progress", action="store_true")
     rs.add_argument("--json", action="store_true")
+    hi = action("history", "the stream's upgrades and state rescales: from, to, mode, savepoint, result (newest last)")
+    hi.add_argument("--json", action="store_true")
 
 
 def retry_command(args: argparse.Namespace) -> str:
@@ -87,6 +89,8 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
     from rewind.s3 import S3Store, S3Unreachable, resolve_s3_config
 
     spec = load_registry(args.registry).get(args.stream)
+    if args.savepoint_action == "history":  # the stream's own records: no S3 needed
+        return _history(args, spec)
     try:
         store = S3Store(resolve_s3_config(args.bucket))
         return int(ACTIONS[args.savepoint_action](args, spec, store))
@@ -222,6 +226,22 @@ def _restore(args: argparse.Namespace, spec: Any, store: Any) -> int:
     print(f"restored savepoint {m.savepoint_id} (batch {m.batch_id}, {len(m.files)} files, "
           f"{_human_bytes(m.total_bytes)}, every checksum verified) into {result.path} in {result.seconds:.1f}s;\n"
           f"{spec.name} now resumes from it at offsets {json.dumps(m.offsets)} (the previous checkpoint is kept)")
+    return 0
+
+
+def _history(args: argparse.Namespace, spec: Any) -> int:
+    from rewind.upgrade.history import read_history
+    from rewind.upgrade.views import history_rows
+
+    rows = history_rows(read_history(spec))
+    if args.json:
+        print(json.dumps(rows, default=str))
+        return 0
+    if not rows:
+        print(f"no upgrade or repartition of {spec.name} recorded")
+    for r in rows:
+        print(f"{r['started']}  {r['kind']:11} {r['mode']:11} {r['change']:50} savepoint {r['savepoint'] or '-':28} "
+              f"{r['result']}{': ' + r['reason'] if r['reason'] else ''}")
     return 0
 
 

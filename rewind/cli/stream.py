@@ -1,5 +1,6 @@
 """`rewind stream run STREAM`: run a registered stream in the foreground (what spark-submit runs).
-`rewind stream new NAME`: write a new stream's package and add it to the registry."""
+`rewind stream new NAME`: write a new stream's package and add it to the registry.
+`rewind stream upgrade NAME`: change its registry entry safely (``rewind.cli.upgrade``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from rewind.cli.common import add_bootstrap, add_registry, command
 def add_parser(sub: Any) -> None:
     st = command(sub, "stream", "run a registered stream, or start a new one",
                  "run: Kafka -> the stream's transform -> its exactly-once sink. new: a new stream's package (a "
-                 "transform implementing the contract, a producer, a test) and its registry entry. "
+                 "transform implementing the contract, a producer, a test) and its registry entry. upgrade: a new "
+                 "registry entry, checked first, with a rollback. "
                  "`rewind stream ACTION --help` for each.")
     actions = st.add_subparsers(dest="stream_action", required=True, metavar="ACTION", title="actions")
     run_p = command(actions, "run", "run a registered stream in the foreground",
@@ -51,6 +53,10 @@ def add_parser(sub: Any) -> None:
     new_p.add_argument("--partitions", type=int, default=3, metavar="N",
                        help="the topic's partitions, when the producer creates it (default: 3)")
     new_p.set_defaults(func=new)
+
+    from rewind.cli import upgrade
+
+    upgrade.add_parser(actions)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,6 +25,8 @@ from typing import Any
 
 from rewind.stream.status import StreamStatus
 from rewind.supervision.health import Thresholds, diagnose
+from rewind.upgrade.history import read_history as read_upgrades
+from rewind.upgrade.views import history_rows
 
 #: States the page knows.
 STATES = ("running", "recovering", "failed", "stopped")
@@ -62,6 +64,7 @@ class Inputs:
     replay_reports: list[dict[str, Any]] = field(default_factory=list)  # newest first
     dag_runs: list[dict[str, Any]] = field(default_factory=list)  # Airflow DAGRunResponse dicts
     dag_runs_error: str | None = None
+    upgrades: list[dict[str, Any]] = field(default_factory=list)  # rewind.upgrade.history records, oldest first
 
 
 @dataclass
@@ -82,6 +85,7 @@ class StreamView:
     dags: dict[str, Any]
     problems: list[str] = field(default_factory=list)
     spark_ui: str | None = None  # the running driver's Spark UI
+    upgrades: list[dict[str, Any]] = field(default_factory=list)  # upgrades and rescales, newest first
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
@@ -221,7 +225,7 @@ def dag_summary(stream: str, dag_runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for role, dag_id in dag_ids(stream).items():
         runs = [r for r in dag_runs if r.get("dag_id") == dag_id
-                and (role != "replay" or (r.get("conf") or {}).get("stream") == stream)]
+                and (role not in ("replay", "upgrade") or (r.get("conf") or {}).get("stream") == stream)]
         runs.sort(key=lambda r: str(r.get("run_after") or r.get("queued_at") or ""), reverse=True)
         newest = runs[0] if runs else None
         out[role] = {"dag_id": dag_id, "last_run": None if newest is None else {
@@ -284,7 +288,8 @@ def build_stream_view(inp: Inputs, now: float) -> StreamView:
         chart=chart_series(inp.history, now),
         replay_defaults={"stream": inp.stream, **rng, "mode": "into-sink", "dry_run": True},
         dags=dag_summary(inp.stream, inp.dag_runs), problems=problems,
-        spark_ui=inp.status.spark_ui if inp.status is not None and inp.process_alive else None)
+        spark_ui=inp.status.spark_ui if inp.status is not None and inp.process_alive else None,
+        upgrades=history_rows(inp.upgrades, newest_first=True)[:10])
 
 
 # --------------------------------------------------------------------------- I/O edge
@@ -364,7 +369,7 @@ def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Input
                  process_alive=bool(status and status.pid and pid_alive(status.pid)),
                  thresholds=Thresholds(**spec.supervision.thresholds()), failures=read_failures(spec),
                  history=read_history(sfile, since=now - CHART_WINDOW_S), proof=proof, proof_at=proof_at,
-                 replay_reports=replay_reports(spec))
+                 replay_reports=replay_reports(spec), upgrades=read_upgrades(spec))
     try:
         inp.replay_holder = current_holder(spec.status_dir, spec.name)
     except OSError:

@@ -27,3 +27,16 @@ def write_registry(path: str | Path, *entries: str) -> Path:
     path = Path(path)
     path.write_text("streams:\n" + "".join(entries))
     return path
+
+
+def inventory_stream(name: str, topics: str | Iterable[str], home: str | Path, *, max_offsets: int = 400,
+                     sink_url: str | None = None, **extra: str) -> str:
+    """One ``streams:`` entry of the inventory transform (stateless, a ``latest`` table, the contract
+    proof); `extra` adds or overrides keys (values are YAML text)."""
+    topic_list = [topics] if isinstance(topics, str) else list(topics)
+    url = sink_url or f"sqlite:///{home}/sink-{name}.db"
+    keys = {"topics": f"[{', '.join(topic_list)}]", "transform": "rewind.inventory.transform:InventoryTransform",
+            "source": f"{{format: kafka, options: {{startingOffsets: earliest, maxOffsetsPerTrigger: {max_offsets}}}}}",
+            "sink": f'{{url: "{url}", table_prefix: {name}_}}', "checkpoint": f"{home}/checkpoints/{name}",
+            "status_dir": f"{home}/status", "dq_suite": "contract", **extra}
+    return f"  {name}:\n" + "".join(f"    {k}: {v}\n" for k, v in keys.items())

@@ -1,7 +1,7 @@
 """DAGs generated from the stream registry: per stream a supervisor, a savepoint and a DQ DAG, and
-one replay DAG for all streams. Wiring only: every task is an operator of ``rewind_airflow.operators``
-(or a thin ``@task`` over one), and a stream with ``alerts`` gets its notifier on every task's
-failure (``rewind_airflow.notify``).
+one replay DAG and one upgrade DAG for all streams. Wiring only: every task is an operator of
+``rewind_airflow.operators`` (or a thin ``@task`` over one), and a stream with ``alerts`` gets its
+notifier on every task's failure (``rewind_airflow.notify``).
 
 Parse time does no network I/O: it reads the registry file and builds task graphs; every
 connection to Kafka, S3, Spark or the sink happens inside tasks. A registry error raises at
@@ -23,6 +23,7 @@ from rewind_airflow.operators.proof import ProveStreamOperator
 from rewind_airflow.operators.replay import PlanReplayOperator, ReplayOperator
 from rewind_airflow.operators.savepoint import RestoreSavepointOperator, SavepointOperator, SavepointRetentionOperator
 from rewind_airflow.operators.supervision import LaunchStreamOperator
+from rewind_airflow.operators.upgrade import UpgradeStreamOperator
 from rewind_airflow.sensors.committed import FirstBatchSensor
 from rewind_airflow.sensors.stream import StreamHealthSensor
 
@@ -186,6 +187,36 @@ def replay_dag(streams: list[str], registry: str, alerts: bool = False) -> DAG:
     return dag
 
 
+def upgrade_dag(streams: list[str], registry: str) -> DAG:
+    """The form of ``rewind stream upgrade``: a stream, a mode and its new registry entry."""
+    with DAG(
+        dag_id=dag_ids("").upgrade, schedule=None, start_date=START, catchup=False, tags=["rewind", "upgrade"],
+        is_paused_upon_creation=False, max_active_runs=1,
+        doc_md="Upgrade a stream to a new registry entry (its transform and settings). Before anything stops, "
+               "the new version runs one batch on a copy of the newest savepoint into a throwaway sink (Spark's "
+               "state schema check, the output tables' compatibility); then the stream is stopped with a "
+               "savepoint, switched by **mode** (savepoint: restore it; last-state: the same checkpoint; "
+               "stateless: a new checkpoint from the committed offsets, state dropped) and launched, and rolled "
+               "back to the savepoint and its previous entry if it commits no batch within its startup grace or "
+               "crash-loops. Paste the new entry in the registry's own format: `streams: {NAME: {...}}`.",
+        params={
+            "stream": Param(streams[0], enum=streams, description="stream from the registry"),
+            "mode": Param("savepoint", enum=["savepoint", "last-state", "stateless"],
+                          description="savepoint: restore the stop's savepoint; last-state: resume the same "
+                                      "checkpoint; stateless: a new checkpoint, state dropped"),
+            "registry_entry": Param("", type="string", minLength=1, format="multiline",
+                                    description="the new entry: YAML `streams: {NAME: {...}}`"),
+            "force": Param(False, type="boolean", description="stateless: drop the state of a stream that has some"),
+            "grace_s": Param(0, type="integer", minimum=0,
+                             description="seconds the new version has to commit a batch; 0: its startup_grace"),
+        },
+    ) as dag:
+        UpgradeStreamOperator(task_id="upgrade", stream="{{ params.stream }}", mode="{{ params.mode }}",
+                              entry="{{ params.registry_entry }}", force="{{ params.force }}",
+                              grace_s="{{ params.grace_s }}", registry=registry)
+    return dag
+
+
 def build_dags(registry: str | None = None) -> dict[str, DAG]:
     from rewind.registry import load_registry
 
@@ -198,5 +229,7 @@ def build_dags(registry: str | None = None) -> dict[str, DAG]:
             out[dag.dag_id] = dag
     if streams:
         dag = replay_dag(sorted(streams), registry, any(s.alerts for s in streams.values()))
+        out[dag.dag_id] = dag
+        dag = upgrade_dag(sorted(streams), registry)
         out[dag.dag_id] = dag
     return out

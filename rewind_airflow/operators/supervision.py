@@ -78,9 +78,14 @@ class LaunchStreamOperator(BaseOperator):
         from rewind.stream.control import stream_liveness
         from rewind.supervision.failures import check_not_given_up
         from rewind.supervision.reconcile import recover_unseen_death
+        from rewind.upgrade.guard import describe, wait_until_done
 
         spec = load_registry(self.registry).get(self.stream)
         with fail_without_retry_on_refusal():
+            upgraded = wait_until_done(spec)  # an upgrade launches and watches the stream itself
+            if upgraded:
+                self.log.info("%s: waited for %s", self.stream, describe(upgraded))
+                spec = load_registry(self.registry).get(self.stream)
             check_not_given_up(spec)
             live = stream_liveness(spec)
             if live.running:
@@ -122,6 +127,12 @@ def diagnose(name: str, registry: str, event: dict[str, Any]) -> dict[str, Any]:
     if action == "none":
         raise AirflowSkipException(f"nothing to do: {event.get('reason') or event.get('detail')}")
     spec = load_registry(registry).get(name)
+    from rewind.upgrade.guard import describe, wait_until_done
+
+    upgraded = wait_until_done(spec)
+    if upgraded:  # the upgrade stopped the stream on purpose, then launched and watched it itself
+        raise AirflowSkipException(f"{describe(upgraded)} held the stream (it stops, launches and watches it "
+                                   f"itself); nothing to do: {event.get('cause')} was its doing")
     verdict = Verdict(Health(False, event["cause"], event["detail"]), action, bool(event.get("stop_first")),
                       event.get("reason", ""))
     if action == "alert":

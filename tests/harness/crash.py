@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.processes import StreamProcess, no_batch_in_flight, wait_for
+from rewind.checkpoints.pointer import active_checkpoint
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.faults import Fault, arm
 from rewind.kafka.lookups import true_end_offsets
@@ -60,7 +61,7 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
                        source: str = "kafka", precommit_kill_batch: int | None = None, write_from: str = "driver",
                        kill_workers: bool = False, checkpoint: str | None = None, env: dict[str, str] | None = None,
                        mid_run: Callable[[StreamProcess, int], dict[str, Any] | None] | None = None,
-                       events: int = EVENTS, driver_kills: int = 1) -> dict[str, Any]:
+                       events: int = EVENTS, driver_kills: int = 1, produce_s: float = 45.0) -> dict[str, Any]:
     """Run the scenario and prove it; the verify summary with the kills is returned (and in report.json).
 
     ``precommit_kill_batch``: the first run dies at fault point ``sink.pre_committed`` of that batch
@@ -70,7 +71,8 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
     on a cluster) and a batch must commit after it. ``driver_kills``: runs killed at a random moment
     (mid-batch, mid-commit or idle). ``checkpoint`` (e.g. ``s3a://``) and ``env`` go to every run;
     ``mid_run(stream, run)`` is called in each randomly killed run after its first new batch; when
-    it did something it returns what, and a batch must commit after it."""
+    it did something it returns what, and a batch must commit after it. ``produce_s``: how long the
+    events take to send (a ``mid_run`` that restarts the stream needs them to flow longer)."""
     home = tmp_path / "home"
     registry = crash_registry(tmp_path / "streams.yaml", name, topic, sink_url, home, source, write_from, checkpoint)
     spec = load_registry(registry).get(name)
@@ -78,8 +80,8 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
     rng = random.Random(int(os.environ.get("REWIND_CRASH_SEED", "7")))
 
     produced: dict[str, Any] = {}
-    # 45 s of events: longer than the 30 s watermark delay, so windows close before the end
-    pspec = ProduceSpec(topic=topic, count=events, rate=events / 45, partitions=3, id_prefix=name,
+    # 45 s of events (``produce_s``): longer than the 30 s watermark delay, so windows close before the end
+    pspec = ProduceSpec(topic=topic, count=events, rate=events / produce_s, partitions=3, id_prefix=name,
                         malformed_every=97, late_every=211, duplicate_every=53, late_by=timedelta(hours=1))
     producer = threading.Thread(target=lambda: produced.update(
         produce(platform.kafka_bootstrap, pspec).summary()), daemon=True)
@@ -124,12 +126,13 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
         stream.start(**master)
         started = time.time()
         s3 = platform.s3.client() if spec.checkpoint.startswith("s3") else None
-        # Quiet for 4 s at the true end. A killed run may already have committed the last records:
+        # Quiet for 4 s at the true end (of the checkpoint the stream runs on: a restore or a rescale
+        # in mid_run may have pointed it elsewhere). A killed run may already have committed the last records:
         # then this run starts at the end, runs no batch, and Spark reports no progress at all.
         wait_for(lambda: (st := read_status(spath)) is not None and st.state == "running"
                  and {p: int(o) for p, o in st.end_offsets.get(topic, {}).items()} == ends
                  and time.time() - (st.last_batch_at or started) > 4
-                 and no_batch_in_flight(spec.checkpoint, s3), 300, f"catch-up to {ends}", stream)
+                 and no_batch_in_flight(active_checkpoint(spec), s3), 300, f"catch-up to {ends}", stream)
         assert stream.stop() == 0, f"the stream did not stop gracefully:\n{stream.log_tail()}"
     finally:
         stream.stop()

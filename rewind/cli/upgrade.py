@@ -1,0 +1,86 @@
+"""`rewind stream upgrade NAME --registry-entry FILE --mode stateless|last-state|savepoint`: the command
+line of ``rewind.upgrade.run`` (its parser is added to ``rewind stream``'s actions)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rewind.cli.common import add_bootstrap, add_registry, command
+from rewind.errors import EXIT_FAILED, EXIT_OK
+
+
+def add_parser(actions: Any) -> None:
+    up = command(actions, "upgrade", "change a stream's registry entry (its transform and settings) safely",
+                 "Checks the new version before anything stops (it runs one batch on a copy of the newest savepoint, "
+                 "into a throwaway sink: Spark's state schema check, the output tables' compatibility), then stops "
+                 "the stream with a savepoint, switches its checkpoint by --mode and its entry in the registry, "
+                 "launches the new version and watches it; when it commits no batch within the startup grace or "
+                 "crash-loops, Rewind rolls back to the savepoint and the previous entry. Modes: savepoint (restore "
+                 "the stop's savepoint into a fresh checkpoint), last-state (resume the same checkpoint), stateless "
+                 "(a new checkpoint from the committed offsets, state dropped: refused for a stream with state unless "
+                 "--force). The new entry is a registry file in the registry's own format, `streams: {NAME: {...}}` "
+                 "(one stream, or an otherwise unchanged copy of the registry); the registry file itself is rewritten "
+                 "(only NAME's entry), and the entry it replaced is kept by its config hash. See docs/upgrades.md.",
+                 codes={EXIT_FAILED: "failed: the new version did not become healthy and was rolled back (the message "
+                                     "says why), or a step broke (the message says where the stream was left)",
+                        3: "refused: a new entry that fails validation or names a transform that fails to load, a "
+                           "mode that cannot apply, incompatible state or tables, a pre-flight batch that failed, "
+                           "another upgrade running; the live stream was not touched"})
+    up.add_argument("stream")
+    up.add_argument("--registry-entry", required=True, metavar="FILE",
+                    help="the new entry: a registry file `streams: {NAME: {...}}` (- reads standard input)")
+    up.add_argument("--mode", required=True, choices=["stateless", "last-state", "savepoint"])
+    up.add_argument("--force", action="store_true", help="stateless: drop the state of a stream that has some")
+    up.add_argument("--grace", type=float, metavar="SECONDS",
+                    help="how long the new version has to commit a batch (default: its supervision.startup_grace)")
+    up.add_argument("--stop-timeout", type=float, default=120.0, metavar="SECONDS")
+    up.add_argument("--bucket", help="S3 bucket of the savepoints (default: $REWIND_S3_BUCKET, else the embedded "
+                                     "platform's)")
+    up.add_argument("--json", action="store_true", help="print the history record as JSON")
+    add_registry(up)
+    add_bootstrap(up)
+    up.set_defaults(func=run)
+
+
+def _say(step: str, detail: str) -> None:
+    print(f"{step}: {detail}" if detail else step, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rewind.s3 import S3Store, resolve_s3_config
+    from rewind.settings import default_registry, resolve_bootstrap
+    from rewind.stream.control import default_log_path, launch_stream, wait_running
+    from rewind.upgrade.entry import EntryRefused
+    from rewind.upgrade.run import UpgradeRequest, prepare, upgrade
+
+    registry = str(Path(args.registry) if args.registry else default_registry())
+    where = "standard input" if args.registry_entry == "-" else args.registry_entry
+    try:
+        text = sys.stdin.read() if args.registry_entry == "-" else Path(args.registry_entry).read_text()
+    except OSError as exc:
+        raise EntryRefused(f"--registry-entry {where}: {exc.strerror or exc}; nothing was done") from None
+    req = UpgradeRequest(args.stream, registry, text, where, args.mode, args.force, args.grace, args.stop_timeout)
+    prepared = prepare(req)  # bad input is refused here, before Kafka, S3 or Spark are asked anything
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    store = S3Store(resolve_s3_config(args.bucket))
+
+    def start(spec: Any) -> int:
+        log_path = default_log_path(spec)
+        pid = launch_stream(spec, registry, bootstrap, log_path)
+        return wait_running(spec, pid, timeout=240.0, log_path=log_path).pid
+
+    record = upgrade(prepared, store, bootstrap, start, on_step=_say)
+    if args.json:
+        print(json.dumps(record, default=str))
+    if record["result"] == "upgraded":
+        print(f"upgraded {args.stream} ({args.mode}): {record['from']['transform']} {record['from']['hash']} -> "
+              f"{record['to']['transform']} {record['to']['hash']}; savepoint {record['savepoint']['id']} holds the "
+              "state it was stopped at")
+        return EXIT_OK
+    print(f"rolled back {args.stream}: {record['reason']}; it runs its previous entry {record['from']['hash']} from "
+          f"savepoint {record['savepoint']['id']}", file=sys.stderr)
+    return EXIT_FAILED

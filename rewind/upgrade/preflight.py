@@ -1,0 +1,169 @@
+"""The compatibility check before anything stops: the new version, for one bounded batch, on a copy
+of the stream's state, into a shadow sink.
+
+Why run it rather than compare declarations: Spark decides whether state written by one query
+can be read by another (its StateSchemaCompatibilityChecker, when the first batch is planned on the
+restored state), and only a batch shows that the new transform runs at all on today's records.
+So: the newest savepoint (an online one is taken if there is none) is restored into a scratch
+directory through the ordinary verified restore, the new version runs there with its sink
+swapped for a throwaway SQLite file and ``maxOffsetsPerTrigger`` capped, and the first batch after
+the savepoint must commit. The live stream, its checkpoint and its sink are never touched; a
+refusal names what Spark or the table check found.
+
+A batch needs records after the savepoint: the check waits for Kafka to hold some (a stream
+with nothing arriving cannot be checked, and is refused saying so).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rewind.upgrade.rules import Incompatible, UpgradeRefused, contract_changes, incompatible, spark_verdict
+
+log = logging.getLogger(__name__)
+
+#: At most this many offsets in the pre-flight batch: it proves the plan and the state, not throughput.
+PREFLIGHT_MAX_OFFSETS = 500
+
+
+@dataclass
+class PreflightReport:
+    savepoint_id: str
+    savepoint_batch: int
+    batch_id: int | None = None
+    input_rows: int = 0
+    seconds: float = 0.0
+    changes: list[str] = field(default_factory=list)  # compatible table changes, for the record
+    scratch: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"savepoint_id": self.savepoint_id, "savepoint_batch": self.savepoint_batch, "batch_id": self.batch_id,
+                "input_rows": self.input_rows, "seconds": round(self.seconds, 2), "changes": self.changes}
+
+
+def check_tables(old: Any, new: Any) -> list[str]:
+    """Refuse incompatible output tables (``rules.table_changes``); the compatible changes, described."""
+    from rewind.stream.contract import load_transform
+
+    changes = contract_changes(load_transform(old), load_transform(new))
+    bad = incompatible(changes)
+    if bad:
+        raise Incompatible(f"the new version of {new.name} is incompatible with its sink: " + "; ".join(bad)
+                           + " -- the live stream was not touched")
+    return [f"table {c.table}: {c.what}" for c in changes]
+
+
+def newest_savepoint(spec: Any, store: Any) -> Any:
+    """The newest complete savepoint; an online one (safe while the stream runs) when there is none."""
+    from rewind.checkpoints.savepoints import create_savepoint, list_savepoints
+
+    listing = list_savepoints(store, spec.name).complete
+    return listing[0] if listing else create_savepoint(spec, store)
+
+
+def wait_for_records_after(spec: Any, bootstrap: str, offsets: dict[str, dict[str, int]], timeout_s: float) -> None:
+    """Until Kafka holds a record past the savepoint's offsets in some partition (else refused)."""
+    from rewind.kafka.client_config import kafka_options, librdkafka_config
+    from rewind.kafka.lookups import true_end_offsets
+
+    config = librdkafka_config(kafka_options(spec.source.options))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ends = true_end_offsets(bootstrap, spec.topics, config)
+        if any(end > offsets.get(tp.topic, {}).get(str(tp.partition), 0) for tp, end in ends.items()):
+            return
+        if time.monotonic() > deadline:
+            raise UpgradeRefused(f"no record arrived in {', '.join(spec.topics)} after the savepoint's offsets "
+                                 f"{offsets} within {timeout_s:.0f}s: the pre-flight needs one batch of new records to "
+                                 "run the new version on; retry when records flow -- the live stream was not touched")
+        time.sleep(1.0)
+
+
+def scratch_places(spec: Any, checkpoint: Path, status_dir: Path) -> dict[str, str]:
+    """Where a scratch copy of ``spec`` keeps its checkpoint and its own documents (status, pointer,
+    and the control store where the registry has one): nothing of the live stream's is shared, so a
+    restore into the copy is not refused for the live stream's driver, nor touches its state."""
+    places = {"checkpoint": str(checkpoint), "status_dir": str(status_dir)}
+    if "control" in type(spec).model_fields:
+        places["control"] = str(status_dir)
+    return places
+
+
+def scratch_spec(new: Any, scratch: Path) -> Any:
+    """The new entry pointed at the scratch directory: its own checkpoint and status, a throwaway SQLite
+    sink with the same tables, and a capped batch."""
+    from rewind.registry import SinkSpec, SourceSpec
+
+    options = {k: v for k, v in new.source.options.items() if k.lower() != "maxoffsetspertrigger"}
+    cap = min(int(new.source.options.get("maxOffsetsPerTrigger", PREFLIGHT_MAX_OFFSETS)), PREFLIGHT_MAX_OFFSETS)
+    return new.model_copy(update={
+        **scratch_places(new, scratch / "checkpoint", scratch / "status"),
+        "sink": SinkSpec(url=f"sqlite:///{scratch / 'shadow.db'}", table_prefix=new.sink.table_prefix),
+        "source": SourceSpec(format=new.source.format, options={**options, "maxOffsetsPerTrigger": str(cap)})})
+
+
+def run_one_batch(spark: Any, spec: Any, bootstrap: str, checkpoint: str, after_batch: int,
+                  timeout_s: float) -> tuple[int, int]:
+    """Run ``spec``'s query on ``checkpoint`` until a batch after ``after_batch`` commits; (batch, rows).
+    Raises ``Incompatible`` or ``UpgradeRefused`` with Spark's reason when the query fails."""
+    from rewind.stream.runner import build_query
+
+    query = None
+    try:
+        query = build_query(spark, spec, bootstrap, checkpoint=checkpoint)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            progress = query.lastProgress
+            if progress and int(progress["batchId"]) > after_batch:
+                return int(progress["batchId"]), int(progress.get("numInputRows") or 0)
+            if not query.isActive:
+                break
+            if time.monotonic() > deadline:
+                raise UpgradeRefused(f"the new version of {spec.name} committed no batch within {timeout_s:.0f}s in "
+                                     "the pre-flight -- the live stream was not touched")
+            query.awaitTermination(0.5)
+        failure = query.exception()
+    except Exception as exc:  # noqa: BLE001 - Spark raises its analysis and state errors at start too
+        if isinstance(exc, UpgradeRefused):
+            raise
+        failure = exc
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+    text = str(getattr(failure, "desc", None) or failure)
+    verdict = spark_verdict(text)
+    if verdict.state:
+        raise Incompatible(f"the new version of {spec.name} cannot take over its state: {verdict.reason} -- the live "
+                           "stream was not touched")
+    raise UpgradeRefused(f"the new version of {spec.name} failed its pre-flight batch: {verdict.reason} -- the live "
+                         "stream was not touched")
+
+
+def preflight(old: Any, new: Any, store: Any, bootstrap: str, scratch: Path, *, spark: Any = None,
+              timeout_s: float = 180.0) -> PreflightReport:
+    """The whole check (see the module docstring); the scratch directory is removed when it passes and
+    kept, for a look, when it refuses."""
+    from rewind.checkpoints.savepoints import restore_savepoint
+
+    started = time.monotonic()
+    changes = check_tables(old, new)
+    manifest = newest_savepoint(old, store)
+    report = PreflightReport(manifest.savepoint_id, manifest.batch_id, changes=changes, scratch=str(scratch))
+    wait_for_records_after(old, bootstrap, manifest.offsets, timeout_s)
+    shutil.rmtree(scratch, ignore_errors=True)
+    local = scratch_spec(new, scratch)
+    restored = restore_savepoint(local, store, manifest.savepoint_id, to=scratch / "checkpoint")
+    if spark is None:
+        from rewind.stream.spark_session import build_session
+
+        spark = build_session(f"rewind-upgrade-{new.name}", conf=dict(new.spark_conf), sources=False)
+    report.batch_id, report.input_rows = run_one_batch(spark, local, bootstrap, str(restored.path), manifest.batch_id,
+                                                       timeout_s)
+    report.seconds = time.monotonic() - started
+    shutil.rmtree(scratch, ignore_errors=True)
+    return report

@@ -1,0 +1,190 @@
+"""``rewind stream upgrade``: change a running stream's registry entry safely.
+
+Refused before the live stream is touched (exit 3, one line): a new entry that fails validation or
+names a transform that fails to load, a mode that cannot apply (``rewind.upgrade.rules``),
+incompatible output tables or state, a pre-flight batch that fails (``rewind.upgrade.preflight``).
+Then: stop with a savepoint, switch the checkpoint by mode and the registry entry, launch and watch
+the new version, and roll back to the savepoint and the old entry when it does not become healthy
+(``rewind.upgrade.steps``). Every step lands in the stream's history (``rewind.upgrade.history``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rewind.errors import Failed, Refused
+from rewind.upgrade import guard, history
+from rewind.upgrade.rules import Facts, UpgradeRefused, notes, refusals, short_cause
+
+log = logging.getLogger(__name__)
+
+Step = Callable[[str, str], None]
+
+
+class UpgradeFailed(Failed):
+    """The upgrade started and broke; the message says where the stream was left."""
+
+
+@dataclass(frozen=True)
+class UpgradeRequest:
+    stream: str
+    registry: str  # the registry file the stream is declared in (written by the switch)
+    entry_text: str  # the new entry: a registry file's text (``rewind.upgrade.entry``)
+    entry_where: str  # where it came from, for messages
+    mode: str
+    force: bool = False
+    grace_s: float | None = None  # default: the new entry's supervision.startup_grace
+    stop_timeout_s: float = 120.0
+    preflight_timeout_s: float = 180.0
+
+
+def live_facts(spec: Any) -> tuple[int | None, tuple[str, ...]]:
+    """The active checkpoint's last committed batch and its stateful operators."""
+    from rewind.checkpoints.inspection import inspect_checkpoint
+    from rewind.checkpoints.pointer import active_checkpoint
+
+    cp = active_checkpoint(spec)
+    if "://" in cp or not (Path(cp) / "offsets").is_dir():
+        return None, ()
+    report = inspect_checkpoint(cp, recent=2)
+    return (report.committed[-1] if report.committed else None), tuple(sorted(report.operators))
+
+
+class Recorder:
+    """The history record of one upgrade, saved as each step ends."""
+
+    def __init__(self, spec: Any, record: dict[str, Any], on_step: Step) -> None:
+        self.spec, self.record, self.on_step = spec, record, on_step
+
+    def step(self, name: str, detail: str = "", **fields: Any) -> None:
+        self.record["steps"].append({"step": name, "at": time.time(), "detail": detail})
+        self.record.update(fields)
+        history.save_record(self.spec, self.record)
+        guard.step(self.spec, name)
+        self.on_step(name, detail)
+
+    def finish(self, result: str, reason: str = "", **fields: Any) -> dict[str, Any]:
+        self.record.update(result=result, reason=reason, finished_at=time.time(), **fields)
+        history.save_record(self.spec, self.record)
+        return self.record
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An upgrade that passed every check that needs no service: the entries and the facts."""
+
+    req: UpgradeRequest
+    old: Any  # the running StreamSpec
+    new: Any  # the new StreamSpec
+    old_entry: str
+    new_entry: str
+    new_text: str  # the registry's text with the new entry
+    facts: Facts
+
+
+def prepare(req: UpgradeRequest) -> Prepared:
+    """Refuse what is wrong before any service is asked (``Refused``, nothing done): the new entry's
+    validation and transform, the registry's writability, the mode against the live checkpoint."""
+    from rewind.registry import load_registry
+    from rewind.stream.contract import load_transform
+    from rewind.upgrade.entry import check_writable, load_candidate
+
+    old = load_registry(req.registry).get(req.stream)
+    old_entry, new_entry, new_text, new = load_candidate(req.registry, req.stream, req.entry_text, req.entry_where)
+    load_transform(new)  # a transform that fails to load is refused here, naming what is wrong
+    check_writable(req.registry)
+    committed, operators = live_facts(old)
+    facts = Facts(req.mode, req.force, old, new, committed, operators)
+    problems = refusals(facts)
+    if problems:
+        raise UpgradeRefused(f"upgrade of {old.name} refused: " + "; ".join(problems) + " -- nothing was done")
+    return Prepared(req, old, new, old_entry, new_entry, new_text, facts)
+
+
+def upgrade(req: UpgradeRequest | Prepared, store: Any, bootstrap: str, start: Callable[[Any], int], *,
+            spark: Any = None, on_step: Step = lambda _s, _d: None, scratch_root: Path | None = None
+            ) -> dict[str, Any]:
+    """Run one upgrade; its history record (``result``: upgraded or rolled_back). ``start(spec)`` launches
+    the stream as the registry now declares it and returns its driver's pid once it runs.
+
+    Raises ``Refused`` (nothing was stopped) and ``UpgradeFailed`` (the message says where it stopped)."""
+    from rewind.paths import paths_of
+
+    p = req if isinstance(req, Prepared) else prepare(req)
+    old, new = p.old, p.new
+    store.check()
+    record_id = history.new_record_id()
+    record: dict[str, Any] = {
+        "id": record_id, "kind": "upgrade", "stream": old.name, "mode": p.req.mode, "force": p.req.force,
+        "from": {"hash": old.config_hash(), "transform": old.transform},
+        "to": {"hash": new.config_hash(), "transform": new.transform}, "started_at": time.time(), "steps": [],
+        "notes": notes(p.facts), "result": "running"}
+    guard.take(old, record_id, f"upgrade {p.req.mode}")
+    rec = Recorder(old, record, on_step)
+    try:
+        return _run(p, rec, store, bootstrap, start, spark,
+                    scratch_root or paths_of(old).home / "upgrades" / old.name / record_id)
+    except Refused as exc:
+        rec.finish("refused", str(exc))
+        raise
+    except BaseException as exc:
+        rec.finish("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        guard.release(old, record_id)
+
+
+def _run(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable[[Any], int], spark: Any,
+         scratch: Path) -> dict[str, Any]:
+    from rewind.registry import parse_duration
+    from rewind.upgrade.entry import with_entry, write_registry
+    from rewind.upgrade.preflight import preflight
+    from rewind.upgrade.steps import first_own_batch_after, rollback, stop_with_savepoint, switch_checkpoint, watch
+
+    req, old, new = p.req, p.old, p.new
+    rec.step("preflight", f"the new version on a copy of the newest savepoint ({req.mode})")
+    checked = preflight(old, new, store, bootstrap, scratch, spark=spark, timeout_s=req.preflight_timeout_s)
+    rec.step("preflight_passed", f"batch {checked.batch_id} of {checked.input_rows} rows on savepoint "
+                                 f"{checked.savepoint_id}", preflight=checked.to_json())
+    manifest = stop_with_savepoint(old, store, start, req.stop_timeout_s)
+    rec.step("stopped", f"after batch {manifest.batch_id}, savepoint {manifest.savepoint_id}",
+             savepoint={"id": manifest.savepoint_id, "batch_id": manifest.batch_id, "offsets": manifest.offsets})
+    history.keep_entry(old, old.config_hash(), p.old_entry, old.transform)
+    try:
+        checkpoint = switch_checkpoint(old, store, req.mode, manifest, str(rec.record["id"]))
+        current = Path(req.registry).read_text()
+        write_registry(req.registry, current, p.new_text)
+        history.keep_entry(old, new.config_hash(), p.new_entry, new.transform)
+    except Exception as exc:  # the stream is stopped now: no refusal may say "nothing was done"
+        raise UpgradeFailed(f"the switch of {old.name} failed after the stop ({type(exc).__name__}: {exc}); it is "
+                            f"stopped after batch {manifest.batch_id} and savepoint {manifest.savepoint_id} has its "
+                            f"state: `rewind savepoint restore {old.name} {manifest.savepoint_id}`, then `rewind "
+                            f"stream run {old.name}`") from exc
+    rec.step("switched", f"{req.mode}: checkpoint {checkpoint}, registry entry {new.config_hash()}",
+             checkpoint=checkpoint)
+    grace = req.grace_s if req.grace_s is not None else parse_duration(new.supervision.startup_grace).total_seconds()
+    after = first_own_batch_after(old, req.mode, manifest)
+    verdict, why, attempts = watch(new, start, after, grace, on_attempt=lambda a: rec.step(
+        "launched" if a.ok else "failed", "committed a batch" if a.ok else f"{a.cause}: {short_cause(a.detail)}"))
+    if verdict == "healthy":
+        return rec.finish("upgraded", why, attempts=len(attempts))
+
+    def put_back() -> None:
+        now = Path(req.registry).read_text()
+        write_registry(req.registry, now, with_entry(now, old.name, p.old_entry))
+
+    rec.step("rolling_back", why)
+    try:
+        back = rollback(old, store, manifest, put_back, start)
+    except BaseException as exc:
+        rec.finish("rollback_failed", f"{why}; then the rollback failed: {type(exc).__name__}: {exc}",
+                   attempts=len(attempts))
+        raise UpgradeFailed(f"the new version of {old.name} failed ({why}) and the rollback failed too ({exc}); "
+                            f"savepoint {manifest.savepoint_id} holds the pre-upgrade state") from exc
+    rec.step("rolled_back", f"on savepoint {manifest.savepoint_id}, first batch {back['first_batch']['batch']}")
+    return rec.finish("rolled_back", why, attempts=len(attempts), rollback=back)

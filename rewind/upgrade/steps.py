@@ -1,0 +1,145 @@
+"""The acting steps of an upgrade: stop with a savepoint, put the checkpoint where the mode says,
+watch the new version, roll back. Each leaves the stream in a state a relaunch can run from.
+
+Order, and why: the savepoint is taken at the stop (every mode: the rollback restores it); the
+checkpoint is switched (savepoint: a verified restore into a fresh directory; last-state: none;
+stateless: a fresh directory that starts at the savepoint's offsets), then the registry entry, then
+the launch. Were the upgrade to die between two steps, what is left is either the old entry on a
+checkpoint holding the same state, or the new entry on it: both run, and the history record says
+which steps were done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rewind.upgrade.watch import Attempt, next_step
+
+log = logging.getLogger(__name__)
+
+#: A launch reports running, then its first batch must commit; how long a rollback's old version gets.
+ROLLBACK_PROGRESS_S = 300.0
+
+
+def stop_with_savepoint(spec: Any, store: Any, start: Callable[[Any], int], stop_timeout: float) -> Any:
+    """Stop the stream after its batch in flight and take a savepoint (``savepoint_with_stop``); the
+    manifest. If the copy fails after the stop, the old version is launched again before raising."""
+    from rewind.checkpoints.savepoints import savepoint_with_stop
+    from rewind.stream.control import stream_liveness
+
+    was_running = stream_liveness(spec).running
+    try:
+        return savepoint_with_stop(spec, store, restart=None, stop_timeout=stop_timeout)
+    except BaseException as exc:
+        if was_running and not stream_liveness(spec).running:
+            try:
+                start(spec)
+            except Exception as again:  # noqa: BLE001 - the first error is the one to raise
+                exc.add_note(f"and launching {spec.name} again failed ({again}): start it with `rewind stream run "
+                             f"{spec.name}`")
+        raise
+
+
+def stateless_checkpoint(spec: Any, record_id: str, offsets: dict[str, dict[str, int]]) -> Path:
+    """A new checkpoint whose query starts at ``offsets``: only ``sources/0/0``, the initial offsets
+    Spark's Kafka connector writes when a query starts and reads instead of ``startingOffsets`` ever
+    after (its format: a zero byte, ``v1``, the offsets JSON). No offset log, no state: a new query."""
+    from rewind.checkpoints.pointer import active_checkpoint
+
+    base = Path(active_checkpoint(spec)).resolve()
+    fresh = base.with_name(f"{Path(spec.checkpoint).name}.stateless-{record_id}")
+    (fresh / "sources" / "0").mkdir(parents=True)
+    (fresh / "sources" / "0" / "0").write_bytes(b"\x00v1\n" + json.dumps(offsets, sort_keys=True).encode())
+    return fresh
+
+
+def switch_checkpoint(spec: Any, store: Any, mode: str, manifest: Any, record_id: str) -> str:
+    """Where the new version runs, by mode (the pointer moves; the old checkpoint stays); its path."""
+    from rewind.checkpoints.pointer import active_checkpoint, point_to
+    from rewind.checkpoints.savepoints import restore_savepoint
+
+    if mode == "savepoint":
+        return str(restore_savepoint(spec, store, manifest.savepoint_id).path)
+    if mode == "stateless":
+        fresh = stateless_checkpoint(spec, record_id, manifest.offsets)
+        point_to(spec, fresh, f"stateless upgrade {record_id}: a new checkpoint from the offsets of savepoint "
+                              f"{manifest.savepoint_id} (batch {manifest.batch_id}), state dropped")
+        return str(fresh)
+    return active_checkpoint(spec)
+
+
+def first_own_batch_after(spec: Any, mode: str, manifest: Any) -> int | None:
+    """The batch the new version must commit past to count as running: its first batch it planned
+    itself. In last-state mode the checkpoint may hold a batch the old version planned before the
+    stop; the new version re-runs that plan first, which proves little (a record after it may be the
+    one it cannot handle). A restored savepoint holds no plan past its batch; a stateless checkpoint
+    starts at batch 0."""
+    if mode == "stateless":
+        return None
+    if mode == "savepoint":
+        return int(manifest.batch_id)
+    from rewind.checkpoints.inspection import inspect_checkpoint
+    from rewind.checkpoints.pointer import active_checkpoint
+
+    planned = inspect_checkpoint(active_checkpoint(spec), recent=2).planned
+    return max([int(manifest.batch_id), *([int(planned[-1])] if len(planned) else [])])
+
+
+def watch(spec: Any, start: Callable[[Any], int], after_batch: int | None, grace_s: float,
+          on_attempt: Callable[[Attempt], None] = lambda _a: None, sleep: Callable[[float], None] = time.sleep,
+          clock: Callable[[], float] = time.time) -> tuple[str, str, list[Attempt]]:
+    """Launch the new version and watch it (``rewind.upgrade.watch.next_step``); (``healthy`` or
+    ``rollback``, why, the attempts). Failures are recorded in the supervisor's history too, so the
+    page and ``rewind supervisor status`` show them."""
+    from rewind.stream.control import StreamControlError, StreamFailed, stop_driver
+    from rewind.supervision.failures import record_failure
+    from rewind.supervision.reconcile import wait_for_progress
+
+    attempts: list[Attempt] = []
+    first = clock()
+    while True:
+        left = max(1.0, grace_s - (clock() - first))
+        try:
+            pid = start(spec)
+            wait_for_progress(spec, pid, after_batch, left)
+            attempt = Attempt(clock(), True)
+        except (StreamFailed, StreamControlError, TimeoutError) as exc:
+            cause = getattr(exc, "cause", "no_progress" if isinstance(exc, TimeoutError) else "launch_failed")
+            attempt = Attempt(clock(), False, cause, str(exc)[:4000], after_batch)
+            record_failure(spec, cause, f"upgrade: {exc}", after_batch, {}, attempt.at)
+            stop_driver(spec, timeout=30)
+        attempts.append(attempt)
+        on_attempt(attempt)
+        decision = next_step(attempts, spec.restart, first, clock(), grace_s)
+        if decision.action != "relaunch":
+            if decision.action == "rollback":
+                stop_driver(spec, timeout=60)
+            return decision.action, decision.reason, attempts
+        log.warning("%s: the new version failed (%s); relaunching in %.0fs", spec.name, attempt.cause,
+                    decision.delay_s)
+        sleep(decision.delay_s)
+
+
+def rollback(old: Any, store: Any, manifest: Any, put_back: Callable[[], None], start: Callable[[Any], int],
+             timeout_s: float = ROLLBACK_PROGRESS_S) -> dict[str, Any]:
+    """Back to the pre-upgrade savepoint and entry: the new version stopped, the savepoint restored into
+    a fresh checkpoint, the old entry written back (``put_back``), the crash verdict of the new
+    version cleared (kept in the record), the old version launched until it commits a batch."""
+    from rewind.checkpoints.savepoints import restore_savepoint
+    from rewind.stream.control import stop_driver
+    from rewind.supervision.failures import reset
+    from rewind.supervision.reconcile import wait_for_progress
+
+    stop_driver(old, timeout=60)
+    restored = restore_savepoint(old, store, manifest.savepoint_id)
+    put_back()
+    cleared = reset(old)
+    pid = start(old)
+    first = wait_for_progress(old, pid, manifest.batch_id, timeout_s)
+    return {"savepoint_id": manifest.savepoint_id, "checkpoint": str(restored.path), "first_batch": first,
+            "cleared_failures": len(cleared.get("failures", [])), "gave_up": cleared.get("gave_up")}

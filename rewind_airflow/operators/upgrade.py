@@ -1,0 +1,61 @@
+"""The upgrade DAG's task: ``rewind stream upgrade`` from Airflow's trigger form.
+
+The new registry entry comes as YAML text from the form (the registry's own format, ``streams:
+{NAME: {...}}``); the stream is launched the way the supervisor launches it (spark-submit through
+``RewindStreamHook``), so the upgraded stream runs where it ran before. While the upgrade holds
+its guard, the stream's supervisor stands aside (``rewind.upgrade.guard``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from rewind_airflow.errors import fail_without_retry_on_refusal
+from rewind_airflow.hooks.kafka import RewindKafkaHook
+from rewind_airflow.hooks.s3 import RewindS3Hook
+
+
+class UpgradeStreamOperator(BaseOperator):
+    """Upgrade a stream to a new registry entry: pre-flight, stop with a savepoint, switch by mode,
+    watch, roll back when the new version does not become healthy. A refusal (bad entry, a mode that
+    cannot apply, incompatible state or tables) fails the task without retries and the live stream
+    is untouched; a rollback fails the task too, saying why (the stream runs its previous entry).
+
+    :param stream: the registry stream
+    :param mode: ``savepoint``, ``last-state`` or ``stateless``
+    :param entry: the new entry as YAML text, ``streams: {NAME: {...}}``
+    :param force: stateless only: drop the state of a stream that has some
+    :param grace_s: seconds the new version has to commit a batch (0: its ``supervision.startup_grace``)
+    :param registry: the registry file (default: ``$REWIND_REGISTRY``); it is rewritten (only the stream's entry)
+    :param conn_id: the Spark connection spark-submit uses
+    """
+
+    template_fields = ("stream", "mode", "entry", "force", "grace_s")
+
+    def __init__(self, *, stream: str, mode: str, entry: str, force: bool | str = False, grace_s: float | str = 0.0,
+                 registry: str | None = None, conn_id: str = "spark_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream, self.mode, self.entry, self.force, self.grace_s = stream, mode, entry, force, grace_s
+        self.registry, self.conn_id = registry, conn_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from rewind.settings import default_registry
+        from rewind.upgrade.run import UpgradeRequest, prepare, upgrade
+        from rewind_airflow.operators.supervision import launch
+
+        registry = str(self.registry or default_registry())
+        force = str(self.force).strip().lower() in ("true", "1", "yes")  # a template renders text
+        req = UpgradeRequest(self.stream, registry, self.entry, "the form's registry_entry", self.mode, force,
+                             float(self.grace_s or 0) or None)
+        with fail_without_retry_on_refusal():
+            prepared = prepare(req)
+            record = upgrade(prepared, RewindS3Hook().store(), RewindKafkaHook().bootstrap(),
+                             lambda spec: int(launch(spec.name, registry, self.conn_id, 240.0)["pid"]),
+                             on_step=lambda step, detail: self.log.info("%s: %s", step, detail))
+        if record["result"] != "upgraded":
+            raise AirflowFailException(f"{self.stream}: the new version was rolled back: {record['reason']}")
+        return {k: record.get(k) for k in ("id", "result", "mode", "from", "to", "savepoint", "checkpoint")}
