@@ -15,6 +15,9 @@ variable Rewind reads is read here, with its default and what it is for:
 | ``REWIND_SPARK_LOG_LEVEL`` | ``WARN`` | Spark's log level |
 | ``REWIND_LAG_PROBE_S`` | 10 | seconds between lag look-ups in the driver (0: off) |
 | ``REWIND_FAIL_ON_BATCH`` | unset | tests: a batch id that always fails (a poison batch) |
+| ``REWIND_DRIVER_WAIT_S`` | 60 | how long a driver waits for another's lease to lapse before it is refused |
+| ``REWIND_LEASE_TTL_S`` | 20 | a driver lease's life: how long a dead driver elsewhere blocks a successor |
+| ``REWIND_JVM_CACHE`` | ``~/.cache/rewind/jvm`` | where Rewind's JVM classes are compiled (``platform.jvm``) |
 """
 
 from __future__ import annotations
@@ -96,6 +99,18 @@ def lag_probe_interval_s() -> float:
 def driver_lock_wait_s() -> float:
     """How long a driver waits for another driver of its stream to end before it is refused."""
     return float(os.environ.get("REWIND_DRIVER_WAIT_S", "60"))
+
+
+def lease_ttl_s() -> float:
+    """A driver lease's time to live (``rewind.control.lease``); renewed every quarter of it."""
+    return float(os.environ.get("REWIND_LEASE_TTL_S", "20"))
+
+
+def jvm_cache_dir() -> Path:
+    given = os.environ.get("REWIND_JVM_CACHE")
+    if given:
+        return Path(given)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rewind" / "jvm"
 
 
 def fail_on_batch() -> int | None:
