@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rewind", "rewind_airflow")
 MAX_LINES = 400
 #: Modules allowed past MAX_LINES, each with the reason.
-LONG_MODULES: dict[str, str] = {}
+LONG_MODULES: dict[str, str] = {
+    "rewind/sink/sql.py": "the exactly-once SQL sink: the steps of one batch transaction (lease fence, ledger claim, "
+                          "upserts) and their error translation read best in one place",
+}
 
 
 def modules() -> dict[str, Path]:

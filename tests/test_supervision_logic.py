@@ -128,26 +128,31 @@ def test_a_launch_is_refused_while_a_driver_holds_the_checkpoint(tmp_path) -> No
     """A live driver (even a hung one, with an old heartbeat) blocks a second launch on the checkpoint."""
     import subprocess
     import time
+    from dataclasses import replace
 
     import pytest
 
+    from rewind.control.leases import acquire, me
+    from rewind.control.location import control_store
     from rewind.paths import status_path
     from rewind.registry import load_registry
-    from rewind.stream.control import DriverRunning, launch_stream
+    from rewind.stream.control import DriverRunning, ensure_no_driver, launch_stream
     from rewind.stream.status import StreamStatus, write_status
     from rewind.testing.registry_templates import demo_stream, write_registry
 
     spec = load_registry(write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path))).get("s")
     driver = subprocess.Popen(["sleep", "60"])
-    try:
+    try:  # a hung driver: its heartbeat an hour old, its lease held
         write_status(status_path(spec.status_dir, "s"), StreamStatus(stream="s", state="running", pid=driver.pid,
                                                                       heartbeat=time.time() - 3600))
-        with pytest.raises(DriverRunning, match=f"pid {driver.pid}"):
+        acquire(control_store(spec), replace(me(), pid=driver.pid), 60.0, 0)
+        with pytest.raises(DriverRunning, match=f"pid {driver.pid} on "):
             launch_stream(spec, None, "127.0.0.1:1", tmp_path / "log")
         assert not (tmp_path / "log").exists(), "something was started"
     finally:
         driver.kill()
         driver.wait()
+    ensure_no_driver(spec)  # its process gone on this host: no need to wait for the lease to lapse
 
 
 def test_lag_alerts_once_per_period_and_never_restarts() -> None:

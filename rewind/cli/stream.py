@@ -56,7 +56,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rewind.registry import load_registry
     from rewind.settings import resolve_bootstrap
-    from rewind.stream.runner import run_stream
+    from rewind.stream.driver import run_stream
 
     spec = load_registry(args.registry).get(args.stream)
     return run_stream(spec, resolve_bootstrap(args.bootstrap), available_now=args.available_now,

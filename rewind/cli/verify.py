@@ -46,18 +46,16 @@ def _utc_time(text: str) -> datetime:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.paths import status_path
-    from rewind.platform.processes import pid_alive
     from rewind.proof.cursor import Since
     from rewind.proof.verify import committed_bounds, verify_stream
     from rewind.registry import load_registry
     from rewind.settings import resolve_bootstrap
-    from rewind.stream.status import read_status
+    from rewind.stream.control import stream_running
 
     spec = load_registry(args.registry).get(args.stream)
-    status = read_status(status_path(spec.status_dir, spec.name))
+    running, status = stream_running(spec)
     bounds = None
-    if not args.all and status and status.state in ("starting", "running", "stopping") and pid_alive(status.pid):
+    if not args.all and running and status is not None:
         bounds = committed_bounds(status.end_offsets)
         print(f"{spec.name} is running: proving the records below its last committed batch's offsets "
               f"{status.end_offsets} (use --all once it has stopped)", file=sys.stderr)

@@ -18,7 +18,7 @@ left for clock skew between hosts and for a pause between a check and a write.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 __all__ = ["Fenced", "Holder", "Keep", "Lease", "Take", "Wait", "decide_renew", "decide_take", "describe",
@@ -58,6 +58,7 @@ class Lease:
     renewed_at: float
     ttl_s: float
     released: bool = False
+    info: dict[str, Any] = field(default_factory=dict, compare=False)  # what the holder says it does
 
     @property
     def expires_at(self) -> float:
@@ -75,7 +76,8 @@ class Lease:
         try:
             holder = Holder(**{k: v for k, v in doc["holder"].items() if k in Holder.__dataclass_fields__})
             return cls(str(doc["stream"]), int(doc["epoch"]), holder, float(doc["acquired_at"]),
-                       float(doc["renewed_at"]), float(doc["ttl_s"]), bool(doc.get("released", False)))
+                       float(doc["renewed_at"]), float(doc["ttl_s"]), bool(doc.get("released", False)),
+                       dict(doc.get("info") or {}))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from rewind.control.lease import Fenced, Holder, Lease, Take, decide_renew, decide_take, describe, fenced_line
 from rewind.control.lease import valid_until as lease_valid_until
@@ -54,8 +55,8 @@ def me(role: str = "driver") -> Holder:
                   _read("/proc/sys/kernel/random/boot_id"), role)
 
 
-def read_lease(store: ControlStore) -> tuple[Lease | None, str | None]:
-    got = store.read(LEASE)
+def read_lease(store: ControlStore, name: str = LEASE) -> tuple[Lease | None, str | None]:
+    got = store.read(name)
     return (Lease.from_doc(got.doc), got.version) if got else (None, None)
 
 
@@ -67,22 +68,24 @@ def holder_gone(lease: Lease, here: Holder, alive: Callable[[int], bool]) -> boo
 def acquire(store: ControlStore, holder: Holder, ttl_s: float, wait_s: float | None, *,
             alive: Callable[[int], bool] | None = None, stop: threading.Event | None = None,
             clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-            poll_s: float = 0.25) -> tuple[Lease, str] | None:
+            poll_s: float = 0.25, quiet: bool = False, name: str = LEASE,
+            info: dict[str, Any] | None = None) -> tuple[Lease, str] | None:
     """Take the lease (see the module docstring): the lease and its stored version; None only when
-    ``stop`` was set while waiting. ``wait_s`` None waits as long as it takes (a standby)."""
+    ``stop`` was set while waiting. ``wait_s`` None waits as long as it takes (a standby). ``name``:
+    another lease of the stream (one replay at a time), ``info`` what the holder says it does."""
     from rewind.platform.processes import pid_alive
 
     is_alive = alive or pid_alive
     started = clock()
     logged = False
     while True:
-        current, version = read_lease(store)
+        current, version = read_lease(store, name)
         now = clock()
         gone = current is not None and holder_gone(current, holder, is_alive)
         decision = decide_take(current, holder, now, holder_gone=gone)
         if isinstance(decision, Take):
-            lease = Lease(store.stream, decision.epoch, holder, now, now, ttl_s)
-            written = store.put(LEASE, lease.to_doc(), version)
+            lease = Lease(store.stream, decision.epoch, holder, now, now, ttl_s, info=dict(info or {}))
+            written = store.put(name, lease.to_doc(), version)
             if written is not None:
                 log.info("stream %s: lease taken with epoch %d (%s)", store.stream, lease.epoch, decision.reason)
                 return lease, written
@@ -93,7 +96,7 @@ def acquire(store: ControlStore, holder: Holder, ttl_s: float, wait_s: float | N
                              f"waited {waited:.0f}s for its lease to lapse. One driver per stream: stop that one "
                              "first (`rewind stream stop` or SIGTERM on its host), or start this one with --standby "
                              f"to take over when its lease lapses (control store {store.where})")
-        if not logged:
+        if not logged and not quiet:
             log.warning("stream %s: waiting%s for the lease %s", store.stream,
                         "" if wait_s is None else f" up to {wait_s:.0f}s", decision.reason)
             logged = True
@@ -107,8 +110,10 @@ class LeaseKeeper:
     """Renews a held lease from a daemon thread (see the module docstring)."""
 
     def __init__(self, store: ControlStore, lease: Lease, version: str, *,
-                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+                 name: str = LEASE) -> None:
         self.store = store
+        self.name = name
         self.lease = lease
         self._version = version
         self._clock, self._monotonic = clock, monotonic
@@ -118,6 +123,7 @@ class LeaseKeeper:
         self.fenced = threading.Event()
         self.on_renewed: list[Callable[[Lease, float], None]] = []  # (lease, valid until: wall clock)
         self.on_fenced: list[Callable[[str], None]] = []
+        self.on_tick: list[Callable[[], None]] = []  # after every renewal round of the thread (not when fenced)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -140,9 +146,13 @@ class LeaseKeeper:
         while not self._stop.wait(interval) and not self.fenced.is_set():
             try:
                 self.renew()
+                for tick in [] if self.fenced.is_set() else self.on_tick:
+                    tick()
             except ControlStoreError as exc:
                 log.warning("stream %s: lease renewal failed (%s); writes stop at the lease's local deadline "
                             "unless a renewal gets through", self.store.stream, exc)
+            except Exception:  # noqa: BLE001 - the renewals must go on
+                log.exception("stream %s: a lease tick failed", self.store.stream)
 
     def renew(self) -> bool:
         """One renewal; False when the lease turned out to be taken over (then fenced)."""
@@ -151,15 +161,15 @@ class LeaseKeeper:
                 return False
             sent_mono, sent = self._monotonic(), self._clock()
             new = self.lease.renewed(sent)
-            version = self.store.replace(LEASE, new.to_doc(), self._version)
+            version = self.store.replace(self.name, new.to_doc(), self._version)
             if version is None:  # changed under us: a lost answer of ours, or a takeover
-                got = self.store.read(LEASE)
+                got = self.store.read(self.name)
                 current = Lease.from_doc(got.doc) if got else None
                 if isinstance(decide_renew(current, self.lease), Fenced):
                     self._fence(current)
                     return False
                 assert got is not None
-                version = self.store.replace(LEASE, new.to_doc(), got.version)
+                version = self.store.replace(self.name, new.to_doc(), got.version)
                 if version is None:
                     return True  # raced again; the next round retries, the deadline still holds
             self.lease, self._version = new, version
@@ -171,8 +181,7 @@ class LeaseKeeper:
     def _fence(self, by: Lease | None) -> None:
         self.fenced_by = by
         self.fenced.set()
-        line = fenced_line(self.lease, by)
-        log.error("%s", line)
+        line = fenced_line(self.lease, by)  # the driver logs it (once) as it exits
         for callback in self.on_fenced:
             try:
                 callback(line)
@@ -200,7 +209,8 @@ class LeaseKeeper:
             if self.fenced.is_set():
                 return
             try:
-                if self.store.replace(LEASE, replace(self.lease, released=True).to_doc(), self._version) is None:
+                if self.store.replace(self.name, replace(self.lease, released=True).to_doc(),
+                                      self._version) is None:
                     log.warning("stream %s: the lease changed before it was released: %s", self.store.stream,
                                 describe(self.lease))
             except ControlStoreError as exc:

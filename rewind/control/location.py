@@ -29,9 +29,10 @@ _CLIENTS_LOCK = threading.Lock()
 
 def control_location(spec: Any) -> str:
     """The store's location as a string: ``s3://bucket/prefix`` or a directory."""
-    if spec.control:
-        return str(spec.control).rstrip("/")
-    checkpoint = str(spec.checkpoint).rstrip("/")
+    control = getattr(spec, "control", None)
+    if control:
+        return str(control).rstrip("/")
+    checkpoint = str(getattr(spec, "checkpoint", "")).rstrip("/")
     if checkpoint.startswith("s3a://"):
         return "s3://" + checkpoint.removeprefix("s3a://") + ".control"
     return str(spec.status_dir)
@@ -54,7 +55,7 @@ def control_store(spec: Any) -> ControlStore:
     where = control_location(spec)
     if where.startswith(("s3://", "s3a://")):
         bucket, _, prefix = where.split("://", 1)[1].partition("/")
-        if spec.control:  # a shared store of many streams: one prefix each
+        if getattr(spec, "control", None):  # a shared store of many streams: one prefix each
             prefix = f"{prefix.strip('/')}/{spec.name}".strip("/")
         return S3ControlStore(_client(), bucket, prefix, spec.name)
     return DirectoryStore(where, spec.name)

@@ -346,23 +346,24 @@ def replay_reports(spec: Any, limit: int = 5) -> list[dict[str, Any]]:
 def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Inputs:
     """Read the stream's files (status, history, failures, proof, replay lock and reports) and, given an
     ``rewind.s3.S3Store``, its savepoint manifests. DAG runs are the caller's (Airflow) part."""
-    from rewind.paths import status_path
-    from rewind.platform.processes import pid_alive
+    from rewind.control.location import control_store
     from rewind.replay.guard import current_holder
-    from rewind.stream.status import read_history, read_status
+    from rewind.stream.driver_lease import driver_alive
+    from rewind.stream.status_store import read_stream_history, read_stream_status
     from rewind.supervision.failures import read_failures
 
     now = time.time() if now is None else now
-    sfile = status_path(spec.status_dir, spec.name)
-    status = read_status(sfile)
+    control = control_store(spec)
+    status = read_stream_status(spec, control)
     proof, proof_at, _ = newest_proof(spec)
     inp = Inputs(stream=spec.name, topics=list(spec.topics), status=status,
-                 process_alive=bool(status and status.pid and pid_alive(status.pid)),
+                 process_alive=bool(status) and driver_alive(spec)[0],
                  thresholds=Thresholds(**spec.supervision.thresholds()), failures=read_failures(spec),
-                 history=read_history(sfile, since=now - CHART_WINDOW_S), proof=proof, proof_at=proof_at,
+                 history=read_stream_history(spec, since=now - CHART_WINDOW_S, store=control), proof=proof,
+                 proof_at=proof_at,
                  replay_reports=replay_reports(spec))
     try:
-        inp.replay_holder = current_holder(spec.status_dir, spec.name)
+        inp.replay_holder = current_holder(control, spec.name)
     except OSError:
         inp.replay_holder = None
     if store is not None:

@@ -41,13 +41,13 @@ def launch_standby(stream: str, registry: str | None, conn_id: str) -> dict[str,
     for one (``supervision.standby``) and none is there; it takes over when the driver's process dies."""
     from rewind.paths import paths_of
     from rewind.registry import load_registry
-    from rewind.stream.driver_lock import read_standby
+    from rewind.stream.driver_lease import read_standby
     from rewind_airflow.hooks.stream import RewindStreamHook
 
     spec = load_registry(registry).get(stream)
     if not spec.supervision.standby:
         return {}
-    there = read_standby(spec.status_dir, spec.name)
+    there = read_standby(spec)
     if there:
         return {"standby_pid": there["pid"], "standby_launched": False}
     log_path = paths_of(spec).log.with_suffix(".standby.log")
