@@ -21,6 +21,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,12 +113,20 @@ class Host:
     name: str
     private: list[Path] = field(default_factory=list)
     started: list[HostProcess] = field(default_factory=list)
+    _etc: list[str] = field(default_factory=list, repr=False)
 
     def spawn(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None) -> HostProcess:
         """Start ``argv`` on this host with ``env`` (plus Spark's local hostname, which nobody resolves)."""
         dirs = [shlex.quote(str(d)) for d in self.private]
         mounts = "".join(f"mkdir -p {d} && mount -t tmpfs -o size=512m tmpfs {d} && " for d in dirs)
-        script = f"hostname {shlex.quote(self.name)} && {mounts}exec \"$@\""
+        etc_dir = tempfile.mkdtemp(prefix=f"rewind-{self.name}-etc-")  # empty outside; removed by stop_all
+        self._etc.append(etc_dir)
+        etc = shlex.quote(etc_dir)
+        name = shlex.quote(self.name)
+        # The hostname resolves on its own host (Java's getLocalHost insists), through a private /etc/hosts.
+        resolve = (f"mount -t tmpfs tmpfs {etc} && {{ cat /etc/hosts; echo \"127.0.0.1 {name}\"; }} > {etc}/hosts && "
+                   f"mount --bind {etc}/hosts /etc/hosts && ")
+        script = f"hostname {name} && {resolve}{mounts}exec \"$@\""
         cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--mount", "--uts", "--kill-child", "--",
                "sh", "-c", script, "sh", *argv]
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -135,3 +144,5 @@ class Host:
     def stop_all(self) -> None:
         for proc in self.started:
             proc.kill()
+        for etc in self._etc:
+            shutil.rmtree(etc, ignore_errors=True)
