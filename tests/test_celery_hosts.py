@@ -39,7 +39,7 @@ from rewind.testing.registry_templates import demo_stream, write_registry
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "fleet"
 SUPERVISOR = f"rewind_{NAME}_supervisor"
-TTL_S = 6.0
+TTL_S = 8.0
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hosts.available(), reason="needs root, unshare and nsenter")]
 
 
@@ -74,8 +74,8 @@ def fleet(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFactory) -> I
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"fleet-{root.name[-8:]}"
-    for fut in AdminClient({"bootstrap.servers": platform.kafka_bootstrap}).create_topics(
-            [NewTopic(topic, 3, 1)]).values():
+    admin = AdminClient({"bootstrap.servers": platform.kafka_bootstrap})
+    for fut in admin.create_topics([NewTopic(topic, 3, 1)]).values():
         fut.result(timeout=15)
     registry = write_registry(shared / "streams.yaml", demo_stream(
         NAME, topic, shared, max_offsets=400, sink_url=f"sqlite:///{shared}/sink.db", trigger='"1 second"',
@@ -104,6 +104,35 @@ def fleet(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFactory) -> I
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def task_logs(fleet: dict[str, Any], dag_id: str) -> str:
+    """Every task log of ``dag_id``'s runs, from every worker (for a failure's message)."""
+    out = []
+    for run in fleet["client"].dag_runs(dag_id):
+        for t in fleet["client"].task_instances(dag_id, run["dag_run_id"]):
+            for name in fleet["hosts"]:
+                text = fleet["stack"].task_log(name, dag_id, run["dag_run_id"], t["task_id"])
+                if text and t["state"] not in ("success", "skipped"):
+                    out.append(f"--- {name} {run['dag_run_id']} {t['task_id']} {t['state']}\n{text[-3000:]}")
+    return "\n".join(out)
+
+
+def wait_supervised(fleet: dict[str, Any], what: str, check: Callable[[], Any], timeout: float) -> Any:
+    """``wait_for`` that says what the supervisor's failed tasks logged when it times out."""
+    try:
+        return wait_for(what, check, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{task_logs(fleet, SUPERVISOR)}") from None
+
+
+def watching(fleet: dict[str, Any]) -> bool:
+    """The newest supervisor run is deferred on its watch (and no task of the supervisor runs)."""
+    runs = fleet["client"].dag_runs(SUPERVISOR)
+    if not runs:
+        return False
+    states = {t["task_id"]: t["state"] for t in fleet["client"].task_instances(SUPERVISOR, runs[-1]["dag_run_id"])}
+    return states.get("watch") == "deferred"
 
 
 def status(fleet: dict[str, Any]) -> Any:
@@ -154,14 +183,15 @@ def test_launch_and_recovery_run_on_different_workers_and_a_lost_worker_loses_no
                                                   keyless=True))
     client.unpause(SUPERVISOR)
     client.trigger_dag(SUPERVISOR, {"chain": True, "watch_s": 900})
-    first = wait_for("the stream running with batches", lambda: (st := status(fleet)) and st.state == "running"
-                     and (st.last_batch_id or -1) >= 1 and st, 400)
+    first = wait_supervised(fleet, "the stream running with batches", lambda: (st := status(fleet))
+                            and st.state == "running" and (st.last_batch_id or -1) >= 1 and st, 400)
     launched_on = first.host
     run_id, launch_host = wait_for("the launch task's success", lambda: successful(fleet, SUPERVISOR, "launch"), 60)[0]
     assert launch_host == launched_on and launched_on in fleet["hosts"], (launch_host, launched_on)
     other = next(h for h in fleet["hosts"] if h != launched_on)
     feed(fleet, platform, 1500, 50, "p1")
 
+    wait_supervised(fleet, "the supervisor watching", lambda: watching(fleet), 300)
     stack.kill_worker(launched_on)  # the worker that launched the stream is lost: the stream is not
     before = first.last_batch_id
     wait_for("the stream committing batches without its launching worker",
@@ -170,7 +200,7 @@ def test_launch_and_recovery_run_on_different_workers_and_a_lost_worker_loses_no
 
     killed_at = time.time()
     kill_driver(fleet, launched_on)
-    new = wait_for("the stream relaunched on the other host",
+    new = wait_supervised(fleet, "the stream relaunched on the other host",
                    lambda: (st := status(fleet)) and st.host == other and st.epoch == first.epoch + 1
                    and st.state == "running" and st.last_batch_at and st.last_batch_at > killed_at and st, 400)
     hosts_of = task_hosts(fleet, SUPERVISOR, run_id)
@@ -194,9 +224,10 @@ def test_a_zombie_driver_is_fenced_when_supervision_relaunched_on_the_other_host
     feed(fleet, platform, 1500, 50, "p2")
     mine = wait_for("the driver committing the producer's batches", lambda: (st := status(fleet))
                     and st.host == zombie_host and (st.last_batch_id or 0) >= 3 and st, 120)
+    wait_supervised(fleet, "the supervisor watching again", lambda: watching(fleet), 600)
     n = pause_mid_batch(fleet, zombie_host, cp)
     stack.kill_worker(zombie_host)  # its host is cut off: no task of the supervisor runs there now
-    took = wait_for("supervision relaunching on the other host, committing three batches",
+    took = wait_supervised(fleet, "supervision relaunching on the other host, committing three batches",
                     lambda: (st := status(fleet)) and st.host == other and st.epoch == mine.epoch + 1
                     and (st.last_batch_id or -1) >= n + 3 and st, 400)
     for proc in zombie_processes(fleet, zombie_host):
@@ -253,6 +284,7 @@ def test_a_savepoint_a_proof_and_a_replay_run_on_the_worker_that_did_not_launch_
         fleet: dict[str, Any], platform: PlatformInfo) -> None:
     client, stack = fleet["client"], fleet["stack"]
     launcher, elsewhere = fleet["driver_host"], fleet["idle_host"]
+    wait_supervised(fleet, "the supervisor watching again", lambda: watching(fleet), 600)
     stack.kill_worker(launcher)  # every task now runs on the other host
     savepoint, dq = f"rewind_{NAME}_savepoint", f"rewind_{NAME}_dq"
     runs = {savepoint: client.trigger_dag(savepoint, {"action": "savepoint"}), dq: client.trigger_dag(dq),

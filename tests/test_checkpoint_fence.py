@@ -80,3 +80,64 @@ def test_a_query_writes_its_checkpoint_through_it_and_dies_when_fenced(spark: An
         query.stop()
         cls.forget(str(checkpoint))
         spark.conf.unset("spark.sql.streaming.checkpointFileManagerClass")
+
+
+S3A_PROBE = """
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.Path;
+import io.rewind.checkpoint.FencedCheckpointFileManager;
+
+public class S3aProbe {
+  static String write(FencedCheckpointFileManager fm, Path p, String data) {
+    try {
+      FSDataOutputStream out = fm.createAtomic(p, false);
+      out.write(data.getBytes("UTF-8"));
+      out.close();
+      return "written";
+    } catch (Throwable e) {
+      return e.getClass().getSimpleName() + ": " + e.getMessage();
+    }
+  }
+
+  public static void main(String[] a) throws Exception {
+    Configuration conf = new Configuration();
+    conf.set("fs.s3a.endpoint", a[0]);
+    conf.set("fs.s3a.access.key", a[1]);
+    conf.set("fs.s3a.secret.key", a[2]);
+    conf.set("fs.s3a.path.style.access", "true");
+    conf.set("fs.s3a.connection.ssl.enabled", "false");
+    conf.set("fs.s3a.endpoint.region", "us-east-1");
+    Path root = new Path(a[3]);
+    FencedCheckpointFileManager fm = new FencedCheckpointFileManager(root, conf);
+    System.out.println("first|" + write(fm, new Path(root, "offsets/0"), "planned by A"));
+    System.out.println("second|" + write(fm, new Path(root, "offsets/0"), "planned by B"));
+    FencedCheckpointFileManager.hold(a[3], 7, System.currentTimeMillis() - 1000);
+    System.out.println("lapsed|" + write(fm, new Path(root, "offsets/1"), "x"));
+  }
+}
+"""
+
+
+def test_on_s3a_a_planned_batch_is_created_only_if_absent(platform: Any, tmp_path: Path) -> None:
+    """S3 has no atomic rename: on S3A the manager creates offsets and commits with If-None-Match
+    (Hadoop's conditional create), so a second planner of a batch is refused at the write itself."""
+    import subprocess
+
+    from rewind.platform.jars import java_binary, s3a_jars
+    from rewind.platform.jvm import _pyspark_jars, _tool, rewind_jar
+
+    (tmp_path / "S3aProbe.java").write_text(S3A_PROBE)
+    classpath = ":".join([str(_pyspark_jars() / "*"), *s3a_jars(), rewind_jar()])
+    subprocess.run([_tool("javac"), "-nowarn", "-d", str(tmp_path), "-cp", classpath, str(tmp_path / "S3aProbe.java")],
+                   check=True, capture_output=True)
+    prefix = f"s3a://{platform.bucket}/fence-probe/{tmp_path.name}"
+    done = subprocess.run([java_binary(), "-cp", f"{tmp_path}:{classpath}", "S3aProbe", platform.s3_endpoint,
+                           platform.s3_access_key, platform.s3_secret_key, prefix], capture_output=True, text=True,
+                          timeout=120)
+    out = dict(line.split("|", 1) for line in done.stdout.splitlines() if "|" in line)
+    assert out.get("first") == "written", done.stdout + done.stderr[-3000:]
+    assert out.get("second", "").startswith("FileAlreadyExistsException"), out
+    assert "lease of epoch 7 was not renewed in time" in out.get("lapsed", ""), out
+    body = platform.s3.client().get_object(Bucket=platform.bucket, Key=f"fence-probe/{tmp_path.name}/offsets/0")
+    assert body["Body"].read() == b"planned by A"

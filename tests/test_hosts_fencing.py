@@ -1,14 +1,15 @@
-"""One driver per stream across hosts, and a zombie that commits nothing.
+"""One driver per stream across hosts, a warm standby on another host, and a zombie that commits nothing.
 
 Two "hosts" (``rewind.testing.hosts``: own PID, mount and UTS namespaces, a private tmpfs over the
 status directory) share only Kafka, S3 (the control store, ``control: s3://...``), the checkpoint
 directory and the SQLite sink. The driver on host-a runs; a second ``rewind stream run`` on host-b
-is refused naming host-a, its epoch and its lease's expiry. Host-a's driver is then SIGSTOPped
-mid-batch (its JVM with it), host-b's driver takes the lease over with epoch 2 once host-a's lapses
-and commits batches, and host-a's driver is SIGCONTed: it commits nothing, logs the fenced line and
-exits non-zero, and the status stays host-b's. The checkpoint shows no batch planned twice with
-different offsets (each batch's offsets file is what the sink's ledger recorded for it), a resume
-from it after the run is clean, and the data proves every record landed once.
+is refused naming host-a, its epoch and its lease's expiry; a standby (``--standby``) on host-b warms
+up and waits. Host-a's driver is then SIGSTOPped mid-batch (its JVM with it): no kernel tells the
+standby, which takes the lease over with epoch 2 once host-a's lapses and commits batches. Host-a's
+driver is SIGCONTed: it commits nothing, logs the fenced line and exits non-zero, and the status
+stays host-b's. The checkpoint shows no batch planned twice with different offsets (each batch's
+offsets file is what the sink's ledger recorded for it), a resume from it after the run is clean,
+and the data proves every record landed once.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def test_a_zombie_driver_commits_nothing_and_the_checkpoint_stays_whole(world: d
     from rewind.checkpoints.logs import parse_offsets_file
     from rewind.proof.verify import verify_stream
     from rewind.sink.schema import LEDGER_TABLE
-    from rewind.stream.driver_lease import request_stop
+    from rewind.stream.driver_lease import read_standby, request_stop
     from rewind.stream.runner import open_sink
     from rewind.stream.status_store import read_stream_status
 
@@ -137,15 +138,17 @@ def test_a_zombie_driver_commits_nothing_and_the_checkpoint_stays_whole(world: d
     assert re.search(r"is already run by pid \d+ on host-a \(epoch 1, a driver; lease expires at 20", refusal), \
         refusal[-2000:]
 
+    b = run(world, world["b"], "b.log", "--standby")  # warm, waiting for host-a's lease
+    wait_for(lambda: read_standby(spec).get("state") == "ready", 240, "host-b's standby ready", a, b)
     producer.start()
     wait_for(lambda: len(committed(cp)) >= 4, 120, "host-a's batches with the producer's records", a)
     n = pause_mid_batch(a, cp)
     paused_at = time.monotonic()
-    b = run(world, world["b"], "b.log")
     took = wait_for(lambda: (st := read_stream_status(spec)) and st.epoch == 2 and st.host == "host-b"
                     and st.last_batch_id is not None and st.last_batch_id >= n + 3 and st.last_batch_at
                     and st.last_batch_at >= st.started_at and st, 300, f"host-b's batches {n}..{n + 3}", b)
     assert time.monotonic() - paused_at >= TTL_S, "host-b took over before host-a's lease lapsed"
+    assert "takes over with epoch 2" in b.text(), b.text()[-3000:]
     a.signal(signal.SIGCONT)
     code = a.wait(timeout=120)
     text = a.text()

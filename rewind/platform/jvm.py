@@ -19,15 +19,22 @@ from pathlib import Path
 
 from rewind.platform.jars import JarsMissing, java_binary
 
-__all__ = ["SOURCES", "rewind_jar"]
+__all__ = ["SOURCES", "rewind_jar", "submit_jars"]
 
 SOURCES = Path(__file__).resolve().parents[1] / "jvm"
 
 
 def _pyspark_jars() -> Path:
+    """Spark's jars: ``$SPARK_HOME/jars`` (under spark-submit pyspark may be imported from a zip), else
+    the pyspark package's."""
     import pyspark
 
-    return Path(pyspark.__file__).parent / "jars"
+    spark_home = Path(os.environ.get("SPARK_HOME") or "/nonexistent")
+    for folder in (spark_home / "jars", Path(pyspark.__file__).parent / "jars"):
+        if any(folder.glob("spark-sql_*.jar")):
+            return folder
+    raise JarsMissing(f"Spark's jars were not found (SPARK_HOME={os.environ.get('SPARK_HOME')}, pyspark at "
+                      f"{pyspark.__file__}): reinstall pyspark (requirements.txt)")
 
 
 def _tool(name: str) -> str:
@@ -49,6 +56,14 @@ def _fingerprint(sources: list[Path]) -> str:
     spark = sorted(p.name for p in _pyspark_jars().glob("spark-sql_*.jar"))
     digest.update(",".join(spark).encode())
     return digest.hexdigest()[:16]
+
+
+def submit_jars() -> list[str]:
+    """What a spark-submit of a stream passes with ``--jars``: Spark's Kafka connector (when fetched) and
+    Rewind's own classes. Under spark-submit the JVM starts before the session's ``spark.jars`` is read."""
+    from rewind.platform.jars import connector_jars
+
+    return [*connector_jars(required=False), rewind_jar()]
 
 
 def rewind_jar(cache: Path | None = None) -> str:

@@ -73,11 +73,14 @@ class CeleryAirflow:
     def start(self, timeout: float = 300.0) -> CeleryAirflow:
         from rewind.testing.pg import LocalPostgres
 
+        self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            self.postgres = LocalPostgres(database="airflow", parent_dir=self.workdir)
+            self.postgres = LocalPostgres(database="airflow")  # under /tmp: its server user must reach it
             database = self.postgres.start()
             self.redis.start()
-            self.airflow = LocalAirflow(self.workdir / "airflow", self.dags, self.plugins, env=self.env,
+            # A task whose worker was lost is failed after a minute without heartbeats (Airflow: 5 min).
+            env = {**self.env, "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60"}
+            self.airflow = LocalAirflow(self.workdir / "airflow", self.dags, self.plugins, env=env,
                                         platform=self.platform, paused_at_creation=False, schedules=False,
                                         executor="CeleryExecutor", database_url=database, broker_url=self.redis.url)
             self.airflow.start(timeout=timeout)
@@ -89,10 +92,12 @@ class CeleryAirflow:
         return self
 
     def start_worker(self, name: str, home: Path | None = None, timeout: float = 120.0) -> HostProcess:
-        """Start (again) the Celery worker of host ``name``; its home is private to that host."""
+        """Start (again) the Celery worker of host ``name``. Its home (pid file, task logs) is a directory of
+        its own here, so a test can read the task logs of a worker it killed; what the tasks write as
+        Rewind (``REWIND_HOME``, ``worker_env``) stays on the worker's host."""
         assert self.airflow is not None
         host = self.hosts[name]
-        home = home or self.worker_homes.get(name) or (host.private[0] / "airflow-worker")
+        home = home or self.worker_homes.get(name) or (self.workdir / "workers" / name)
         self.worker_homes[name] = home
         argv, env = self.airflow.celery_worker(name, home)
         env.update(self.worker_env.get(name, {}))
@@ -106,6 +111,12 @@ class CeleryAirflow:
             time.sleep(0.3)
         self.workers[name] = proc
         return proc
+
+    def task_log(self, name: str, dag_id: str, run_id: str, task_id: str) -> str:
+        """The log of a task that ran on worker ``name`` (its last attempt), or ''."""
+        folder = self.worker_homes[name] / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        attempts = sorted(folder.glob("attempt=*.log")) if folder.is_dir() else []
+        return attempts[-1].read_text(errors="replace") if attempts else ""
 
     def kill_worker(self, name: str) -> None:
         """SIGKILL the worker's processes (what a lost worker looks like); the rest of its host stays."""

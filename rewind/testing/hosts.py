@@ -202,7 +202,7 @@ class Host:
                 if proc.pid != pid and os.readlink(f"/proc/{proc.pid}/ns/pid") == ns \
                         and cmdline_part in " ".join(proc.cmdline()):
                     out.append(proc)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError, ProcessLookupError):
+            except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
                 pass
         return out
 

@@ -176,8 +176,10 @@ def relaunch(name: str, registry: str, failure: dict[str, Any], checkpoint: dict
 def chain_enabled(name: str, registry: str, params: dict[str, Any]) -> bool:
     """Keep watching a stream that runs, whatever this run's tasks did: a failed proof, an alert or a
     transient task error fails the run visibly but must not leave the stream unsupervised. No next
-    run when the strategy gave up (crash loop) or no driver runs (launch failed): those need a
-    person, and chaining would only repeat the failure."""
+    run when the strategy gave up (crash loop), the stream was never launched, stopped, or its launch
+    failed: those need a person, and chaining would only repeat the failure. A driver whose lease
+    lapsed since this run's tasks (killed, or paused on a host cut off) is chained: the next run's
+    launch records it as a failure the strategy counts and brings the stream back."""
     from rewind.registry import load_registry
     from rewind.supervision.observe import observe
 
@@ -189,7 +191,10 @@ def chain_enabled(name: str, registry: str, params: dict[str, Any]) -> bool:
               f"rewind supervisor reset {name}")
         return False
     st = obs.status
-    if st is None or st.state in ("stopped", "failed") or not obs.driver_alive:
+    if st is None or st.state in ("stopped", "failed"):
         print(f"not chaining: no running driver for {name} (status: {st.state if st else 'none'})")
         return False
+    if not obs.driver_alive:
+        print(f"chaining: {name}'s driver is gone since (status {st.state}, its lease lapsed); the next run's "
+              "launch records it and brings the stream back")
     return True
