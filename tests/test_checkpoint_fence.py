@@ -128,9 +128,10 @@ def test_on_s3a_a_planned_batch_is_created_only_if_absent(platform: Any, tmp_pat
     from rewind.platform.jvm import _pyspark_jars, _tool, rewind_jar
 
     (tmp_path / "S3aProbe.java").write_text(S3A_PROBE)
-    classpath = ":".join([str(_pyspark_jars() / "*"), *s3a_jars(), rewind_jar()])
-    subprocess.run([_tool("javac"), "-nowarn", "-d", str(tmp_path), "-cp", classpath, str(tmp_path / "S3aProbe.java")],
-                   check=True, capture_output=True)
+    compile_path = ":".join([str(_pyspark_jars() / "*"), rewind_jar()])
+    subprocess.run([_tool("javac"), "-nowarn", "-d", str(tmp_path), "-cp", compile_path,
+                    str(tmp_path / "S3aProbe.java")], check=True, capture_output=True)
+    classpath = ":".join([compile_path, *s3a_jars()])
     prefix = f"s3a://{platform.bucket}/fence-probe/{tmp_path.name}"
     done = subprocess.run([java_binary(), "-cp", f"{tmp_path}:{classpath}", "S3aProbe", platform.s3_endpoint,
                            platform.s3_access_key, platform.s3_secret_key, prefix], capture_output=True, text=True,
