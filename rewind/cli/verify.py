@@ -26,8 +26,7 @@ def add_parser(sub: Any) -> None:
     span = v.add_mutually_exclusive_group()
     span.add_argument("--since-last-proof", action="store_true",
                       help="dq_suite contract: prove only the records after the last passed proof's end (its cursor, "
-                           "<status_dir>/<stream>.proof-cursor.json), in memory bounded by that range; a pass moves "
-                           "the cursor")
+                           "in the stream's control store), in memory bounded by that range; a pass moves the cursor")
     span.add_argument("--since", metavar="TIME", type=_utc_time,
                       help="dq_suite contract: prove the records from this time (ISO 8601, UTC if no offset) on")
     v.set_defaults(func=run)

@@ -1,12 +1,13 @@
 """What the operator page shows for each stream, derived from what the platform already stores.
 
 Sources (nothing new is measured here):
-- the status file the running stream writes (``rewind.stream.status``): state, heartbeat, last batch,
-  Kafka lag per partition, and its history file (throughput and lag over the last hour);
-- the supervisor's failure history (``<stream>.failures.json``): last recovery, crash-loop verdict;
+- the status the running stream writes into its control store (``rewind.stream.status_store``):
+  state, heartbeat, last batch, Kafka lag per partition, and its history (throughput and lag over
+  the last hour); whether a driver holds the stream's lease;
+- the supervisor's failure history (the ``failures`` document): last recovery, crash-loop verdict;
 - savepoint manifests in S3 (``rewind.checkpoints.savepoints.list_savepoints``);
 - the newest proof (``$REWIND_HOME/dq/STREAM/RUN/proof.json``, written by ``rewind.proof.dq.run_proof``);
-- the replay lock (``<stream>.replay.lock``) and reports (``$REWIND_HOME/replays/STREAM/ID``);
+- the replay lease (``rewind.replay.guard``) and reports (``$REWIND_HOME/replays/STREAM/ID``);
 - Airflow DAG runs, fetched by the caller (the UI plugin, through Airflow's REST API with the
   user's token) and passed in as plain dicts.
 
