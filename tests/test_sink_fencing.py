@@ -4,6 +4,8 @@ the ledger and every table), no services but PostgreSQL."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,43 @@ def test_an_unfenced_sink_and_other_streams_are_not_affected(tmp_path: Path) -> 
     finally:
         a.dispose()
         b.dispose()
+
+
+def test_the_kafka_sink_is_fenced_through_its_transactional_id(kafka_bootstrap: str) -> None:
+    """The new driver's ``fence`` starts its transactional producer before its first batch: the older
+    producer of the same transactional id is fenced by the broker, so the zombie's next batch fails
+    ("fenced") with nothing of it visible; the new driver's records carry its epoch."""
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    from rewind.sink.errors import SinkWriteError
+    from rewind.sink.kafka import TransactionalKafkaSink
+    from rewind.sink.kafka_target import KafkaSinkTarget
+
+    prefix = f"kf{uuid.uuid4().hex[:8]}."
+    zombie, successor = (TransactionalKafkaSink(KafkaSinkTarget(kafka_bootstrap, prefix), "s", [EVENTS])
+                         for _ in range(2))
+    try:
+        zombie.fence(1)
+        assert not zombie.write_batch(0, rows("a"), '{"t":{"0":1}}').skipped
+        successor.fence(2)
+        with pytest.raises(SinkWriteError, match="fenced"):
+            zombie.write_batch(1, rows("zombie"), '{"t":{"0":2}}')
+        assert not successor.write_batch(1, rows("b"), '{"t":{"0":2}}').skipped
+        assert successor.committed_batch_ids() == [0, 1]
+        assert sorted(successor.read_table("events")["id"]) == ["a", "b"]
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"g{uuid.uuid4().hex}",
+                             "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        consumer.subscribe([successor.table_name("events")])
+        epochs: dict[str, str] = {}
+        deadline = time.monotonic() + 30
+        while len(epochs) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error():
+                epochs[json.loads(msg.value())["id"]] = dict(msg.headers() or [])["rewind.epoch"].decode()
+        consumer.close()
+        assert epochs == {"a": "1", "b": "2"}
+    finally:
+        zombie.dispose()
+        successor.dispose()

@@ -94,7 +94,7 @@ def acquire(store: ControlStore, holder: Holder, ttl_s: float, wait_s: float | N
         if wait_s is not None and waited >= wait_s:
             raise DriverBusy(f"stream {store.stream!r} is already run by {decision.reason.removeprefix('held by ')}; "
                              f"waited {waited:.0f}s for its lease to lapse. One driver per stream: stop that one "
-                             "first (`rewind stream stop` or SIGTERM on its host), or start this one with --standby "
+                             "first (`rewind stream stop STREAM`, from any host), or start this one with --standby "
                              f"to take over when its lease lapses (control store {store.where})")
         if not logged and not quiet:
             log.warning("stream %s: waiting%s for the lease %s", store.stream,

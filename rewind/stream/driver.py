@@ -47,7 +47,7 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     (``rewind.stream.standby``). A driver whose lease is taken over stops, having committed nothing
     more, and raises ``LeaseLost`` ("fenced: epoch N was taken over by epoch M on HOST", exit 3)."""
     from rewind.stream.contract import load_transform
-    from rewind.stream.driver_lease import clear_standby, mark_standby, take_driver_lease
+    from rewind.stream.driver_lease import clear_standby, keep_standby_notice, take_driver_lease
     from rewind.stream.spark_session import build_session
 
     load_transform(spec)  # a transform that breaks the contract is refused before Spark starts
@@ -65,10 +65,11 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     keeper = None if standby else take_driver_lease(spec)
+    warmed = threading.Event()
     if keeper is not None:  # the supervisor sees the new driver before the session's start-up
         StoreChannel(keeper.store, keeper.epoch).write(driver_status(spec, keeper))
     else:
-        mark_standby(spec, "warming")
+        keep_standby_notice(spec, warmed)  # "warming", renewed until the wait for the lease begins
     started = time.perf_counter()
     spark = None
     try:
@@ -78,12 +79,13 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
         if keeper is None:
             from rewind.stream.standby import become_driver
 
-            keeper = become_driver(spark, spec, bootstrap, stop_requested, time.perf_counter() - started)
+            keeper = become_driver(spark, spec, bootstrap, stop_requested, time.perf_counter() - started, warmed)
             if keeper is None:
                 log.info("standby %s stopped before it was needed", spec.name)
                 return 0
         return _drive(spark, spec, bootstrap, available_now, stop_requested, keeper)
     finally:
+        warmed.set()
         if standby:
             clear_standby(spec)
         if keeper is not None:

@@ -97,6 +97,22 @@ def driver_alive(spec: Any, lease: Lease | None = None, now: float | None = None
     return True, f"held by {describe(lease)}"
 
 
+def keep_standby_notice(spec: Any, stop: threading.Event, state: str = "warming") -> threading.Thread:
+    """Renew the standby's notice from a thread until ``stop`` (its warm-up takes longer than the
+    notice stays fresh; ``wait_for_takeover`` renews it from then on)."""
+    def beat() -> None:
+        while not stop.wait(STANDBY_BEAT_S):
+            try:
+                mark_standby(spec, state)
+            except Exception as exc:  # noqa: BLE001 - a notice not renewed only goes stale
+                log.warning("standby %s: notice not renewed: %s", spec.name, exc)
+
+    mark_standby(spec, state)
+    thread = threading.Thread(target=beat, name=f"standby-notice-{spec.name}", daemon=True)
+    thread.start()
+    return thread
+
+
 def local_pid(status: dict[str, Any] | None) -> int | None:
     """The driver's pid when it can be checked from here (the status's holder is on this machine and
     PID namespace: the same-host shortcut), else None."""

@@ -69,8 +69,9 @@ def warm_up(spark: Any, spec: StreamSpec, bootstrap: str) -> dict[str, Any]:
 
 
 def become_driver(spark: Any, spec: StreamSpec, bootstrap: str, stop: threading.Event,
-                  session_s: float) -> LeaseKeeper | None:
-    """Warm up, say so in the ``standby`` document, then wait for the lease (None: stopped first)."""
+                  session_s: float, warm_done: threading.Event | None = None) -> LeaseKeeper | None:
+    """Warm up, say so in the ``standby`` document, then wait for the lease (None: stopped first).
+    ``warm_done`` is set once the warm-up is over (it ends the renewal of the "warming" notice)."""
     try:
         warmed = warm_up(spark, spec, bootstrap)
         log.info("standby %s warmed up in %.1fs: %d record(s) through the transform, %d row(s) out (not written)",
@@ -79,6 +80,8 @@ def become_driver(spark: Any, spec: StreamSpec, bootstrap: str, stop: threading.
         warmed = {"error": f"{type(exc).__name__}: {exc}"}
         log.warning("standby %s: the warm-up failed (%s); waiting anyway, the takeover will pay that start-up",
                     spec.name, warmed["error"])
+    if warm_done is not None:
+        warm_done.set()
     holder = read_lease(control_store(spec))[0]
     warm_up_s = session_s + float(warmed.get("seconds", 0.0))
     # a stop requested since this standby began (while it warmed up) stops it too
