@@ -116,3 +116,12 @@ def test_an_s3_store_of_many_streams_gives_each_its_prefix(seaweed: object, monk
     store = control_store(_spec(control="s3://control/shared"))
     assert isinstance(store, S3ControlStore) and store.where == "s3://control/shared/orders"
     assert store.create("lease", {"epoch": 1}) is not None
+
+
+def test_a_garbled_document_reads_empty_and_can_be_replaced(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path, "orders")
+    store.path("lease").write_text("{ torn")
+    got = store.read("lease")
+    assert got is not None and got.doc == {}
+    assert store.create("lease", {"epoch": 1}) is None  # it exists
+    assert store.replace("lease", {"epoch": 1}, got.version) is not None

@@ -59,12 +59,12 @@ class DirectoryStore(ControlStore):
         try:
             doc = json.loads(data)
         except ValueError:
-            return None
-        return Versioned(doc, _version(data)) if isinstance(doc, dict) else None
+            doc = {}
+        return Versioned(doc if isinstance(doc, dict) else {}, _version(data))
 
     def create(self, name: str, doc: dict[str, Any]) -> str | None:
         with self._locked():
-            if self.read(name) is not None:
+            if self.path(name).exists():
                 return None
             return self._publish(name, doc)
 

@@ -89,7 +89,8 @@ def acquire(store: ControlStore, holder: Holder, ttl_s: float, wait_s: float | N
             if written is not None:
                 log.info("stream %s: lease taken with epoch %d (%s)", store.stream, lease.epoch, decision.reason)
                 return lease, written
-            continue  # another taker won the race: decide again on what it wrote
+            sleep(0.02)  # another taker won the race: decide again on what it wrote
+            continue
         waited = now - started
         if wait_s is not None and waited >= wait_s:
             raise DriverBusy(f"stream {store.stream!r} is already run by {decision.reason.removeprefix('held by ')}; "

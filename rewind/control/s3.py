@@ -57,8 +57,8 @@ class S3ControlStore(ControlStore):
         try:
             doc = json.loads(data)
         except ValueError:
-            return None
-        return Versioned(doc, str(got["ETag"])) if isinstance(doc, dict) else None
+            doc = {}
+        return Versioned(doc if isinstance(doc, dict) else {}, str(got["ETag"]))
 
     def create(self, name: str, doc: dict[str, Any]) -> str | None:
         return self._put(name, doc, IfNoneMatch="*")

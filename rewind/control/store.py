@@ -67,8 +67,8 @@ class ControlStore(abc.ABC):
 
     @abc.abstractmethod
     def read(self, name: str) -> Versioned | None:
-        """The document and its version; None when absent (or unreadable as JSON: a torn write
-        by an older version of Rewind reads as absent, never as an error)."""
+        """The document and its version; None when absent. A stored object that is not a JSON
+        object reads as an empty document with its version, so a conditional write can replace it."""
 
     @abc.abstractmethod
     def create(self, name: str, doc: dict[str, Any]) -> str | None:
