@@ -54,7 +54,8 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 #: test_dags goes first of all: its dag.test() runs need Airflow imported into the process after its
 #: settings (the DAGs folder is read once, at import), and other modules import Airflow (hooks).
 LONGEST_FIRST = ["test_dags", "test_exactly_once_crash", "test_spark_cluster", "test_chaos", "test_late_routing",
-                 "test_celery_hosts", "test_hosts_fencing", "test_airflow_e2e", "test_broker_failover", "test_replay_run", "test_ui_browser",
+                 "test_celery_hosts", "test_hosts_fencing",
+                 "test_airflow_e2e", "test_broker_failover", "test_replay_run", "test_ui_browser",
                  "test_checkpoint_scaling", "test_restore_replan", "test_savepoint_roundtrip",
                  "test_install", "test_inventory", "test_standby", "test_delta_sink", "test_kafka_sasl", "test_dq",
                  "test_ops_api", "test_airflow_local", "test_scaffold", "test_source_conformance", "test_kafka_sink",
