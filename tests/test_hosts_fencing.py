@@ -34,7 +34,7 @@ from rewind.testing import hosts
 from rewind.testing.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
-TTL_S = 6.0
+TTL_S = 8.0
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hosts.available(), reason="needs root and unshare")]
 
 
@@ -154,7 +154,7 @@ def test_a_zombie_driver_commits_nothing_and_the_checkpoint_stays_whole(world: d
     text = a.text()
     assert code != 0, text[-3000:]
     line = "fenced: epoch 1 was taken over by epoch 2 on host-b"
-    assert text.rstrip().splitlines()[-1] == f"refused: {line}", text[-3000:]
+    assert hosts.fenced_exit_problem(text, line) is None, hosts.fenced_exit_problem(text, line)
     reached = [ln for ln in text.splitlines() if any(f"batch {k} " in ln for k in range(n, n + 50))
                and any(w in ln for w in ("committed", "skipped", "re-planned"))]
     assert not reached, f"the zombie reached its sink commit: {reached}"

@@ -19,6 +19,7 @@ so nothing outlives a test.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["Host", "HostProcess", "available"]
+__all__ = ["Host", "HostProcess", "available", "fenced_exit_problem"]
 
 #: PID 1 of a host: reap every orphan (detached drivers end as orphans), live until killed.
 INIT = ("import os, signal, time\nsignal.signal(signal.SIGTERM, lambda *a: os._exit(0))\nprint('ready', flush=True)\n"
@@ -41,6 +42,17 @@ INIT = ("import os, signal, time\nsignal.signal(signal.SIGTERM, lambda *a: os._e
 def available() -> bool:
     """Whether namespaces can be made here (root, ``unshare`` and ``nsenter``)."""
     return os.geteuid() == 0 and all(shutil.which(tool) for tool in ("unshare", "nsenter"))
+
+
+def fenced_exit_problem(log: str, line: str) -> str | None:
+    """What is wrong with a fenced driver's log (None: nothing): it must say ``refused: <line>``
+    exactly once, and Rewind must log nothing after it (its JVM, outliving it a moment, may print)."""
+    lines = log.splitlines()
+    said = [i for i, text in enumerate(lines) if text == f"refused: {line}"]
+    if len(said) != 1:
+        return f"'refused: {line}' was said {len(said)} times; the log ends:\n{log[-3000:]}"
+    later = [text for text in lines[said[0] + 1:] if re.match(r"\d{4}-\d\d-\d\d [\d:,]+ \w+ rewind\.", text)]
+    return f"the fenced driver went on: {later}" if later else None
 
 
 def _tree(pid: int | None) -> list[psutil.Process]:
