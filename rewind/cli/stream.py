@@ -67,13 +67,30 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rewind.errors import exit_code_of
     from rewind.registry import load_registry
     from rewind.settings import resolve_bootstrap
     from rewind.stream.driver import run_stream
 
     spec = load_registry(args.registry).get(args.stream)
-    return run_stream(spec, resolve_bootstrap(args.bootstrap), available_now=args.available_now,
-                      standby=args.standby)
+    try:
+        code = run_stream(spec, resolve_bootstrap(args.bootstrap), available_now=args.available_now,
+                          standby=args.standby)
+    except BaseException as exc:
+        _exit_anyway(exit_code_of(exc))
+        raise
+    _exit_anyway(code)
+    return code
+
+
+def _exit_anyway(code: int, after_s: float = 30.0) -> None:
+    """A driver ends with its JVM: should the interpreter's exit then wait on a thread the JVM's
+    gateway still holds, the process ends anyway (with ``code``), releasing its host's resources."""
+    import threading
+
+    timer = threading.Timer(after_s, os._exit, [code])
+    timer.daemon = True
+    timer.start()
 
 
 def stop(args: argparse.Namespace) -> int:

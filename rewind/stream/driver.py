@@ -194,7 +194,10 @@ def _until_stopped(query: Any, spec: StreamSpec, keeper: LeaseKeeper, stop_reque
                 time.sleep(0.1)
             query.stop()
             break
-        query.awaitTermination(1)
+        try:
+            query.awaitTermination(1)
+        except Exception:  # noqa: BLE001 - pyspark raises the query's failure here; it is read below
+            break
     exc = query.exception()
     if exc is not None and not keeper.fenced.is_set():
         try:  # a query that failed after a pause (its writes refused past the lease): was it taken over?
