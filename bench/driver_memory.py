@@ -83,7 +83,7 @@ class Sampler(threading.Thread):
 def child(registry: str, stream: str, bootstrap: str) -> None:
     """The measured process: the stream, available-now, then its own peak RSS on stdout."""
     from rewind.registry import load_registry
-    from rewind.stream.runner import run_stream
+    from rewind.stream.driver import run_stream
 
     code = run_stream(load_registry(registry).get(stream), bootstrap, available_now=True)
     print(json.dumps({"exit": code, "python_driver_peak_mb": round(rss_mb(os.getpid(), "VmHWM"), 1)}))

@@ -84,7 +84,7 @@ def main() -> None:
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.stream.control import wait_caught_up
-    from rewind.stream.driver_lock import read_standby
+    from rewind.stream.driver_lease import read_standby
     from rewind.stream.status import read_status
     from rewind.testing.registry_templates import demo_stream, write_registry
 
@@ -113,7 +113,7 @@ def main() -> None:
                 if way == "standby":
                     n += 1
                     standby = Driver(work, reg, name, info.kafka_bootstrap, env, n, standby=True)
-                    ready = wait(lambda: read_standby(spec.status_dir, name).get("state") == "ready",
+                    ready = wait(lambda: read_standby(spec).get("state") == "ready",
                                  300, "the standby ready")
                     assert ready
                 start = read_status(spath)

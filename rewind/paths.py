@@ -35,8 +35,9 @@ def failures_path(status_dir: str | Path, stream: str) -> Path:
 
 
 def replay_lock_path(status_dir: str | Path, stream: str) -> Path:
-    """``<stream>.replay.lock``: one replay per stream at a time (flock, freed if the process dies)."""
-    return Path(status_dir) / f"{stream}.replay.lock"
+    """``<stream>.replay.json``: one replay per stream at a time (the ``replay`` lease of a one-host,
+    directory control store: ``rewind.replay.guard``)."""
+    return Path(status_dir) / f"{stream}.replay.json"
 
 
 def pointer_path(checkpoint: str) -> Path:

@@ -246,6 +246,10 @@ class StreamSpec(_Strict):
     sink: SinkSpec
     checkpoint: str
     status_dir: str
+    #: Where the stream's control state lives (status, heartbeat, lease, failures, cursors:
+    #: ``rewind.control``): ``s3://BUCKET/PREFIX`` or a directory. Default: beside an ``s3a://``
+    #: checkpoint (``<checkpoint>.control``), else ``status_dir`` (one host).
+    control: str | None = None
     trigger: Duration = "2 seconds"
     window: Duration = "10 seconds"
     watermark_delay: Duration = "30 seconds"
@@ -281,10 +285,11 @@ class StreamSpec(_Strict):
                                                                 "allowed_lateness")}
 
     def config_hash(self) -> str:
-        """Identifies the job configuration (stored in savepoint manifests). An empty ``spark_conf`` is left
-        out, so entries written before it existed keep their hash (a restore warns when it changed). Alerts
-        are not the job's configuration: left out."""
-        dump = self.model_dump_json(exclude={"alerts"} if self.spark_conf else {"spark_conf", "alerts"})
+        """Identifies the job configuration (stored in savepoint manifests). An empty ``spark_conf`` and an
+        unset ``control`` are left out, so entries written before they existed keep their hash (a restore
+        warns when it changed). Alerts are not the job's configuration: left out."""
+        unset = {k for k in ("spark_conf", "control") if not getattr(self, k)}
+        dump = self.model_dump_json(exclude={"alerts", *unset})
         return hashlib.sha256(dump.encode()).hexdigest()[:16]
 
 

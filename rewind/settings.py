@@ -16,6 +16,9 @@ variable Rewind reads is read here, with its default and what it is for:
 | ``REWIND_LAG_PROBE_S`` | 10 | seconds between lag look-ups in the driver (0: off) |
 | ``REWIND_FAULTS`` | unset | tests only: the fault points armed in a process (``rewind.faults``; read there) |
 | ``REWIND_METRICS_TOKEN`` | unset | a scraper's bearer token for ``/rewind/metrics`` (else an Airflow login) |
+| ``REWIND_DRIVER_WAIT_S`` | 60 | how long a driver waits for another's lease to lapse before it is refused |
+| ``REWIND_LEASE_TTL_S`` | 20 | a driver lease's life: how long a dead driver elsewhere blocks a successor |
+| ``REWIND_JVM_CACHE`` | ``~/.cache/rewind/jvm`` | where Rewind's JVM classes are compiled (``platform.jvm``) |
 """
 
 from __future__ import annotations
@@ -102,6 +105,18 @@ def driver_lock_wait_s() -> float:
 def metrics_token() -> str | None:
     """The bearer token that opens ``/rewind/metrics`` to a scraper without an Airflow login (unset: none)."""
     return os.environ.get("REWIND_METRICS_TOKEN") or None
+
+
+def lease_ttl_s() -> float:
+    """A driver lease's time to live (``rewind.control.lease``); renewed every quarter of it."""
+    return float(os.environ.get("REWIND_LEASE_TTL_S", "20"))
+
+
+def jvm_cache_dir() -> Path:
+    given = os.environ.get("REWIND_JVM_CACHE")
+    if given:
+        return Path(given)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rewind" / "jvm"
 
 
 def kafka_heap(cluster: bool) -> str:

@@ -240,7 +240,7 @@ def test_supervisor_keeps_a_standby_that_takes_over_without_a_restart(
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.stream.control import stop_stream, wait_caught_up
-    from rewind.stream.driver_lock import read_standby
+    from rewind.stream.driver_lease import read_standby
     from rewind.stream.status import read_status
     from rewind.supervision.failures import read_failures
 
@@ -256,7 +256,7 @@ def test_supervisor_keeps_a_standby_that_takes_over_without_a_restart(
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             st = read_status(status_path(spec.status_dir, "sup"))
-            standby = read_standby(spec.status_dir, "sup")
+            standby = read_standby(spec)
             if st and st.state == "running" and (st.last_batch_id or 0) >= 1 and standby.get("state") == "ready":
                 produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1500, partitions=3, keyless=True,
                                                               id_prefix="sb2"))

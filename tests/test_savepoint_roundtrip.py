@@ -349,15 +349,19 @@ def test_s3_dies_during_stop_savepoint_stream_restarted(online: dict[str, Any], 
 
 FAKE_STREAM = """
 import os, signal, sys, time
-from rewind.stream.status import StreamStatus, write_status
 from pathlib import Path
+from rewind.control.directory import DirectoryStore
+from rewind.control.leases import LeaseKeeper, acquire, me
+from rewind.stream.status import StreamStatus, write_status
 path, stop = Path(sys.argv[1]), []
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
-st = StreamStatus(stream=sys.argv[2], state="running")
+store = DirectoryStore(path.parent, sys.argv[2])
+keeper = LeaseKeeper(store, *acquire(store, me(), 20.0, 30)).start()  # a driver holds its stream's lease
+st = StreamStatus(stream=sys.argv[2], state="running", epoch=keeper.epoch)
 while not stop:
     st.heartbeat = time.time(); write_status(path, st); time.sleep(0.2)
 time.sleep(0.5)  # a graceful stop takes a moment
-st.state = "stopped"; write_status(path, st)
+st.state = "stopped"; write_status(path, st); keeper.release()
 """
 
 

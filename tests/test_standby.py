@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +24,8 @@ import pytest
 from harness.crash import crash_registry as write_registry
 from harness.processes import StreamProcess, wait_for
 
+from rewind.control.directory import DirectoryStore
+from rewind.control.leases import DriverBusy, acquire, me
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.kafka.lookups import true_end_offsets
 from rewind.paths import status_path
@@ -30,26 +33,23 @@ from rewind.platform.services import PlatformInfo
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
 from rewind.stream.control import stop_stream
-from rewind.stream.driver_lock import (
-    DriverBusy,
-    acquire_driver_lock,
-    read_standby,
-    wait_for_driver_lock,
-)
+from rewind.stream.driver_lease import read_standby
 from rewind.stream.status import read_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
 HOLDER = """
 import sys, time
-from rewind.stream.driver_lock import acquire_driver_lock
-lock = acquire_driver_lock(sys.argv[1], sys.argv[2], wait_s=0)  # kept: a dropped lock closes its file
+from rewind.control.directory import DirectoryStore
+from rewind.control.leases import LeaseKeeper, acquire, me
+store = DirectoryStore(sys.argv[1], sys.argv[2])
+keeper = LeaseKeeper(store, *acquire(store, me(), 2.0, 0)).start()  # renewed every 0.5 s
 print("held", flush=True)
 time.sleep(600)
 """
 
 
-def hold_lock(status_dir: Path, stream: str) -> subprocess.Popen[str]:
+def hold_lease(status_dir: Path, stream: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(status_dir), stream], stdout=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
@@ -57,46 +57,48 @@ def hold_lock(status_dir: Path, stream: str) -> subprocess.Popen[str]:
 
 
 def test_a_second_driver_is_refused_naming_the_first(tmp_path: Path) -> None:
-    holder = hold_lock(tmp_path, "orders")
+    holder = hold_lease(tmp_path, "orders")
+    orders = DirectoryStore(tmp_path, "orders")
     try:
-        with pytest.raises(DriverBusy) as err:
-            acquire_driver_lock(tmp_path, "orders", wait_s=0.5)
-        assert f"pid {holder.pid}" in str(err.value) and "--standby" in str(err.value)
+        with pytest.raises(DriverBusy) as err:  # 2.5 s: the holder renews, so its lease never lapses
+            acquire(orders, me(), 2.0, 2.5)
+        assert f"pid {holder.pid} on {socket.gethostname()} (epoch 1" in str(err.value)
+        assert "--standby" in str(err.value) and "lease expires at" in str(err.value)
         assert err.value.exit_code == 3
-        other = acquire_driver_lock(tmp_path, "payments", wait_s=0)  # another stream is not affected
-        other.release()
+        other = acquire(DirectoryStore(tmp_path, "payments"), me(), 2.0, 0)  # another stream is not affected
+        assert other is not None and other[0].epoch == 1
     finally:
         holder.kill()
         holder.wait()
-    acquire_driver_lock(tmp_path, "orders", wait_s=5).release()  # the kernel freed it with the process
+    got = acquire(orders, me(), 2.0, 0)  # its process gone on this host: taken at once, with the next epoch
+    assert got is not None and got[0].epoch == 2
 
 
-def test_a_waiting_standby_is_woken_by_the_holders_death_and_can_be_stopped(tmp_path: Path) -> None:
-    holder = hold_lock(tmp_path, "orders")
+def test_a_waiting_standby_takes_over_when_the_holder_dies_and_can_be_stopped(tmp_path: Path) -> None:
+    holder = hold_lease(tmp_path, "orders")
+    orders = DirectoryStore(tmp_path, "orders")
     stop = threading.Event()
     idle: list[object] = []
-    waiter = threading.Thread(target=lambda: idle.append(wait_for_driver_lock(tmp_path, "orders", stop)))
+    waiter = threading.Thread(target=lambda: idle.append(acquire(orders, me("standby"), 2.0, None, stop=stop)))
     waiter.start()
     time.sleep(1.0)
     stop.set()
     waiter.join(timeout=5)
-    assert idle == [None], "a stopped standby must give up its wait without the lock"
+    assert idle == [None], "a stopped standby must give up its wait without the lease"
 
     got: list[tuple[object, float]] = []
-    woke = threading.Thread(target=lambda: got.append((wait_for_driver_lock(tmp_path, "orders", threading.Event()),
+    woke = threading.Thread(target=lambda: got.append((acquire(orders, me("standby"), 2.0, None),
                                                        time.monotonic())))
     woke.start()
-    time.sleep(1.0)
-    assert not got, "the standby took the lock while its holder was alive"
+    time.sleep(3.0)  # longer than the TTL: the holder renews
+    assert not got, "the standby took the lease while its holder was alive"
     killed = time.monotonic()
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     woke.join(timeout=10)
-    assert got and got[0][0] is not None, "the standby never got the lock after its holder died"
-    print(json.dumps({"sigkill_to_lock_s": round(got[0][1] - killed, 4)}))
-    with pytest.raises(DriverBusy):
-        acquire_driver_lock(tmp_path, "orders", wait_s=0)
-    got[0][0].release()  # type: ignore[attr-defined]
+    assert got and got[0][0] is not None, "the standby never got the lease after its holder died"
+    print(json.dumps({"sigkill_to_lease_s": round(got[0][1] - killed, 4)}))
+    assert got[0][1] - killed < 2.0, "a dead holder on the same host must not be waited out"
 
 
 @pytest.mark.slow
@@ -128,9 +130,8 @@ def test_standby_takes_over_after_sigkill_exactly_once(tmp_path: Path, platform:
         wait_for(lambda: (st := read_status(spath)) is not None and st.last_batch_id is not None
                  and st.state == "running", 180, "the driver's first batch", driver)
         standby.start("--standby")
-        wait_for(lambda: read_standby(spec.status_dir, name).get("state") == "ready", 180, "the standby ready",
-                 standby)
-        ready = read_standby(spec.status_dir, name)
+        wait_for(lambda: read_standby(spec).get("state") == "ready", 180, "the standby ready", standby)
+        ready = read_standby(spec)
         st = read_status(spath)
         assert st is not None and st.pid != ready["pid"], "the standby wrote the status before it took over"
 
@@ -166,14 +167,14 @@ def test_standby_takes_over_after_sigkill_exactly_once(tmp_path: Path, platform:
         wait_for(lambda: (st := read_status(spath)) is not None
                  and {p: int(o) for p, o in st.end_offsets.get(topic, {}).items()} == ends
                  and time.time() - (st.last_batch_at or 0) > 4, 300, f"catch-up to {ends}", standby)
-        assert not read_standby(spec.status_dir, name), "the standby file outlived the takeover"
+        assert not read_standby(spec), "the standby's notice outlived the takeover"
         # A stop is a stop: a second standby, still warming up, is stopped first and never takes over.
         second.start("--standby")
-        wait_for(lambda: read_standby(spec.status_dir, name).get("state") == "warming", 60, "a second standby", second)
+        wait_for(lambda: read_standby(spec).get("state") == "warming", 60, "a second standby", second)
         assert stop_stream(spec, timeout=90)
         assert second.proc is not None and second.proc.wait(timeout=60) == 0
         assert standby.proc is not None and standby.proc.wait(timeout=60) == 0, "SIGTERM did not stop it cleanly"
-        assert not read_standby(spec.status_dir, name)
+        assert not read_standby(spec)
         assert "stopped before it was needed" in (tmp_path / "second" / "stream-run1.log").read_text(errors="replace")
         assert read_status(spath).state == "stopped"  # type: ignore[union-attr]
     finally:
@@ -237,7 +238,8 @@ def test_a_dead_driver_with_a_live_standby_is_a_takeover_not_a_failure(tmp_path:
     its first status) as a live driver: a takeover must not start a restart beside it; and a
     checkpoint repair (or restore) is refused while either is there."""
     from rewind.checkpoints.repair import stream_running
-    from rewind.stream.driver_lock import mark_standby, standby_path
+    from rewind.control.location import control_store
+    from rewind.stream.driver_lease import mark_standby, take_driver_lease
     from rewind.stream.status import StreamStatus, write_status
     from rewind.supervision.observe import observe
 
@@ -247,14 +249,14 @@ def test_a_dead_driver_with_a_live_standby_is_a_takeover_not_a_failure(tmp_path:
     dead.wait()
     write_status(status_path(spec.status_dir, "obs"), StreamStatus(stream="obs", state="running", pid=dead.pid))
     assert not observe(spec).driver_alive and stream_running(spec) is None
-    mark_standby(spec.status_dir, "obs", "warming")  # this test process plays the standby
+    mark_standby(spec, "warming")  # this test process plays the standby
     assert observe(spec).driver_alive
     assert "standby" in (stream_running(spec) or ""), "a repair must not run under a standby about to start"
-    standby_path(spec.status_dir, "obs").unlink()
-    lock = acquire_driver_lock(spec.status_dir, "obs", wait_s=0)  # a standby that took over, no status yet
+    control_store(spec).delete("standby")
+    lease = take_driver_lease(spec, wait_s=0)  # a standby that took over, no status yet
     try:
         assert observe(spec).driver_alive
         assert f"pid {os.getpid()}" in (stream_running(spec) or "")
     finally:
-        lock.release()
+        lease.release()
     assert not observe(spec).driver_alive and stream_running(spec) is None

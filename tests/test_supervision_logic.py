@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rewind.registry import RestartSpec
@@ -128,26 +130,31 @@ def test_a_launch_is_refused_while_a_driver_holds_the_checkpoint(tmp_path) -> No
     """A live driver (even a hung one, with an old heartbeat) blocks a second launch on the checkpoint."""
     import subprocess
     import time
+    from dataclasses import replace
 
     import pytest
 
+    from rewind.control.leases import acquire, me
+    from rewind.control.location import control_store
     from rewind.paths import status_path
     from rewind.registry import load_registry
-    from rewind.stream.control import DriverRunning, launch_stream
+    from rewind.stream.control import DriverRunning, ensure_no_driver, launch_stream
     from rewind.stream.status import StreamStatus, write_status
     from rewind.testing.registry_templates import demo_stream, write_registry
 
     spec = load_registry(write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path))).get("s")
     driver = subprocess.Popen(["sleep", "60"])
-    try:
+    try:  # a hung driver: its heartbeat an hour old, its lease held
         write_status(status_path(spec.status_dir, "s"), StreamStatus(stream="s", state="running", pid=driver.pid,
                                                                       heartbeat=time.time() - 3600))
-        with pytest.raises(DriverRunning, match=f"pid {driver.pid}"):
+        acquire(control_store(spec), replace(me(), pid=driver.pid), 60.0, 0)
+        with pytest.raises(DriverRunning, match=f"pid {driver.pid} on "):
             launch_stream(spec, None, "127.0.0.1:1", tmp_path / "log")
         assert not (tmp_path / "log").exists(), "something was started"
     finally:
         driver.kill()
         driver.wait()
+    ensure_no_driver(spec)  # its process gone on this host: no need to wait for the lease to lapse
 
 
 def test_lag_alerts_once_per_period_and_never_restarts() -> None:
@@ -249,3 +256,29 @@ def test_a_launch_records_a_death_no_watch_saw_and_a_crash_loop_of_them_gives_up
     assert read_failures(spec)["failures"] == []
     write_status(path, status(pid=os.getpid(), heartbeat=time.time() - 0.01))
     assert recover_unseen_death(spec, sleep=slept.append) is None  # alive
+
+
+def test_the_supervisor_chains_past_a_lost_driver_but_not_past_a_stop_or_a_verdict(tmp_path: Path) -> None:
+    """A driver whose lease lapsed after its run's tasks (killed, or paused on a host cut off) is the
+    next run's to record and bring back; a stopped stream or a crash-loop verdict ends the chain."""
+    from rewind.paths import status_path
+    from rewind.stream.status import StreamStatus, write_status
+    from rewind.supervision.failures import record_failure
+    from rewind.testing.registry_templates import demo_stream, write_registry
+    from rewind_airflow.operators.supervision import chain_enabled
+
+    registry = write_registry(tmp_path / "r.yaml", demo_stream(
+        "s", "t", tmp_path, restart="{strategy: fixed-delay, max_attempts: 1, delay: 1 seconds}"))
+    path = status_path(tmp_path / "status", "s")
+    write_status(path, StreamStatus(stream="s", state="running", pid=999_999_999))  # no lease: gone
+    assert chain_enabled("s", str(registry), {"chain": True})
+    assert not chain_enabled("s", str(registry), {"chain": False})
+    write_status(path, StreamStatus(stream="s", state="stopped", pid=999_999_999))
+    assert not chain_enabled("s", str(registry), {"chain": True})
+    write_status(path, StreamStatus(stream="s", state="running", pid=999_999_999))
+    from rewind.registry import load_registry
+
+    spec = load_registry(registry).get("s")
+    record_failure(spec, "process_gone", "x", 1, {})
+    record_failure(spec, "process_gone", "y", 1, {})
+    assert not chain_enabled("s", str(registry), {"chain": True})

@@ -93,14 +93,13 @@ def plan_repair(report: CheckpointReport, state: dict[str, dict[str, dict[int, s
 
 
 def stream_running(spec: Any) -> str | None:
-    """Why `spec`'s stream counts as running (pid alive and heartbeat fresh, its driver lock held, or
-    a standby waiting to take over), or None."""
+    """Why `spec`'s stream counts as running (heartbeat fresh and its lease held, its driver lease held
+    on any host, or a standby waiting to take over), or None."""
     from rewind.stream.control import stream_liveness
-    from rewind.stream.driver_lock import checkpoint_in_use
+    from rewind.stream.driver_lease import checkpoint_in_use
 
     live = stream_liveness(spec)
-    return f"stream {spec.name!r} is running ({live.why})" if live.running else checkpoint_in_use(spec.status_dir,
-                                                                                                 spec.name)
+    return f"stream {spec.name!r} is running ({live.why})" if live.running else checkpoint_in_use(spec)
 
 
 def orphan_checksums(store: LocalStore, state: dict[str, dict[str, Any]], moving: set[str]) -> list[Move]:

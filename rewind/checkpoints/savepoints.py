@@ -334,9 +334,9 @@ def restore_savepoint(spec: StreamSpec, store: S3Store, savepoint_id: str, *, to
     if live.running:
         raise SavepointRefused(f"stream {spec.name} is running ({live.why}): stop it first (e.g. `rewind savepoint "
                                f"create {spec.name} --stop --no-restart`); nothing was changed")
-    from rewind.stream.driver_lock import checkpoint_in_use
+    from rewind.stream.driver_lease import checkpoint_in_use
 
-    in_use = checkpoint_in_use(spec.status_dir, spec.name)
+    in_use = checkpoint_in_use(spec)
     if in_use:
         raise SavepointRefused(f"{in_use}: nothing was changed")
     manifest = load_manifest(store, spec.name, savepoint_id)

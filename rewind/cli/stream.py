@@ -1,4 +1,5 @@
 """`rewind stream run STREAM`: run a registered stream in the foreground (what spark-submit runs).
+`rewind stream stop STREAM`: stop its driver (and standby), on whatever host they run.
 `rewind stream new NAME`: write a new stream's package and add it to the registry.
 `rewind stream upgrade NAME`: change its registry entry safely (``rewind.cli.upgrade``)."""
 
@@ -24,18 +25,30 @@ def add_parser(sub: Any) -> None:
     run_p = command(actions, "run", "run a registered stream in the foreground",
                     "Kafka -> the stream's transform -> its exactly-once sink, until SIGTERM/Ctrl-C (which stops "
                     "after the batch in flight) or, with --available-now, until what is in Kafka now is processed.",
-                    codes={1: "failed: the query stopped with an exception (the status file and the log say which)",
+                    codes={1: "failed: the query stopped with an exception (the status and the log say which)",
                            3: "refused: an unknown stream, a missing topic, an unreachable Kafka, another driver of "
-                              "the stream still running after 60 s (its pid is named), a missing connector jar"})
+                              "the stream holding its lease after 60 s (its host, pid, epoch and the lease's expiry "
+                              "are named), a missing connector jar; or this driver was fenced: its lease was taken "
+                              "over while it was paused (it committed nothing since)"})
     run_p.add_argument("stream")
     add_registry(run_p)
     add_bootstrap(run_p)
     run_p.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     run_p.add_argument("--standby", action="store_true",
-                       help="a warm standby: start and warm Spark now, wait for the stream's running driver to end "
-                            "(the kernel frees its lock when its process dies, SIGKILL included), then take over "
-                            "from the checkpoint; `<status_dir>/STREAM.standby.json` says when it is ready")
+                       help="a warm standby: start and warm Spark now, wait for the stream's driver lease (released, "
+                            "lapsed, or its process gone on this host), then take over from the checkpoint; its "
+                            "notice in the stream's control store says when it is ready")
     run_p.set_defaults(func=run)
+
+    stop_p = command(actions, "stop", "stop the stream's driver (and standby), on whatever host they run",
+                     "Asks through the stream's control store (and with SIGTERM where the driver runs on this host): "
+                     "the driver stops after its batch in flight and releases its lease. A supervisor that watches "
+                     "the stream relaunches it: pause its DAG first to keep the stream stopped.",
+                     codes={1: "failed: the driver still held its lease after --timeout seconds"})
+    stop_p.add_argument("stream")
+    add_registry(stop_p)
+    stop_p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the lease (default 120)")
+    stop_p.set_defaults(func=stop)
 
     new_p = command(actions, "new", "write a new stream's package and add it to the registry",
                     "Writes DIR/NAME/: transform.py (a class implementing rewind.stream.contract.Transform for JSON "
@@ -60,13 +73,39 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rewind.errors import exit_code_of
     from rewind.registry import load_registry
     from rewind.settings import resolve_bootstrap
-    from rewind.stream.runner import run_stream
+    from rewind.stream.driver import run_stream
 
     spec = load_registry(args.registry).get(args.stream)
-    return run_stream(spec, resolve_bootstrap(args.bootstrap), available_now=args.available_now,
-                      standby=args.standby)
+    try:
+        code = run_stream(spec, resolve_bootstrap(args.bootstrap), available_now=args.available_now,
+                          standby=args.standby)
+    except BaseException as exc:
+        _exit_anyway(exit_code_of(exc))
+        raise
+    _exit_anyway(code)
+    return code
+
+
+def _exit_anyway(code: int, after_s: float = 30.0) -> None:
+    """A driver ends with its JVM: should the interpreter's exit then wait on a thread the JVM's
+    gateway still holds, the process ends anyway (with ``code``), releasing its host's resources."""
+    import threading
+
+    timer = threading.Timer(after_s, os._exit, [code])
+    timer.daemon = True
+    timer.start()
+
+
+def stop(args: argparse.Namespace) -> int:
+    from rewind.registry import load_registry
+    from rewind.stream.control import stop_stream
+
+    spec = load_registry(args.registry).get(args.stream)
+    print(f"{spec.name}: stopped" if stop_stream(spec, args.timeout) else f"{spec.name}: no driver was running")
+    return 0
 
 
 def new(args: argparse.Namespace) -> int:

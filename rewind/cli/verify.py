@@ -27,8 +27,7 @@ def add_parser(sub: Any) -> None:
     span = v.add_mutually_exclusive_group()
     span.add_argument("--since-last-proof", action="store_true",
                       help="dq_suite contract: prove only the records after the last passed proof's end (its cursor, "
-                           "<status_dir>/<stream>.proof-cursor.json), in memory bounded by that range; a pass moves "
-                           "the cursor")
+                           "in the stream's control store), in memory bounded by that range; a pass moves the cursor")
     span.add_argument("--since", metavar="TIME", type=_utc_time,
                       help="dq_suite contract: prove the records from this time (ISO 8601, UTC if no offset) on")
     v.set_defaults(func=run)
@@ -47,23 +46,21 @@ def _utc_time(text: str) -> datetime:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.paths import status_path
-    from rewind.platform.processes import pid_alive
     from rewind.proof.cursor import Since
     from rewind.proof.scope import committed_batch, nothing_to_prove
     from rewind.proof.verify import committed_bounds, verify_stream
     from rewind.registry import load_registry
     from rewind.settings import resolve_bootstrap
-    from rewind.stream.status import read_status
+    from rewind.stream.control import stream_running
 
     spec = load_registry(args.registry).get(args.stream)
-    status = read_status(status_path(spec.status_dir, spec.name))
+    running, status = stream_running(spec)
     explicit = bool(args.all or args.since or args.since_last_proof)
     empty = nothing_to_prove(spec.name, committed_batch(spec, status), explicit)
     if empty:  # no committed batch: no FAIL for records the stream has not reached yet
         return _print(args, spec.name, {"stream": spec.name, "ok": True, "nothing_to_prove": empty})
     bounds = None
-    if not args.all and status and status.state in ("starting", "running", "stopping") and pid_alive(status.pid):
+    if not args.all and running and status is not None:
         bounds = committed_bounds(status.end_offsets)
         print(f"{spec.name} is running: proving the records below its last committed batch's offsets "
               f"{status.end_offsets} (use --all once it has stopped)", file=sys.stderr)

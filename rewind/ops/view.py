@@ -1,12 +1,13 @@
 """What the operator page shows for each stream, derived from what the platform already stores.
 
 Sources (nothing new is measured here):
-- the status file the running stream writes (``rewind.stream.status``): state, heartbeat, last batch,
-  Kafka lag per partition, and its history file (throughput and lag over the last hour);
-- the supervisor's failure history (``<stream>.failures.json``): last recovery, crash-loop verdict;
+- the status the running stream writes into its control store (``rewind.stream.status_store``):
+  state, heartbeat, last batch, Kafka lag per partition, and its history (throughput and lag over
+  the last hour); whether a driver holds the stream's lease;
+- the supervisor's failure history (the ``failures`` document): last recovery, crash-loop verdict;
 - savepoint manifests in S3 (``rewind.checkpoints.savepoints.list_savepoints``);
 - the newest proof (``$REWIND_HOME/dq/STREAM/RUN/proof.json``, written by ``rewind.proof.dq.run_proof``);
-- the replay lock (``<stream>.replay.lock``) and reports (``$REWIND_HOME/replays/STREAM/ID``);
+- the replay lease (``rewind.replay.guard``) and reports (``$REWIND_HOME/replays/STREAM/ID``);
 - Airflow DAG runs, fetched by the caller (the UI plugin, through Airflow's REST API with the
   user's token) and passed in as plain dicts.
 
@@ -355,23 +356,23 @@ def replay_reports(spec: Any, limit: int = 5) -> list[dict[str, Any]]:
 def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Inputs:
     """Read the stream's files (status, history, failures, proof, replay lock and reports) and, given an
     ``rewind.s3.S3Store``, its savepoint manifests. DAG runs are the caller's (Airflow) part."""
-    from rewind.paths import status_path
-    from rewind.platform.processes import pid_alive
+    from rewind.control.location import control_store
     from rewind.replay.guard import current_holder
-    from rewind.stream.status import read_history, read_status
+    from rewind.stream.driver_lease import driver_alive
+    from rewind.stream.status_store import read_stream_history, read_stream_status
     from rewind.supervision.failures import read_failures
 
     now = time.time() if now is None else now
-    sfile = status_path(spec.status_dir, spec.name)
-    status = read_status(sfile)
+    control = control_store(spec)
+    status = read_stream_status(spec, control)
     proof, proof_at, _ = newest_proof(spec)
     inp = Inputs(stream=spec.name, topics=list(spec.topics), status=status,
-                 process_alive=bool(status and status.pid and pid_alive(status.pid)),
+                 process_alive=bool(status) and driver_alive(spec)[0],
                  thresholds=Thresholds(**spec.supervision.thresholds()), failures=read_failures(spec),
-                 history=read_history(sfile, since=now - CHART_WINDOW_S), proof=proof, proof_at=proof_at,
-                 replay_reports=replay_reports(spec), upgrades=read_upgrades(spec))
+                 history=read_stream_history(spec, since=now - CHART_WINDOW_S, store=control), proof=proof,
+                 proof_at=proof_at, replay_reports=replay_reports(spec), upgrades=read_upgrades(spec))
     try:
-        inp.replay_holder = current_holder(spec.status_dir, spec.name)
+        inp.replay_holder = current_holder(control, spec.name)
     except OSError:
         inp.replay_holder = None
     if store is not None:

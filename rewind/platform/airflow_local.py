@@ -6,7 +6,10 @@ API (HTTP), so this module stays importable from the core library, which never i
 How it is set up (Airflow 3.3, measured):
 - ``AIRFLOW_HOME`` is a directory of its own with an ``airflow.cfg`` written here (mode 0600):
   SQLite metadata DB, LocalExecutor, no examples, the given DAG and plugin folders, short parsing
-  intervals, the api-server, the task-log server and the triggerer-log server on free ports.
+  intervals, the api-server, the task-log server and the triggerer-log server on free ports. Or,
+  what most production Airflow runs (``executor="CeleryExecutor"``): a PostgreSQL metadata DB and
+  a Redis broker, with the workers started apart (``celery_worker``), on other hosts if need be;
+  the same DAGs and tasks run either way.
 - Authentication is Airflow's default Simple auth manager: ``[core] simple_auth_manager_users``
   names the users (``admin:admin`` = user ``admin`` with role ``admin``) and
   ``[core] simple_auth_manager_passwords_file`` is a JSON ``{"user": "password"}`` file. Airflow
@@ -74,7 +77,8 @@ class LocalAirflow:
     def __init__(self, home: Path, dags_folder: Path, plugins_folder: Path, env: dict[str, str] | None = None,
                  port: int | None = None, platform: PlatformInfo | None = None, username: str = ADMIN_USER,
                  parallelism: int = 4, paused_at_creation: bool = True, schedules: bool = True,
-                 extra_users: dict[str, str] | None = None) -> None:
+                 extra_users: dict[str, str] | None = None, executor: str = "LocalExecutor",
+                 database_url: str | None = None, broker_url: str | None = None) -> None:
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.plugins_folder = Path(plugins_folder).resolve()
@@ -94,6 +98,9 @@ class LocalAirflow:
         if bad:
             raise ValueError(f"extra_users {bad}: usernames are letters, digits and _ (not {username!r}), roles "
                              "one of viewer, user, op, admin")
+        if executor == "CeleryExecutor" and not (database_url and broker_url):
+            raise ValueError("the CeleryExecutor needs database_url (PostgreSQL) and broker_url (Redis)")
+        self.executor, self.database_url, self.broker_url = executor, database_url, broker_url
         self.processes: dict[str, ManagedProcess] = {}
         self.timings: dict[str, float] = {}
         self._password: str | None = None
@@ -174,7 +181,7 @@ class LocalAirflow:
             "core": {
                 "dags_folder": str(self.dags_folder),
                 "plugins_folder": str(self.plugins_folder),
-                "executor": "LocalExecutor",
+                "executor": self.executor,
                 "load_examples": "False",
                 "parallelism": str(self.parallelism),
                 "fernet_key": keys["fernet_key"],
@@ -187,7 +194,7 @@ class LocalAirflow:
                 "dags_are_paused_at_creation": str(self.paused_at_creation),
                 "dagbag_import_timeout": "60",
             },
-            "database": {"sql_alchemy_conn": f"sqlite:///{h / 'airflow.db'}"},
+            "database": {"sql_alchemy_conn": self.database_url or f"sqlite:///{h / 'airflow.db'}"},
             "api": {
                 "host": "127.0.0.1",
                 "port": str(self.port),
@@ -217,6 +224,11 @@ class LocalAirflow:
                 "dag_bundle_storage_path": str(h / "bundles"),
             },
         }
+        if self.executor == "CeleryExecutor":
+            assert self.database_url and self.broker_url
+            cfg["celery"] = {"broker_url": self.broker_url, "worker_concurrency": "4",
+                             "result_backend": "db+" + self.database_url,
+                             "worker_enable_remote_control": "False"}
         parser = configparser.RawConfigParser()
         for section, values in cfg.items():
             parser[section] = values
@@ -332,6 +344,17 @@ class LocalAirflow:
         for t in threads:
             t.join(grace + 10)
         self.processes.clear()
+
+    def celery_worker(self, name: str, home: Path, concurrency: int = 2) -> tuple[list[str], dict[str, str]]:
+        """The command and environment of one Celery worker named ``name`` (``--celery-hostname``), with its
+        own ``home`` for its task logs; start it wherever a worker should run (another host)."""
+        argv = [airflow_binary(), "celery", "worker", "--concurrency", str(concurrency), "--skip-serve-logs",
+                "--celery-hostname", f"{name}@%h", "--without-mingle", "--without-gossip", "--pid",
+                str(home / "worker.pid")]
+        # The config is this Airflow's (AIRFLOW_CONFIG); the home, the task logs and the pid file the worker's own.
+        env = {**os.environ, **self.environment(), "AIRFLOW_HOME": str(home),
+               "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs")}
+        return argv, env
 
     def client(self, timeout: float = 30.0, user: str | None = None) -> "AirflowClient":
         """A REST client logged in as the admin, or as ``user`` (one of ``extra_users``)."""

@@ -19,7 +19,7 @@ from rewind.platform.airflow_local import LocalAirflow
 from rewind.platform.processes import ManagedProcess
 from rewind.platform.services import EmbeddedPlatform
 from rewind.registry import load_registry
-from rewind.stream.status import read_status
+from rewind.stream.status_store import read_stream_status
 
 #: The second stream ``rewind up`` runs beside the demo, when the registry declares it.
 INVENTORY = "inventory"
@@ -140,7 +140,7 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
             if time.time() - last >= 10:
                 last = time.time()
                 for shown in (spec, inventory):
-                    st = read_status(status_path(shown.status_dir, shown.name)) if shown is not None else None
+                    st = read_stream_status(shown) if shown is not None else None
                     if shown is not None and st:
                         print(f"  [{time.strftime('%H:%M:%S')}] {shown.name}: {st.state}, batch {st.last_batch_id}, "
                               f"rows {st.input_rows}, lag {st.total_lag}", flush=True)

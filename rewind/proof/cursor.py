@@ -1,10 +1,11 @@
 """Where a stream's last successful proof ended, so the next one proves only what came after.
 
-Why a file beside the stream's status (``<status_dir>/<stream>.proof-cursor.json``): the proof
-(``rewind verify``, the hourly DQ DAG) must run in memory bounded by the range it proves, not by
-the topic's history; a topic of 5,000,000 records is proven a slice at a time. Only a proof that
-passed moves the cursor: a failed range is proven again next time. Written atomically (a temp file
-renamed over the old one), so a killed proof leaves the previous cursor.
+Why a document of the stream's control store (``proof-cursor``; on one host the file
+``<status_dir>/<stream>.proof-cursor.json``), not a local file: the proof (``rewind verify``, the
+hourly DQ DAG, on whichever worker) must run in memory bounded by the range it proves, not by the
+topic's history; a topic of 5,000,000 records is proven a slice at a time. Only a proof that
+passed moves the cursor: a failed range is proven again next time. Written with a conditional
+write, so a killed proof leaves the previous cursor and two proofs at once lose no end.
 
 ``resolve_span`` turns "since the last proof", "since a time" or "from the beginning" into
 ``[start, end)`` per partition, where the end is Kafka's end now, or the stream's last committed
@@ -13,8 +14,6 @@ batch when it runs (later records are still in flight).
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,31 +23,40 @@ Span = dict[tuple[str, int], tuple[int, int]]
 Since = Literal["cursor", "beginning", "time"]
 
 
+CURSOR = "proof-cursor"
+
+
 def cursor_path(spec: Any) -> Path:
+    """Where a one-host (directory) control store keeps the cursor."""
     return Path(spec.status_dir) / f"{spec.name}.proof-cursor.json"
+
+
+def _ends(doc: dict[str, Any]) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, parts in doc.get("end", {}).items() for p, o in parts.items()}
 
 
 def read_cursor(spec: Any) -> dict[tuple[str, int], int]:
     """The end offsets of the last passed proof ({} before the first)."""
-    path = cursor_path(spec)
-    if not path.exists():
-        return {}
-    doc = json.loads(path.read_text())
-    return {(t, int(p)): int(o) for t, parts in doc.get("end", {}).items() for p, o in parts.items()}
+    from rewind.control.location import control_store
+
+    got = control_store(spec).read(CURSOR)
+    return _ends(got.doc) if got else {}
 
 
 def write_cursor(spec: Any, span: Span, run_id: str) -> None:
     """Record that ``span`` is proven: the next proof starts at its ends (kept per partition)."""
-    ends = read_cursor(spec)
-    ends.update({k: end for k, (_, end) in span.items()})
-    doc: dict[str, Any] = {"stream": spec.name, "run_id": run_id, "at": datetime.now(UTC).isoformat(), "end": {}}
-    for (topic, part), off in sorted(ends.items()):
-        doc["end"].setdefault(topic, {})[str(part)] = off
-    path = cursor_path(spec)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(path)
+    from rewind.control.location import control_store
+    from rewind.control.store import update
+
+    def move(stored: dict[str, Any]) -> dict[str, Any]:
+        ends = _ends(stored)
+        ends.update({k: end for k, (_, end) in span.items()})
+        doc: dict[str, Any] = {"stream": spec.name, "run_id": run_id, "at": datetime.now(UTC).isoformat(), "end": {}}
+        for (topic, part), off in sorted(ends.items()):
+            doc["end"].setdefault(topic, {})[str(part)] = off
+        return doc
+
+    update(control_store(spec), CURSOR, move)
 
 
 def choose_span(earliest: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int], *, since: Since,

@@ -199,14 +199,10 @@ def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str
 
 # --------------------------------------------------------------------------- where the stream stands
 def stream_position(spec: Any) -> tuple[bool, Any]:
-    """(running, status) from the stream's status file (running = live pid and a running state)."""
-    from rewind.paths import status_path
-    from rewind.platform.processes import pid_alive
-    from rewind.stream.status import read_status
+    """(running, status) from the stream's control store (running = a running state and its lease held)."""
+    from rewind.stream.control import stream_running
 
-    status = read_status(status_path(spec.status_dir, spec.name))
-    running = bool(status and status.state in ("starting", "running", "stopping") and pid_alive(status.pid))
-    return running, status
+    return stream_running(spec)
 
 
 

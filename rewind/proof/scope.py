@@ -31,13 +31,13 @@ def nothing_to_prove(stream: str, last_batch: int | None, explicit_range: bool) 
 
 
 def committed_batch(spec: Any, status: Any = None) -> int | None:
-    """The stream's last committed batch: the status file's, else the newest ``commits/N`` of its active
-    checkpoint (local checkpoints; an ``s3a://`` one without a status counts as none committed)."""
+    """The stream's last committed batch: its status's (in the control store), else the newest
+    ``commits/N`` of its active checkpoint (local checkpoints; an ``s3a://`` one without a status counts
+    as none committed)."""
     if status is None:
-        from rewind.paths import status_path
-        from rewind.stream.status import read_status
+        from rewind.stream.status_store import read_stream_status
 
-        status = read_status(status_path(spec.status_dir, spec.name))
+        status = read_stream_status(spec)
     if status is not None and status.last_batch_id is not None:
         return int(status.last_batch_id)
     from rewind.checkpoints.pointer import active_checkpoint

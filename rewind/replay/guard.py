@@ -2,27 +2,27 @@
 
 - The replay id names a directory, S3 keys and (in shadow mode) SQL tables, so it is checked
   against one strict pattern: no ``..``, no ``/``, no quotes, no upper case.
-- One replay per stream at a time: an exclusive, non-blocking ``fcntl.flock`` on
-  ``<status_dir>/<stream>.replay.lock``. The kernel drops the lock when its process dies, so a
-  crashed replay never leaves a stale lock behind; the file's JSON only describes the holder
-  (id, pid, host, since when, range) for the refusal message. The Airflow DAG adds a pool on
-  top; the lock is what holds when someone runs ``rewind replay run`` by hand beside it.
+- One replay per stream at a time, on any host: a lease named ``replay`` in the stream's control
+  store (``rewind.control.leases``: taken with a conditional write, renewed while the replay runs,
+  released at its end). A crashed replay's lease lapses after ``REWIND_LEASE_TTL_S``, or at once
+  when the next replay runs on the crashed one's host and sees its process gone. The lease says
+  who holds it (id, pid, host, since when, range) for the refusal message. The Airflow DAG adds a
+  pool on top; the lease is what holds when someone runs ``rewind replay run`` by hand beside it.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
 import secrets
-import socket
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from rewind.platform.lockfile import describe_holder, held_by_another, read_description, release
+from rewind.control.directory import DirectoryStore
+from rewind.control.leases import DriverBusy, LeaseKeeper, acquire, holder_gone, me, read_lease
+from rewind.control.store import ControlStore
 from rewind.replay.problems import Problem, ReplayRefused, refuse
 
 MODES = ("into-sink", "shadow")
@@ -70,24 +70,32 @@ def shadow_prefix(table_prefix: str, replay_id: str) -> str:
     return f"{table_prefix}shadow_{safe}_"
 
 
-def lock_path(status_dir: str | Path, stream: str) -> Path:
-    from rewind.paths import replay_lock_path
+REPLAY = "replay"
+#: A control store, or (one host, the tests) the status directory a directory store lives in.
+Where = ControlStore | str | Path
 
-    return replay_lock_path(status_dir, stream)
+
+def _store(where: Where, stream: str) -> ControlStore:
+    return where if isinstance(where, ControlStore) else DirectoryStore(where, stream)
+
+
+def lock_path(where: Where, stream: str) -> str:
+    """Where the replay lease lives, for messages."""
+    return f"{_store(where, stream).where} ({REPLAY})"
 
 
 @dataclass
 class ReplayLock:
-    """A held replay lock; release it (or use ``with``) when the replay ends."""
+    """A held replay lease; release it (or use ``with``) when the replay ends."""
 
-    path: Path
+    path: str
     holder: dict[str, Any]
-    _file: IO[str] | None = field(default=None, repr=False)
+    _keeper: LeaseKeeper | None = field(default=None, repr=False)
 
     def release(self) -> None:
-        if self._file is not None:
-            file, self._file = self._file, None
-            release(file)
+        if self._keeper is not None:
+            keeper, self._keeper = self._keeper, None
+            keeper.release()
 
     def __enter__(self) -> "ReplayLock":
         return self
@@ -97,7 +105,7 @@ class ReplayLock:
 
 
 class ReplayBusy(ReplayRefused):
-    """Another replay of the same stream holds the lock; ``holder`` is what it wrote there."""
+    """Another replay of the same stream holds the lease; ``holder`` is what it says of itself."""
 
     def __init__(self, problems: Any, holder: dict[str, Any] | None = None) -> None:
         super().__init__(problems)
@@ -107,26 +115,31 @@ class ReplayBusy(ReplayRefused):
         return (type(self), (self.problems, self.holder))
 
 
-def acquire_lock(status_dir: str | Path, stream: str, replay_id: str, range_doc: Any = None,
+def acquire_lock(where: Where, stream: str, replay_id: str, range_doc: Any = None,
                  mode: str | None = None) -> ReplayLock:
-    """Take the stream's replay lock now or raise ReplayBusy naming the running replay."""
-    path = lock_path(status_dir, stream)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "a+")
+    """Take the stream's replay lease now or raise ReplayBusy naming the running replay."""
+    from rewind.settings import lease_ttl_s
+
+    store = _store(where, stream)
+    info = {"replay_id": replay_id, "stream": stream, "mode": mode, "started_at": datetime.now(UTC).isoformat(),
+            "started_at_epoch": time.time(), "range": range_doc}
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        holder = read_description(path)
-        raise ReplayBusy([Problem("replay_running", busy_message(stream, holder, path))], holder) from None
-    holder = {"replay_id": replay_id, "stream": stream, "mode": mode, "pid": os.getpid(),
-              "host": socket.gethostname(), "started_at": datetime.now(UTC).isoformat(),
-              "started_at_epoch": time.time(), "range": range_doc}
-    describe_holder(f, holder)
-    return ReplayLock(path, holder, f)
+        got = acquire(store, me("replay"), lease_ttl_s(), 0, name=REPLAY, info=info, quiet=True)
+    except DriverBusy:
+        holder = current_holder(store, stream) or {}
+        raise ReplayBusy([Problem("replay_running", busy_message(stream, holder, lock_path(store, stream)))],
+                         holder) from None
+    assert got is not None
+    lease, version = got
+    keeper = LeaseKeeper(store, lease, version, name=REPLAY).start()
+    return ReplayLock(lock_path(store, stream), _described(lease), keeper)
 
 
-def busy_message(stream: str, holder: dict[str, Any], path: Path) -> str:
+def _described(lease: Any) -> dict[str, Any]:
+    return {**lease.info, "pid": lease.holder.pid, "host": lease.holder.host}
+
+
+def busy_message(stream: str, holder: dict[str, Any], path: Any) -> str:
     if not holder:
         who = "another replay (it has not described itself yet)"
     else:
@@ -134,10 +147,16 @@ def busy_message(stream: str, holder: dict[str, Any], path: Path) -> str:
                f"{holder.get('started_at')} as pid {holder.get('pid')} on {holder.get('host')}")
     return (f"stream {stream!r} is already being replayed by {who}. Only one replay per stream runs at a time: "
             f"wait for it to finish (its report names the outcome) and run this one again; if that process is "
-            f"gone the lock is free already (the lock file {path} only describes the holder)")
+            f"gone, its lease in {path} lapses within REWIND_LEASE_TTL_S")
 
 
-def current_holder(status_dir: str | Path, stream: str) -> dict[str, Any] | None:
-    """Who holds the stream's replay lock now (None: nobody), without taking it for long."""
-    path = lock_path(status_dir, stream)
-    return (read_description(path) or {"replay_id": None}) if held_by_another(path) else None
+def current_holder(where: Where, stream: str) -> dict[str, Any] | None:
+    """Who holds the stream's replay lease now (None: nobody)."""
+    from rewind.control.lease import SKEW_S
+    from rewind.platform.processes import pid_alive
+
+    lease = read_lease(_store(where, stream), REPLAY)[0]
+    if lease is None or lease.released or time.time() >= lease.expires_at + SKEW_S \
+            or holder_gone(lease, me(), pid_alive):
+        return None
+    return _described(lease)

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rewind.control.location import control_store
 from rewind.replay.guard import acquire_lock, current_holder
 from rewind.replay.job import check_before_writing, execute, prove_range
 from rewind.replay.plan import ReplayPlan, format_plan
@@ -76,7 +77,7 @@ def describe_replay(setup: ReplaySetup, s3_where: str | None = None,
              "over the range",
              f"  report: {setup.run_dir / 'report.json'}"
              + (f" and {s3_where.rstrip('/')}/{s3_key(spec.name, setup.replay_id)}" if s3_where else "")]
-    holder = current_holder(spec.status_dir, spec.name)
+    holder = current_holder(control_store(spec), spec.name)
     if holder:
         lines.append(f"  note: replay {holder.get('replay_id')!r} of this stream is running now (pid "
                      f"{holder.get('pid')}, since {holder.get('started_at')}): a run would be refused until it ends")
@@ -109,7 +110,7 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
     if chunk_offsets < 1:
         raise refuse("bad_chunk_size", f"chunk_offsets must be >= 1, not {chunk_offsets}")
     setup = prepare_replay(spec, plan, mode=mode, replay_id=replay_id, run_dir=run_dir, reprocess_late=reprocess_late)
-    lock = acquire_lock(spec.status_dir, spec.name, setup.replay_id, setup.bounds, mode)
+    lock = acquire_lock(control_store(spec), spec.name, setup.replay_id, setup.bounds, mode)
     try:
         check_before_writing(setup, bootstrap)  # aggregates it could not keep whole: refused, nothing written
     except BaseException:

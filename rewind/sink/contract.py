@@ -92,6 +92,19 @@ class Sink(abc.ABC):
     stream: str
     specs: dict[str, TableSpec]
     table_prefix: str
+    #: The driver lease epoch batches are written under (``fence``); None: unfenced (replays, tools).
+    epoch: int | None = None
+
+    def fence(self, epoch: int) -> None:
+        """Write batches under lease ``epoch`` from now on, and make every later batch commit of an
+        older epoch fail (``SinkFenced``), checked in the same transaction as its ledger row.
+
+        Called by a driver that took the stream's lease (``rewind.control.lease``), before its first
+        batch, so a driver it took over from (paused, then resumed: a zombie) commits nothing more.
+        The default only remembers the epoch; every Rewind sink overrides it: SQL with a fence row
+        raised in the batch's transaction, Kafka through its transactional id, Delta with an app
+        transaction on the ledger table."""
+        self.epoch = epoch
 
     @abc.abstractmethod
     def create_tables(self) -> None:

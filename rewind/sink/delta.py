@@ -72,6 +72,43 @@ class DeltaSink(Sink):
         """Delta's ``txnAppId`` of this stream's batches (its ``txnVersion`` is the batch id)."""
         return f"rewind.{self.stream}"
 
+    @property
+    def epoch_app_id(self) -> str:
+        """The app transaction on the ledger table whose version is the newest driver lease epoch."""
+        return f"rewind.{self.stream}.epoch"
+
+    def fence(self, epoch: int) -> None:
+        """``Sink.fence``: an empty commit of the ledger table carrying the app transaction
+        (``epoch_app_id``, ``epoch``). A ledger commit carries it too, and is refused when the table
+        holds a newer one; delta-rs fails a commit whose app transaction a concurrent commit also
+        set ("Concurrent transaction failed"), so the check and the commit cannot be interleaved. Each
+        table's commit of a batch carries and checks it too (and the ledger's, where the fence is)."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError
+
+        self.epoch = epoch
+        for _ in range(COMMIT_RETRIES):
+            table = self._open(LEDGER_TABLE, LEDGER_SCHEMA)
+            self._check_epoch(table, "the fence")
+            try:
+                table.create_write_transaction(actions=[], mode="append", schema=table.schema(), partition_by=[],
+                                               commit_properties=CommitProperties(
+                                                   app_transactions=[Transaction(self.epoch_app_id, epoch)]))
+                return
+            except CommitFailedError:
+                continue
+        raise SinkWriteError(f"Delta table {self.path(LEDGER_TABLE)}: the fence at epoch {epoch} failed "
+                             f"{COMMIT_RETRIES} times against concurrent writers")
+
+    def _check_epoch(self, table: Any, what: str) -> None:
+        from rewind.sink.errors import SinkFenced
+
+        newest = table.transaction_version(self.epoch_app_id)
+        if self.epoch is not None and newest is not None and newest > self.epoch:
+            raise SinkFenced(f"stream {self.stream!r}: {what} refused: it is written under driver lease epoch "
+                             f"{self.epoch}, and epoch {newest} has taken the stream over (this driver is fenced); "
+                             "the ledger row was not written")
+
     def table_name(self, name: str) -> str:
         if name != LEDGER_TABLE and name not in self.specs:
             raise SinkRefused(f"unknown table {name!r}: this sink has {sorted(self.specs)}")
@@ -171,9 +208,13 @@ class DeltaSink(Sink):
         on, update_if, update = merge_clauses(spec)
         for attempt in range(1, COMMIT_RETRIES + 1):
             table = self._open(name, schema)
-            props = None
-            if batch_id is not None and self.tags(table, batch_id):
-                props = CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
+            txns = [Transaction(self.app_id, batch_id)] if batch_id is not None and self.tags(table, batch_id) else []
+            if batch_id is not None and self.epoch is not None:  # a batch's commit: fenced by the epoch
+                if name != LEDGER_TABLE:
+                    self._check_epoch(self._open(LEDGER_TABLE, LEDGER_SCHEMA), f"batch {batch_id}")
+                self._check_epoch(table, f"batch {batch_id}")
+                txns.append(Transaction(self.epoch_app_id, self.epoch))
+            props = CommitProperties(app_transactions=txns) if txns else None
             merger = table.merge(data, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
             if update:
                 merger = merger.when_matched_update_all(predicate=update_if)

@@ -68,7 +68,8 @@ def spec_table(spec: TableSpec, metadata: sa.MetaData, prefix: str) -> sa.Table:
 
 
 def ledger_table(metadata: sa.MetaData, prefix: str) -> sa.Table:
-    """The ledger: one row per committed ``(stream, batch_id)``, with its row counts and source offsets."""
+    """The ledger: one row per committed ``(stream, batch_id)``, with its row counts, source offsets and
+    the lease epoch of the driver that committed it."""
     return sa.Table(
         prefix + LEDGER_TABLE, metadata,
         sa.Column("stream", sa.String(255), nullable=False),
@@ -76,6 +77,7 @@ def ledger_table(metadata: sa.MetaData, prefix: str) -> sa.Table:
         sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("rows_json", sa.Text, nullable=False),
         sa.Column("source_offsets", sa.Text, nullable=True),
+        sa.Column("epoch", sa.BigInteger, nullable=True),  # the driver lease epoch that committed it
         sa.PrimaryKeyConstraint("stream", "batch_id", name=f"{prefix}{LEDGER_TABLE}_pkey"[:63]),
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rewind.errors import Failed, Refused
 
-__all__ = ["SinkConnectionError", "SinkError", "SinkRefused", "SinkWriteError"]
+__all__ = ["SinkConnectionError", "SinkError", "SinkFenced", "SinkRefused", "SinkWriteError"]
 
 
 class SinkRefused(Refused, ValueError):
@@ -29,3 +29,8 @@ class SinkConnectionError(SinkError):
 
 class SinkWriteError(SinkError):
     """The database rejected a write; the transaction was rolled back, nothing of the call is kept."""
+
+
+class SinkFenced(Refused, RuntimeError):
+    """A batch of a driver whose lease epoch was taken over (a zombie): refused in its own transaction,
+    nothing written. Not a ``SinkRefused``: its rows are fine, their writer is not."""

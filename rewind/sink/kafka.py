@@ -129,6 +129,13 @@ class TransactionalKafkaSink(Sink):
                      self.transactional_id, len(self._ledger), max(self._ledger, default=None))
         return self._writer
 
+    def fence(self, epoch: int) -> None:
+        """``Sink.fence``: this driver's transactional producer starts now; its ``init_transactions``
+        fences every older producer of the stream's transactional id, so a zombie's next commit fails
+        ("fenced"). Each batch's records carry the epoch in a ``rewind.epoch`` header."""
+        self.epoch = epoch
+        self._start_writing()
+
     def write_batch(self, batch_id: int, rows: Mapping[str, Rows], source_offsets: str | None = None) -> BatchResult:
         batch_id = check_batch_id(batch_id)
         prepared = prepare_rows(self.specs, rows, sqlite_text=False)
@@ -208,6 +215,8 @@ class TransactionalKafkaSink(Sink):
         headers: list[tuple[str, str | bytes | None]] = [("rewind.stream", self.stream.encode())]
         if batch_id is not None:
             headers.append(("rewind.batch", str(batch_id).encode()))
+            if self.epoch is not None:
+                headers.append(("rewind.epoch", str(self.epoch).encode()))
         known = self._known_keys([n for n, p in prepared.items() if p.spec.on_conflict == "ignore"]) \
             if skip_known else {}
         out: list[Record] = []

@@ -84,6 +84,12 @@ class Transactions:
             self._commit(what)
         except KafkaException as exc:
             self._abort_or_drop(exc.args[0], what)
+        except SystemError as exc:
+            # confluent-kafka runs a delivery callback while produce()'s KafkaException is pending (a producer
+            # fenced by a newer one of its transactional id): that KafkaException is the error to handle
+            if not isinstance(exc.__cause__, KafkaException):
+                raise
+            self._abort_or_drop(exc.__cause__.args[0], what)
         except SinkWriteError:
             self._abort(what)
             raise

@@ -57,6 +57,7 @@ from rewind.sink.dialects import (
 )
 from rewind.sink.errors import SinkConnectionError, SinkRefused, SinkWriteError
 from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_resolved, check_table_name
+from rewind.sink.sql_fence import FENCE_TABLE, claim_epoch, fence_table
 from rewind.sink.sql_schema import ensure_tables
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class ExactlyOnceSqlSink(Sink):
         if len(set(names)) != len(names):
             raise SinkRefused(f"duplicate table names in {names}")
         check_resolved(specs)
-        for name in [*names, LEDGER_TABLE]:
+        for name in [*names, LEDGER_TABLE, FENCE_TABLE]:
             check_table_name(table_prefix + name, f"table name (prefix {table_prefix!r} + {name!r})")
 
         try:
@@ -102,6 +103,7 @@ class ExactlyOnceSqlSink(Sink):
         self._metadata = sa.MetaData()
         self._tables: dict[str, sa.Table] = {s.name: spec_table(s, self._metadata, table_prefix) for s in specs}
         self._ledger = ledger_table(self._metadata, table_prefix)
+        self._fence = fence_table(self._metadata, table_prefix)
         self._engine = make_engine(self._url, stream)
         self._upserts = {name: upsert_statement(self.dialect, spec, self._tables[name])
                          for name, spec in self.specs.items()}
@@ -169,11 +171,14 @@ class ExactlyOnceSqlSink(Sink):
 
     def claim(self, conn: Connection, batch_id: int, counts: Mapping[str, int],
               source_offsets: str | None) -> tuple[bool, bool]:
-        """Inside the batch's transaction: insert its ledger row first (ON CONFLICT DO NOTHING);
-        (skipped, replanned): committed before with the same offsets, or with other ones (the row
-        then records the new offsets and the batch is written again)."""
+        """Inside the batch's transaction: the fence (``SinkFenced`` for a driver taken over), then its
+        ledger row (ON CONFLICT DO NOTHING); (skipped, replanned): committed before with the same
+        offsets, or with other ones (the row then records the new offsets and the batch is rewritten)."""
+        if self.epoch is not None:
+            claim_epoch(conn, self.dialect, self._fence, self.stream, self.epoch, self._now(), f"batch {batch_id}")
         ledger_row = {"stream": self.stream, "batch_id": batch_id, "committed_at": self._now(),
-                      "rows_json": json.dumps(dict(counts), sort_keys=True), "source_offsets": source_offsets}
+                      "rows_json": json.dumps(dict(counts), sort_keys=True), "source_offsets": source_offsets,
+                      "epoch": self.epoch}
         if conn.execute(self._ledger_insert, ledger_row).rowcount:
             return False, False
         before = conn.execute(sa.select(self._ledger.c.source_offsets).where(
@@ -185,8 +190,16 @@ class ExactlyOnceSqlSink(Sink):
                     before, source_offsets)
         conn.execute(self._ledger.update().where(
             self._ledger.c.stream == self.stream, self._ledger.c.batch_id == batch_id).values(
-            committed_at=ledger_row["committed_at"], rows_json=ledger_row["rows_json"], source_offsets=source_offsets))
+            committed_at=ledger_row["committed_at"], rows_json=ledger_row["rows_json"], source_offsets=source_offsets,
+            epoch=self.epoch))
         return False, True
+
+    def fence(self, epoch: int) -> None:
+        """``Sink.fence``: the stream's fence row raised to ``epoch`` now (``rewind.sink.sql_fence``)."""
+        self.epoch = epoch
+        self._ensure_tables()
+        with self._connect() as conn, conn.begin():
+            claim_epoch(conn, self.dialect, self._fence, self.stream, epoch, self._now(), "the fence")
 
     def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None,
                    inserted: dict[str, int] | None = None) -> dict[str, int]:

@@ -42,6 +42,13 @@ class BatchWriter:
     late: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: the transform's dead-letter table: rows a sink cannot take go there (``rewind.sink.unwritable``)
     dead_letter: str | None = None
+    #: the driver lease's check (``LeaseKeeper.check``), asked before every commit: a driver that lost
+    #: its lease commits nothing (the sink's own fence refuses it too, in the commit's transaction)
+    lease_check: Callable[[str], None] | None = None
+
+    def check_lease(self, batch_id: int) -> None:
+        if self.lease_check is not None:
+            self.lease_check(f"batch {batch_id}")
 
     def late_filtered(self, df: Any, batch_id: int) -> tuple[Any, int | None]:
         """The batch with, of the transform's late candidates, exactly those Spark's state operators
@@ -82,6 +89,7 @@ class BatchWriter:
         from rewind.sink.unwritable import route_unwritable
 
         offsets = self.source_offsets(batch_id)
+        self.check_lease(batch_id)
         try:
             return self.sink.write_batch(batch_id, tables, offsets)
         except SinkRefused as exc:

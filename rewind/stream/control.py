@@ -1,9 +1,9 @@
 """Is a stream running, stop it gracefully, launch it detached.
 
-Why here and not in the runner: a savepoint with ``--stop`` and a restore act on a
-stream from another process; all they have is the status file (pid, heartbeat) the
-runner keeps, and the runner's promise that SIGTERM means "stop after the current
-batch commits".
+Why here and not in the runner: a savepoint with ``--stop`` and a restore act on a stream from
+another process, maybe on another host; all they have is the stream's control store (its status
+and heartbeat, its driver lease) and the runner's promise that a stop request (or SIGTERM, on the
+driver's own host) means "stop after the current batch commits".
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rewind.errors import Failed, Refused
-from rewind.paths import status_path
 from rewind.platform.processes import log_tail, pid_alive
 from rewind.registry import StreamSpec
-from rewind.stream.status import StreamStatus, read_status
+from rewind.stream.status import StreamStatus
+from rewind.stream.status_store import read_stream_status
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 #: A heartbeat older than this (with a live pid) is a hung driver or a reused pid, not a running stream.
@@ -68,68 +68,111 @@ def liveness(status: StreamStatus | None, now: float, alive: Callable[[int], boo
     return Liveness(True, status.pid, f"{status.state}, pid {status.pid}, heartbeat {age:.0f}s ago")
 
 
+def stream_running(spec: StreamSpec) -> tuple[bool, StreamStatus | None]:
+    """(running, status): the status says starting, running or stopping, and a driver holds the lease."""
+    from rewind.stream.driver_lease import driver_alive
+
+    status = read_stream_status(spec)
+    return bool(status and status.state in ACTIVE_STATES and driver_alive(spec)[0]), status
+
+
 def stream_liveness(spec: StreamSpec) -> Liveness:
-    return liveness(read_status(status_path(spec.status_dir, spec.name)), time.time(), pid_alive)
+    """Running: the status says so, its heartbeat is fresh, and the driver lease is held
+    (``rewind.stream.driver_lease.driver_alive``: no pid needed, a pid checked where it can be)."""
+    from rewind.stream.driver_lease import driver_alive
+
+    alive, why = driver_alive(spec)
+    live = liveness(read_stream_status(spec), time.time(), lambda _pid: alive)
+    return Liveness(live.running, live.pid, f"{live.why}; the lease: {why}") if live.running else live
 
 
 def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
-    """SIGTERM the stream's driver and wait until it has exited.
+    """Ask the stream's driver, wherever it runs, to stop after its current batch, and wait until it
+    has given up its lease.
 
-    Returns False when no stream was running. The signal goes to the driver process only
-    (not its group): the runner then stops after the current batch commits and stops
-    Spark itself. Raises StreamControlError if it is still alive after ``timeout``.
-    A standby (``rewind stream run --standby``) is stopped first: else it would take over the
-    moment the driver ends, and a stop would be a restart.
+    Returns False when no stream was running. A stop request in the control store reaches a driver
+    on any host (``rewind.stream.driver_lease.request_stop``); on the driver's own host it also gets
+    SIGTERM, which it answers the same way. Raises StreamControlError if it still holds the lease
+    after ``timeout``. A standby (``rewind stream run --standby``) is stopped first: else it would
+    take over the moment the driver ends, and a stop would be a restart.
     """
-    from rewind.stream.driver_lock import read_standby
+    from rewind.control.lease import Holder
+    from rewind.control.leases import me
+    from rewind.stream.driver_lease import read_standby, request_stop
 
-    standby = read_standby(spec.status_dir, spec.name)
-    if standby and not _sigterm_and_wait(int(standby["pid"]), timeout):
-        raise StreamControlError(f"stream {spec.name}: its standby (pid {standby['pid']}) did not stop within "
-                                 f"{timeout:.0f}s of SIGTERM; the driver was left running")
-    live = stream_liveness(spec)
-    if not live.running or live.pid is None:
-        return False
-    if not _sigterm_and_wait(live.pid, timeout):
-        raise StreamControlError(f"stream {spec.name} (pid {live.pid}) did not stop within {timeout:.0f}s of "
-                                 "SIGTERM; it is still running")
-    return True
+    standby = read_standby(spec)
+    if standby:
+        request_stop(spec, "stop of the stream: its standby first", standby=True)
+        there = Holder(str(standby.get("host")), int(standby.get("pid") or 0), "", str(standby.get("pidns") or ""),
+                       str(standby.get("boot_id") or ""))
+        if me().same_machine(there):  # on its own host SIGTERM reaches it before its warm-up ends
+            try:
+                os.kill(there.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        if not _wait(lambda: not read_standby(spec), timeout):
+            raise StreamControlError(f"stream {spec.name}: its standby did not stop within {timeout:.0f}s; the "
+                                     "driver was left running")
+    return _stop_driver(spec, timeout, force=False)
 
 
-def _sigterm_and_wait(pid: int, timeout: float) -> bool:
-    """SIGTERM ``pid`` and wait up to ``timeout`` s for it to exit; True when it is gone."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return True
+def _wait(done: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while pid_alive(pid):
+    while not done():
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)
     return True
 
 
-def stop_driver(spec: StreamSpec, timeout: float = 60.0) -> bool:
-    """Stop the driver named in the status whatever its heartbeat says (a hung driver answers no
-    status): SIGTERM, then SIGKILL of its process group after ``timeout``. False when none runs."""
-    from rewind.platform.processes import terminate_group
+def _stop_driver(spec: StreamSpec, timeout: float, force: bool) -> bool:
+    """Request the stop, SIGTERM the holder too where its pid can be checked, wait for the lease."""
+    from rewind.control.leases import me
+    from rewind.stream.driver_lease import driver_alive, request_stop
 
-    status = read_status(status_path(spec.status_dir, spec.name))
-    if status is None or not pid_alive(status.pid):
+    lease = request_stop(spec, "a stop of the stream" if not force else "a hung driver is stopped", force=force)
+    if lease is None:
         return False
-    if not _sigterm_and_wait(status.pid, timeout):
-        terminate_group(status.pid, grace=0.0)
+    if me().same_machine(lease.holder):
+        try:
+            os.kill(lease.holder.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    if not _wait(lambda: not driver_alive(spec)[0], timeout):
+        raise StreamControlError(f"stream {spec.name} (pid {lease.holder.pid} on {lease.holder.host}, lease epoch "
+                                 f"{lease.epoch}) did not stop within {timeout:.0f}s of the stop request; it is "
+                                 "still running")
     return True
 
 
+def stop_driver(spec: StreamSpec, timeout: float = 60.0) -> bool:
+    """Stop the stream's driver whatever its heartbeat says (a hung driver answers no status): a
+    forced stop request (the driver fences its own checkpoint writes and gives up its lease at once,
+    even if its query does not stop), and on its own host SIGTERM, then SIGKILL of its process group
+    after ``timeout``. False when none runs."""
+    from rewind.control.leases import me, read_lease
+    from rewind.control.location import control_store
+    from rewind.platform.processes import terminate_group
+
+    lease = read_lease(control_store(spec))[0]
+    try:
+        return _stop_driver(spec, timeout, force=True)
+    except StreamControlError:
+        if lease is None or not me().same_machine(lease.holder) or not pid_alive(lease.holder.pid):
+            raise
+        terminate_group(lease.holder.pid, grace=0.0)
+        return True
+
+
 def ensure_no_driver(spec: StreamSpec) -> None:
-    """Refuse a launch while the stream's driver is alive (whatever its heartbeat says)."""
-    status = read_status(status_path(spec.status_dir, spec.name))
-    if status is not None and status.state in ACTIVE_STATES and pid_alive(status.pid):
-        raise DriverRunning(f"stream {spec.name}: a driver (pid {status.pid}, state {status.state}) is alive and holds "
-                            f"its checkpoint; not launching a second one. Stop it first (`kill {status.pid}` stops it "
-                            "after its current batch), or let the supervisor stop a hung one")
+    """Refuse a launch while a driver of the stream holds its lease, on any host (whatever its heartbeat says)."""
+    from rewind.stream.driver_lease import driver_alive
+
+    alive, why = driver_alive(spec)
+    if alive:
+        raise DriverRunning(f"stream {spec.name}: a driver is alive and holds its checkpoint ({why}); not launching a "
+                            "second one. Stop it first (a stop request, or SIGTERM on its host, stops it after its "
+                            "current batch), or let the supervisor stop a hung one")
 
 
 def launch_stream(spec: StreamSpec, registry_path: str | Path | None, bootstrap: str, log_path: Path,
@@ -166,7 +209,7 @@ def wait_running(spec: StreamSpec, pid: int, timeout: float = 120.0, log_path: P
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        st = read_status(status_path(spec.status_dir, spec.name))
+        st = read_stream_status(spec)
         mine = st is not None and (st.pid == pid or (started_after is not None and st.started_at >= started_after - 1))
         if mine and st is not None and st.state == "running" and pid_alive(st.pid):
             return st
@@ -195,7 +238,7 @@ def wait_caught_up(spec: StreamSpec, bootstrap: str, timeout: float) -> dict[str
     deadline = time.monotonic() + timeout
     done: dict[str, int] = {}
     while time.monotonic() < deadline:
-        st = read_status(status_path(spec.status_dir, spec.name))
+        st = read_stream_status(spec)
         done = {f"{t}/{p}": int(o) for t, parts in (st.end_offsets if st else {}).items() for p, o in parts.items()}
         if all(done.get(k, -1) >= v for k, v in end.items()):
             return done

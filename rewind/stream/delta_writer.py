@@ -148,6 +148,7 @@ class DeltaBatchWriter(BatchWriter):
                 log.info("batch %d skipped (already committed)", batch_id)
                 return
             t1 = time.perf_counter()
+            self.check_lease(batch_id)
             fault_point("sink.before_write", batch=batch_id)
             for i, spec in enumerate(specs):
                 if rows[spec.name]:

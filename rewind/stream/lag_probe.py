@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rewind.stream.status import StreamStatus, append_history, lag_of, write_status
+from rewind.stream.status import StatusChannel, StreamStatus, channel_of, lag_of
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +32,11 @@ def end_offsets_json(ends: dict[Any, int]) -> dict[str, dict[str, int]]:
 class LagProbe(threading.Thread):
     """Every `interval_s`: true end offsets of the stream's topics -> status lag (until `stop`)."""
 
-    def __init__(self, consumer_config: dict[str, Any], topics: list[str], status: StreamStatus, path: Path,
-                 interval_s: float = 10.0, timeout_s: float = 30.0) -> None:
+    def __init__(self, consumer_config: dict[str, Any], topics: list[str], status: StreamStatus,
+                 target: Path | StatusChannel, interval_s: float = 10.0, timeout_s: float = 30.0) -> None:
         super().__init__(name=f"lag-probe-{status.stream}", daemon=True)
-        self.config, self.topics, self.status, self.path = consumer_config, topics, status, path
+        self.config, self.topics, self.status = consumer_config, topics, status
+        self.channel = channel_of(target)
         self.interval_s, self.timeout_s = interval_s, timeout_s
         self.stopped = threading.Event()
 
@@ -52,8 +53,8 @@ class LagProbe(threading.Thread):
         st.lag = lag_of(st.end_offsets, latest)
         st.total_lag = sum(st.lag.values())
         st.lag_at = time.time()
-        write_status(self.path, st)
-        append_history(self.path, st)
+        self.channel.write(st)
+        self.channel.sample(st)
 
     def run(self) -> None:
         from rewind.kafka.lookups import KafkaOffsetClient

@@ -54,6 +54,7 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     from pyspark.sql import SparkSession
 
     from rewind.platform.jars import connector_jars
+    from rewind.platform.jvm import rewind_jar
 
     preset = deployment_conf()
     builder = SparkSession.builder.appName(app_name)
@@ -64,7 +65,7 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     given = {str(k): str(v) for k, v in (conf or {}).items()}
     for key, value in spark_conf.effective(preset, given, {**spark_conf.DEFAULTS, **(defaults or {})}).items():
         builder = builder.config(key, value)
-    jars = connector_jars(required=False)
+    jars = [*connector_jars(required=False), rewind_jar()]  # rewind_jar: the fenced checkpoint file manager
     if jars:
         own = [j for j in (given.get("spark.jars") or preset.get("spark.jars") or "").split(",") if j]
         builder = builder.config("spark.jars", ",".join(dict.fromkeys([*own, *jars])))
@@ -89,23 +90,17 @@ FS_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemB
 
 
 def use_checkpoint_file_manager(spark: Any, checkpoint: str) -> None:
-    """A local checkpoint is written through Hadoop's FileSystem, not its FileContext.
+    """Every checkpoint is written through Rewind's fenced manager (``rewind.stream.checkpoint_fence``).
 
-    Why: without Hadoop's native library, the FileContext manager (Spark's default) makes the local
-    file system fork ``readlink`` for every rename and ``chmod`` for every file it creates; a JFR
-    recording of ``bench/throughput.py`` (2026-11-25, 500,000 events) counted 1,466 processes started
-    by the Spark JVM in 70 s, 896 of them ``readlink`` and 399 ``chmod``. The FileSystem manager
-    writes the same files (same names, same ``.crc`` files) without them: the state stores' commit
-    time fell from 3.1 s to 1.9 s over the same 10 batches. Its rename is not guarded against a
-    concurrent writer as FileContext's is; Rewind's driver lock (``rewind.stream.driver_lock``)
-    keeps a checkpoint to one driver. Remote checkpoints (``s3a://``) keep Spark's default.
+    It writes a local checkpoint through Hadoop's FileSystem, not its FileContext: without Hadoop's
+    native library, the FileContext manager (Spark's default) makes the local file system fork
+    ``readlink`` for every rename and ``chmod`` for every file it creates (docs/benchmarks.md). On
+    other file systems (``s3a://``) it keeps Spark's default. Either way it refuses writes once the
+    driver's lease has lapsed and publishes offset and commit files only if absent.
     """
-    from rewind.platform.s3a import is_url
+    from rewind.stream.checkpoint_fence import use_fenced_file_manager
 
-    if is_url(checkpoint):
-        spark.conf.unset(FILE_MANAGER)
-    else:
-        spark.conf.set(FILE_MANAGER, FS_MANAGER)
+    use_fenced_file_manager(spark)
 
 
 def register_sources(spark) -> None:

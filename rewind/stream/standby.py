@@ -3,9 +3,11 @@
 ``rewind stream run NAME --standby`` builds the Spark session, then warms it with a bounded read of
 the stream's own source (the last record of each partition) through the stream's own transform:
 that loads the Kafka connector's classes, starts the Python workers the transform uses and
-compiles the plan's code. Then it blocks on the stream's driver lock
-(``rewind.stream.driver_lock``); the kernel wakes it when the running driver's process is gone,
-and it starts the query from the checkpoint as any relaunched driver would.
+compiles the plan's code. Then it waits for the stream's driver lease
+(``rewind.stream.driver_lease``) and takes it with the next epoch when the driver released it,
+when its lease lapsed (a driver on another host: no kernel tells this one), or at once when the
+driver ran on this host and its process is gone; then it starts the query from the checkpoint as
+any relaunched driver would.
 
 What a takeover still pays: the query's start (reading the offset and commit logs), loading the
 state store, and the first batch. What it skips: JVM and session start-up, the connector's class
@@ -23,8 +25,11 @@ import threading
 import time
 from typing import Any
 
+from rewind.control.lease import describe
+from rewind.control.leases import LeaseKeeper, read_lease
+from rewind.control.location import control_store
 from rewind.registry import StreamSpec
-from rewind.stream.driver_lock import DriverLock, mark_standby, read_holder, wait_for_driver_lock
+from rewind.stream.driver_lease import clear_standby, wait_for_takeover
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +70,9 @@ def warm_up(spark: Any, spec: StreamSpec, bootstrap: str) -> dict[str, Any]:
 
 
 def become_driver(spark: Any, spec: StreamSpec, bootstrap: str, stop: threading.Event,
-                  session_s: float) -> DriverLock | None:
-    """Warm up, say so in ``<stream>.standby.json``, then wait for the driver lock (None: stopped)."""
-    from rewind.stream.driver_lock import clear_standby
-
+                  session_s: float, warm_done: threading.Event | None = None) -> LeaseKeeper | None:
+    """Warm up, say so in the ``standby`` document, then wait for the lease (None: stopped first).
+    ``warm_done`` is set once the warm-up is over (it ends the renewal of the "warming" notice)."""
     try:
         warmed = warm_up(spark, spec, bootstrap)
         log.info("standby %s warmed up in %.1fs: %d record(s) through the transform, %d row(s) out (not written)",
@@ -77,15 +81,20 @@ def become_driver(spark: Any, spec: StreamSpec, bootstrap: str, stop: threading.
         warmed = {"error": f"{type(exc).__name__}: {exc}"}
         log.warning("standby %s: the warm-up failed (%s); waiting anyway, the takeover will pay that start-up",
                     spec.name, warmed["error"])
-    holder = read_holder(spec.status_dir, spec.name)
-    mark_standby(spec.status_dir, spec.name, "ready", session_s + float(warmed.get("seconds", 0.0)), holder)
-    log.info("standby %s ready (session %.1fs); waiting for the driver %s to end", spec.name, session_s,
-             f"pid {holder.get('pid')}" if holder else "(none running now: taking over at once)")
+    if warm_done is not None:
+        warm_done.set()
+    holder = read_lease(control_store(spec))[0]
+    warm_up_s = session_s + float(warmed.get("seconds", 0.0))
+    # a stop requested since this standby began (while it warmed up) stops it too
+    notice = {"state": "ready", "warm_up_s": warm_up_s, "since": time.time() - warm_up_s - 1.0}
+    log.info("standby %s ready (session %.1fs); waiting for the driver %s", spec.name, session_s,
+             describe(holder) if holder else "(none running now: taking over at once)")
+    waited = time.monotonic()
     try:
-        lock = wait_for_driver_lock(spec.status_dir, spec.name, stop)
+        keeper = wait_for_takeover(spec, stop, notice)
     finally:
-        clear_standby(spec.status_dir, spec.name)
-    if lock is not None:
-        log.warning("standby %s takes over: the driver's lock was freed %.1fs after the standby was ready",
-                    spec.name, lock.waited_s)
-    return lock
+        clear_standby(spec)
+    if keeper is not None:
+        log.warning("standby %s takes over with epoch %d, %.1fs after it was ready", spec.name, keeper.epoch,
+                    time.monotonic() - waited)
+    return keeper

@@ -1,7 +1,9 @@
-"""Per-stream status file: heartbeat, progress and lag, written by the running stream.
+"""Per-stream status: heartbeat, progress and lag, written by the running stream.
 
-The supervisor (and the UI) read this file instead of talking to Spark, so a
-dead driver is visible as a stale heartbeat. Writes are atomic (rename).
+The supervisor (and the UI) read it instead of talking to Spark, so a dead driver is visible as a
+stale heartbeat. The running driver writes it through a *channel*: ``FileChannel`` (a file,
+written atomically by rename: one host, and the tests) or ``rewind.stream.status_store.StoreChannel``
+(the stream's control store, fenced by the driver's lease epoch).
 """
 
 from __future__ import annotations
@@ -9,11 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rewind.paths import history_path
 
@@ -43,6 +46,34 @@ class StreamStatus:
     late_mismatches: list[dict[str, Any]] = field(default_factory=list)  # batches where they differed
     progress: dict[str, Any] = field(default_factory=dict)  # rewind.stream.progress_metrics: rates, watermark...
     spark_ui: str | None = None  # the driver's Spark UI (linked from the Rewind page)
+    epoch: int | None = None  # the driver lease's epoch this driver writes under (rewind.control.lease)
+    host: str = field(default_factory=socket.gethostname)
+    holder: dict[str, Any] = field(default_factory=dict)  # the lease Holder: where ``pid`` can be checked
+
+
+class StatusChannel(Protocol):
+    """Where a running driver's status goes: ``write`` the status, ``sample`` a history point."""
+
+    def write(self, status: StreamStatus) -> None: ...
+
+    def sample(self, status: StreamStatus) -> None: ...
+
+
+class FileChannel:
+    """The status as a file (and its history as a JSON-lines file beside it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def write(self, status: StreamStatus) -> None:
+        write_status(self.path, status)
+
+    def sample(self, status: StreamStatus) -> None:
+        append_history(self.path, status)
+
+
+def channel_of(target: Path | StatusChannel) -> StatusChannel:
+    return FileChannel(target) if isinstance(target, (str, Path)) else target
 
 
 def lag_of(end: dict[str, dict[str, int]], latest: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -116,10 +147,17 @@ def read_history(status_file: Path, since: float | None = None) -> list[dict[str
 
 def read_status(path: Path) -> StreamStatus | None:
     try:
-        raw = json.loads(Path(path).read_text())
-        known = StreamStatus.__dataclass_fields__
-        return StreamStatus(**{k: v for k, v in raw.items() if k in known})  # written by another version
-    except (FileNotFoundError, json.JSONDecodeError, TypeError):
+        return status_from(json.loads(Path(path).read_text()))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def status_from(raw: Any) -> StreamStatus | None:
+    """A status from its stored document (fields of other versions ignored); None when it is none."""
+    known = StreamStatus.__dataclass_fields__
+    try:
+        return StreamStatus(**{k: v for k, v in raw.items() if k in known})
+    except (TypeError, AttributeError):
         return None
 
 
@@ -138,16 +176,19 @@ def _offset_span(start: Any, end: Any) -> int:
     return sum(max(0, int(o) - int(a.get(t, {}).get(p, 0))) for t, parts in b.items() for p, o in parts.items())
 
 
-def make_listener(path: Path, status: StreamStatus, on_progress: Any = None):
-    """A StreamingQueryListener that keeps ``path`` current (imported lazily: needs pyspark);
-    ``on_progress(progress)`` runs before each progress is written (it may update ``status``)."""
+def make_listener(target: Path | StatusChannel, status: StreamStatus, on_progress: Any = None):
+    """A StreamingQueryListener that keeps the status current in ``target`` (a file or a channel;
+    imported lazily: needs pyspark); ``on_progress(progress)`` runs before each progress is written
+    (it may update ``status``)."""
     from pyspark.sql.streaming import StreamingQueryListener
+
+    channel = channel_of(target)
 
     class StatusListener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
             status.query_id, status.run_id = str(event.id), str(event.runId)
             status.state, status.heartbeat = "running", time.time()
-            write_status(path, status)
+            channel.write(status)
 
         def onQueryProgress(self, event: Any) -> None:
             p = event.progress
@@ -174,17 +215,17 @@ def make_listener(path: Path, status: StreamStatus, on_progress: Any = None):
                     status.latest_offsets = latest
                 status.lag = lag_of(status.end_offsets, status.latest_offsets or status.end_offsets)
                 status.total_lag = sum(status.lag.values())
-            write_status(path, status)
-            append_history(path, status)
+            channel.write(status)
+            channel.sample(status)
 
         def onQueryIdle(self, event: Any) -> None:
             status.heartbeat = time.time()
-            write_status(path, status)
+            channel.write(status)
 
         def onQueryTerminated(self, event: Any) -> None:
             status.heartbeat = time.time()
             status.exception = event.exception
             status.state = "failed" if event.exception else "stopped"
-            write_status(path, status)
+            channel.write(status)
 
     return StatusListener()

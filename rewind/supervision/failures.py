@@ -1,21 +1,23 @@
 """The supervisor's memory: every failure and alert of a stream, and a give-up verdict.
 
-Why a file beside the status (``<status_dir>/<stream>.failures.json``): the restart strategy
-must see every failure across supervisor runs (an Airflow run ends, the next one starts), a
-crash-loop verdict must stay until a person clears it, and a lag alert must not fire again on
-every poll while the lag lasts. Writes are atomic (write, then rename).
+Why a document of the stream's control store (``failures``; on one host the file
+``<status_dir>/<stream>.failures.json``): the restart strategy must see every failure across
+supervisor runs (an Airflow run ends, the next one starts, maybe on another worker), a crash-loop
+verdict must stay until a person clears it, and a lag alert must not fire again on every poll while
+the lag lasts. Every change is a read-modify-write with a conditional write
+(``rewind.control.store.update``): two workers recording at once lose nothing.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rewind import paths
+from rewind.control.location import control_store
+from rewind.control.store import update
 from rewind.errors import Refused
 from rewind.registry import StreamSpec
 from rewind.supervision.restart_policy import Decision, Failure, decide
@@ -35,22 +37,18 @@ def failures_path(spec: StreamSpec) -> Path:
     return paths.failures_path(spec.status_dir, spec.name)
 
 
+FAILURES = "failures"
+
+
+def _shaped(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"failures": list(doc.get("failures", [])), "alerts": list(doc.get("alerts", [])),
+            "gave_up": doc.get("gave_up"), "reset_at": doc.get("reset_at")}
+
+
 def read_failures(spec: StreamSpec) -> dict[str, Any]:
     """``{"failures": [...], "alerts": [...], "gave_up": {...} | None, "reset_at": float | None}``."""
-    try:
-        doc = json.loads(failures_path(spec).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        doc = {}
-    return {"failures": doc.get("failures", []), "alerts": doc.get("alerts", []), "gave_up": doc.get("gave_up"),
-            "reset_at": doc.get("reset_at")}
-
-
-def _write(spec: StreamSpec, doc: dict[str, Any]) -> None:
-    path = failures_path(spec)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, path)
+    got = control_store(spec).read(FAILURES)
+    return _shaped(got.doc if got else {})
 
 
 def record_failure(spec: StreamSpec, cause: str, detail: str, batch_id: int | None,
@@ -61,22 +59,32 @@ def record_failure(spec: StreamSpec, cause: str, detail: str, batch_id: int | No
     stream behind a person's back; ``reset`` clears it.
     """
     now = time.time() if now is None else now
-    doc = read_failures(spec)
-    doc["failures"].append(asdict(Failure(now, cause, batch_id, offsets, detail[:4000])))
-    doc["failures"] = doc["failures"][-KEEP_FAILURES:]
-    decision = decide(spec.restart, [Failure(**f) for f in doc["failures"]], now)
-    if not decision.restart:
-        doc["gave_up"] = {"at": now, "reason": decision.reason}
-    _write(spec, doc)
-    return decision
+    decided: list[Decision] = []
+
+    def add(stored: dict[str, Any]) -> dict[str, Any]:
+        doc = _shaped(stored)
+        doc["failures"] = [*doc["failures"], asdict(Failure(now, cause, batch_id, offsets, detail[:4000]))]
+        doc["failures"] = doc["failures"][-KEEP_FAILURES:]
+        decision = decide(spec.restart, [Failure(**f) for f in doc["failures"]], now)
+        if not decision.restart:
+            doc["gave_up"] = {"at": now, "reason": decision.reason}
+        decided[:] = [decision]
+        return doc
+
+    update(control_store(spec), FAILURES, add)
+    return decided[0]
 
 
 def record_alert(spec: StreamSpec, cause: str, detail: str, now: float | None = None) -> None:
     """An alert (e.g. lag over the threshold): recorded and shown, never counted as a failure."""
-    doc = read_failures(spec)
-    doc["alerts"].append({"at": time.time() if now is None else now, "cause": cause, "detail": detail[:2000]})
-    doc["alerts"] = doc["alerts"][-KEEP_ALERTS:]
-    _write(spec, doc)
+    alert = {"at": time.time() if now is None else now, "cause": cause, "detail": detail[:2000]}
+
+    def add(stored: dict[str, Any]) -> dict[str, Any]:
+        doc = _shaped(stored)
+        doc["alerts"] = [*doc["alerts"], alert][-KEEP_ALERTS:]
+        return doc
+
+    update(control_store(spec), FAILURES, add)
 
 
 def last_alert_at(doc: dict[str, Any], cause: str) -> float | None:
@@ -99,6 +107,11 @@ def reset(spec: StreamSpec, now: float | None = None) -> dict[str, Any]:
     The time of the reset is kept: a driver that died before it was seen by a person, and is not
     counted again by the next launch (``rewind.supervision.health.unrecorded_death``).
     """
-    before = read_failures(spec)
-    _write(spec, {"failures": [], "alerts": [], "gave_up": None, "reset_at": time.time() if now is None else now})
-    return before
+    before: list[dict[str, Any]] = []
+
+    def clear(stored: dict[str, Any]) -> dict[str, Any]:
+        before[:] = [_shaped(stored)]
+        return {"failures": [], "alerts": [], "gave_up": None, "reset_at": time.time() if now is None else now}
+
+    update(control_store(spec), FAILURES, clear)
+    return before[0]

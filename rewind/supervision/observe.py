@@ -1,7 +1,8 @@
 """The observer of the supervision loop: everything the evaluator needs, read once.
 
-One function, ``observe(spec)``, reads the stream's status file, whether its driver process is
-alive, and the supervisor's memory (failures, alerts, a give-up verdict) into a frozen
+One function, ``observe(spec)``, reads the stream's status, whether a driver holds it (its lease,
+on any host; a pid is checked only where it means something), and the supervisor's memory
+(failures, alerts, a give-up verdict) from the stream's control store into a frozen
 ``Observation``; ``rewind.supervision.health.evaluate`` decides from it, and
 ``rewind.supervision.reconcile`` acts. The Airflow trigger, the chaos harness, ``rewind
 supervisor status`` and the Rewind page all observe through here (the status used to be read
@@ -14,11 +15,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewind.paths import status_path
-from rewind.platform.processes import pid_alive
+from rewind.control.leases import read_lease
+from rewind.control.location import control_store
 from rewind.registry import StreamSpec
-from rewind.stream.driver_lock import driver_lock_held, read_standby
-from rewind.stream.status import StreamStatus, read_status
+from rewind.stream.driver_lease import driver_alive, read_standby
+from rewind.stream.status import StreamStatus
+from rewind.stream.status_store import read_stream_status
 from rewind.supervision.failures import read_failures
 
 
@@ -27,7 +29,7 @@ class Observation:
     stream: str
     at: float
     status: StreamStatus | None
-    driver_alive: bool  # the status's pid runs (hung or not), a driver holds the lock, or a standby is there
+    driver_alive: bool  # a driver holds the lease (hung or not), or a standby is there to take over
     gave_up: dict[str, Any] | None = None
     last_alert_at: dict[str, float] = field(default_factory=dict)  # cause -> when it was last alerted
     failures: tuple[dict[str, Any], ...] = ()
@@ -35,14 +37,14 @@ class Observation:
 
 
 def observe(spec: StreamSpec, now: float | None = None) -> Observation:
-    status = read_status(status_path(spec.status_dir, spec.name))
+    store = control_store(spec)
+    status = read_stream_status(spec, store)
     doc = read_failures(spec)
     alerts: dict[str, float] = {}
     for a in doc["alerts"]:
         alerts[a["cause"]] = max(alerts.get(a["cause"], 0.0), float(a["at"]))
     # A dead driver with a live standby is a takeover in progress, not a failure: the standby holds
-    # the lock before it writes its status, or is still warming up and takes over after that.
-    alive = (bool(status and pid_alive(status.pid)) or driver_lock_held(spec.status_dir, spec.name)
-             or bool(read_standby(spec.status_dir, spec.name)))
+    # the lease before it writes its status, or is still warming up and takes over after that.
+    alive = driver_alive(spec, read_lease(store)[0])[0] or bool(read_standby(spec))
     return Observation(spec.name, time.time() if now is None else now, status, alive, doc["gave_up"], alerts,
                        tuple(doc["failures"]), doc["reset_at"])

@@ -17,10 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rewind.paths import status_path
 from rewind.registry import StreamSpec
 from rewind.stream.control import StreamFailed, stop_driver
-from rewind.stream.status import read_status
+from rewind.stream.status_store import read_stream_status
 from rewind.supervision.failures import CrashLoop, record_alert, record_failure
 from rewind.supervision.health import Verdict
 from rewind.supervision.observe import Observation
@@ -78,7 +77,7 @@ def wait_for_progress(spec: StreamSpec, pid: int, after_batch: int | None, timeo
     deadline = time.monotonic() + timeout
     st = None
     while time.monotonic() < deadline:
-        st = read_status(status_path(spec.status_dir, spec.name))
+        st = read_stream_status(spec)
         if st and st.pid == pid:
             if st.state == "failed":
                 raise StreamFailed("query_failed", f"{spec.name} failed after relaunch (last batch "
@@ -125,7 +124,7 @@ def relaunch_until_progress(spec: StreamSpec, start: Callable[[], dict[str, Any]
 
 def fail(spec: StreamSpec, cause: str, detail: str, now: float | None = None) -> Decision:
     """Record a failure at the batch the stream is stuck behind and ask the restart strategy."""
-    status = read_status(status_path(spec.status_dir, spec.name))
+    status = read_stream_status(spec)
     return record_failure(spec, cause, detail, status.last_batch_id if status else None,
                           status.end_offsets if status else {}, now)
 

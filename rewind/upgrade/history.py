@@ -3,10 +3,9 @@ the guard of an upgrade in progress. The one module that reads and writes them.
 
 Why one module: these are documents two processes of Rewind must agree on (the upgrade that runs,
 the supervisor that must stand aside meanwhile, the Rewind page that shows the history), so they
-belong in the stream's shared control store. Today they are JSON files beside the status
-(``<status_dir>/<stream>.<name>.json``); every reader and writer goes through ``read_doc``,
-``write_doc``, ``create_doc`` and ``delete_doc``, so moving them into the control store changes
-these four functions and nothing else.
+belong in the stream's shared control store (``rewind.control``: S3 beside an ``s3a://``
+checkpoint, on one host the files ``<status_dir>/<stream>.<name>.json``). Every reader and writer
+goes through ``read_doc``, ``write_doc``, ``create_doc`` and ``delete_doc``.
 
 Documents (one stream each):
 
@@ -25,7 +24,6 @@ import os
 import socket
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 #: History records kept (older ones are dropped; the savepoints they name stay until retention).
@@ -34,49 +32,31 @@ KEEP = 100
 KEEP_ENTRIES = 50
 
 
-def _path(spec: Any, name: str) -> Path:
-    return Path(spec.status_dir) / f"{spec.name}.{name}.json"
+def _store(spec: Any) -> Any:
+    from rewind.control.location import control_store
+
+    return control_store(spec)
 
 
 def read_doc(spec: Any, name: str) -> dict[str, Any] | None:
-    """The document, or None when absent (or torn: a reader never fails on a half-written file)."""
-    try:
-        doc = json.loads(_path(spec, name).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
+    """The document, or None when absent (a document that is not a JSON object reads as absent)."""
+    got = _store(spec).read(name)
+    return got.doc if got is not None and isinstance(got.doc, dict) and got.doc else None
 
 
 def write_doc(spec: Any, name: str, doc: dict[str, Any]) -> None:
-    """Replace the document (atomic: write, fsync, rename)."""
-    path = _path(spec, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1, sort_keys=True, default=str))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Replace the document (whole: a reader never sees half of it)."""
+    _store(spec).write(name, json.loads(json.dumps(doc, default=str)))
 
 
 def create_doc(spec: Any, name: str, doc: dict[str, Any]) -> bool:
-    """Write the document only if it is absent; False when another writer has it (atomic)."""
-    path = _path(spec, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(doc, indent=1, sort_keys=True, default=str))
-    return True
+    """Write the document only if it is absent; False when another writer has it (atomic: a conditional
+    create, ``If-None-Match`` on S3)."""
+    return _store(spec).create(name, json.loads(json.dumps(doc, default=str))) is not None
 
 
 def delete_doc(spec: Any, name: str) -> None:
-    try:
-        _path(spec, name).unlink()
-    except FileNotFoundError:
-        pass
+    _store(spec).delete(name)
 
 
 # --------------------------------------------------------------------------- the history
@@ -94,21 +74,33 @@ def read_history(spec: Any) -> list[dict[str, Any]]:
 
 def save_record(spec: Any, record: dict[str, Any]) -> None:
     """Add ``record`` or replace the one with its ``id`` (a record is saved as each step ends, so an
-    upgrade that dies half-way still says how far it got)."""
-    records = [r for r in read_history(spec) if r.get("id") != record["id"]]
-    records.append(record)
-    records.sort(key=lambda r: str(r.get("id")))
-    write_doc(spec, "upgrades", {"records": records[-KEEP:]})
+    upgrade that dies half-way still says how far it got). A read-modify-write that loses no record to
+    a writer on another host (``rewind.control.store.update``)."""
+    from rewind.control.store import update
+
+    def change(doc: dict[str, Any]) -> dict[str, Any]:
+        old = doc.get("records")
+        records = [r for r in (old if isinstance(old, list) else [])
+                   if isinstance(r, dict) and r.get("id") != record["id"]]
+        records.append(json.loads(json.dumps(record, default=str)))
+        records.sort(key=lambda r: str(r.get("id")))
+        return {"records": records[-KEEP:]}
+
+    update(_store(spec), "upgrades", change)
 
 
 # --------------------------------------------------------------------------- registry entries by hash
 def keep_entry(spec: Any, config_hash: str, text: str, transform: str) -> None:
-    doc = read_doc(spec, "entries") or {}
-    doc[config_hash] = {"text": text, "transform": transform, "saved_at": time.time()}
-    if len(doc) > KEEP_ENTRIES:
-        for old in sorted(doc, key=lambda h: doc[h].get("saved_at", 0))[:len(doc) - KEEP_ENTRIES]:
-            doc.pop(old)
-    write_doc(spec, "entries", doc)
+    from rewind.control.store import update
+
+    def change(doc: dict[str, Any]) -> dict[str, Any]:
+        doc[config_hash] = {"text": text, "transform": transform, "saved_at": time.time()}
+        if len(doc) > KEEP_ENTRIES:
+            for old in sorted(doc, key=lambda h: doc[h].get("saved_at", 0))[:len(doc) - KEEP_ENTRIES]:
+                doc.pop(old)
+        return doc
+
+    update(_store(spec), "entries", change)
 
 
 def kept_entry(spec: Any, config_hash: str) -> str | None:

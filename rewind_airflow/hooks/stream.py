@@ -22,14 +22,14 @@ class RewindStreamHook(SparkSubmitHook):
 
     def __init__(self, stream: str, registry: str | None = None, bootstrap: str | None = None,
                  conn_id: str = "spark_default", standby: bool = False, **kwargs: Any) -> None:
-        from rewind.platform.jars import connector_jars
+        from rewind.platform.jvm import submit_jars
 
         args = [stream] + (["--registry", registry] if registry else []) + \
             (["--bootstrap", bootstrap] if bootstrap else []) + (["--standby"] if standby else [])
         kwargs.setdefault("name", f"rewind-{stream}")
-        # Spark's Kafka connector: under spark-submit the JVM starts before the session's conf is
-        # read, so spark.jars set in Python would not reach the driver's class path.
-        kwargs.setdefault("jars", ",".join(connector_jars(required=False)) or None)
+        # Spark's Kafka connector and Rewind's checkpoint file manager: under spark-submit the JVM starts
+        # before the session's conf is read, so spark.jars set in Python would not reach its class path.
+        kwargs.setdefault("jars", ",".join(submit_jars()))
         # An s3a:// checkpoint: the S3A jars on the driver's class path, which under spark-submit is
         # fixed before the session's spark.driver.extraClassPath is read (rewind.platform.s3a).
         kwargs.setdefault("driver_class_path", s3a_driver_class_path(stream, registry))

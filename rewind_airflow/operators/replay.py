@@ -51,14 +51,16 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.sdk.exceptions import AirflowFailException
 
+    from rewind.control.location import control_store
     from rewind.registry import load_registry
     from rewind.replay.guard import busy_message, current_holder, lock_path
     from rewind.replay.report import ReplayReport, format_report
 
     spec = load_registry(registry).get(params["stream"])
-    holder = current_holder(spec.status_dir, spec.name)
-    if holder:  # the job's own lock is what holds; this says it before a Spark start
-        raise AirflowFailException(busy_message(spec.name, holder, lock_path(spec.status_dir, spec.name)))
+    control = control_store(spec)
+    holder = current_holder(control, spec.name)
+    if holder:  # the job's own lease is what holds; this says it before a Spark start
+        raise AirflowFailException(busy_message(spec.name, holder, lock_path(control, spec.name)))
     report_file = Path(planned["run_dir"]) / "report.json"
     args = [spec.name, "--registry", registry, "--bootstrap", RewindKafkaHook().bootstrap(), "--plan-json",
             planned["plan_file"], "--mode", params.get("mode") or "into-sink", "--replay-id", planned["replay_id"],

@@ -41,13 +41,13 @@ def launch_standby(stream: str, registry: str | None, conn_id: str) -> dict[str,
     for one (``supervision.standby``) and none is there; it takes over when the driver's process dies."""
     from rewind.paths import paths_of
     from rewind.registry import load_registry
-    from rewind.stream.driver_lock import read_standby
+    from rewind.stream.driver_lease import read_standby
     from rewind_airflow.hooks.stream import RewindStreamHook
 
     spec = load_registry(registry).get(stream)
     if not spec.supervision.standby:
         return {}
-    there = read_standby(spec.status_dir, spec.name)
+    there = read_standby(spec)
     if there:
         return {"standby_pid": there["pid"], "standby_launched": False}
     log_path = paths_of(spec).log.with_suffix(".standby.log")
@@ -187,8 +187,10 @@ def relaunch(name: str, registry: str, failure: dict[str, Any], checkpoint: dict
 def chain_enabled(name: str, registry: str, params: dict[str, Any]) -> bool:
     """Keep watching a stream that runs, whatever this run's tasks did: a failed proof, an alert or a
     transient task error fails the run visibly but must not leave the stream unsupervised. No next
-    run when the strategy gave up (crash loop) or no driver runs (launch failed): those need a
-    person, and chaining would only repeat the failure."""
+    run when the strategy gave up (crash loop), the stream was never launched, stopped, or its launch
+    failed: those need a person, and chaining would only repeat the failure. A driver whose lease
+    lapsed since this run's tasks (killed, or paused on a host cut off) is chained: the next run's
+    launch records it as a failure the strategy counts and brings the stream back."""
     from rewind.registry import load_registry
     from rewind.supervision.observe import observe
 
@@ -200,7 +202,10 @@ def chain_enabled(name: str, registry: str, params: dict[str, Any]) -> bool:
               f"rewind supervisor reset {name}")
         return False
     st = obs.status
-    if st is None or st.state in ("stopped", "failed") or not obs.driver_alive:
+    if st is None or st.state in ("stopped", "failed"):
         print(f"not chaining: no running driver for {name} (status: {st.state if st else 'none'})")
         return False
+    if not obs.driver_alive:
+        print(f"chaining: {name}'s driver is gone since (status {st.state}, its lease lapsed); the next run's "
+              "launch records it and brings the stream back")
     return True

@@ -1,0 +1,123 @@
+"""Every sink refuses a batch commit of a driver whose lease epoch was taken over, in the commit itself:
+SQLite and PostgreSQL (a fence row raised in the batch's transaction), Delta (an app transaction on
+the ledger and every table), no services but PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rewind.sink.errors import SinkFenced
+from rewind.sink.schema import LEDGER_TABLE, Column, TableSpec
+
+EVENTS = TableSpec("events", (Column("id", "string", nullable=False), Column("v", "bigint")), key=("id",),
+                   on_conflict="ignore")
+
+
+def rows(*ids: str) -> dict[str, list[dict[str, object]]]:
+    return {"events": [{"id": i, "v": 1} for i in ids]}
+
+
+def _sql(url: str, stream: str = "s") -> object:
+    from rewind.sink.sql import ExactlyOnceSqlSink
+
+    return ExactlyOnceSqlSink(url, stream, [EVENTS])
+
+
+def _delta(root: Path, stream: str = "s") -> object:
+    from rewind.sink.delta import DeltaSink
+    from rewind.sink.delta_target import parse_delta_sink
+
+    return DeltaSink(parse_delta_sink(f"delta://{root}"), stream, [EVENTS])
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "delta"])
+def make_sink(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    if request.param == "sqlite":
+        return lambda: _sql(f"sqlite:///{tmp_path}/sink.db")
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
+        from rewind.testing.pg_databases import create_database
+
+        db = create_database(url, f"fence_{abs(hash(tmp_path.name)) % 10**8}")
+        return lambda: _sql(db)
+    return lambda: _delta(tmp_path / "delta")
+
+
+def test_a_zombie_commits_nothing_once_a_newer_epoch_fenced_the_sink(make_sink) -> None:  # type: ignore[no-untyped-def]
+    zombie, successor = make_sink(), make_sink()
+    try:
+        zombie.fence(1)
+        assert not zombie.write_batch(0, rows("a"), '{"t":{"0":1}}').skipped
+        successor.fence(2)  # took the lease: before its first batch
+        with pytest.raises(SinkFenced, match="epoch 2 has taken the stream over"):
+            zombie.write_batch(1, rows("zombie"), '{"t":{"0":2}}')
+        assert not successor.write_batch(1, rows("b"), '{"t":{"0":2}}').skipped
+        with pytest.raises(SinkFenced):  # also a batch the new driver has not reached yet
+            zombie.write_batch(2, rows("late"), '{"t":{"0":3}}')
+        ledger = successor.read_table(LEDGER_TABLE)
+        assert ledger["batch_id"].tolist() == [0, 1]
+        assert sorted(successor.read_table("events")["id"]) == ["a", "b"]
+        with pytest.raises(SinkFenced):  # a fence never goes back
+            zombie.fence(1)
+        successor.write_rows(rows("replayed"))  # a replay is not a driver: never fenced
+    finally:
+        zombie.dispose()
+        successor.dispose()
+
+
+def test_an_unfenced_sink_and_other_streams_are_not_affected(tmp_path: Path) -> None:
+    a, b = _sql(f"sqlite:///{tmp_path}/x.db", "a"), _sql(f"sqlite:///{tmp_path}/x.db", "b")
+    try:
+        a.fence(5)
+        b.fence(1)
+        assert not b.write_batch(0, rows("b0"), None).skipped
+        plain = _sql(f"sqlite:///{tmp_path}/x.db", "a")  # a tool or a test writing without a lease
+        assert not plain.write_batch(9, rows("p"), None).skipped
+        plain.dispose()
+    finally:
+        a.dispose()
+        b.dispose()
+
+
+def test_the_kafka_sink_is_fenced_through_its_transactional_id(kafka_bootstrap: str) -> None:
+    """The new driver's ``fence`` starts its transactional producer before its first batch: the older
+    producer of the same transactional id is fenced by the broker, so the zombie's next batch fails
+    ("fenced") with nothing of it visible; the new driver's records carry its epoch."""
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    from rewind.sink.errors import SinkWriteError
+    from rewind.sink.kafka import TransactionalKafkaSink
+    from rewind.sink.kafka_target import KafkaSinkTarget
+
+    prefix = f"kf{uuid.uuid4().hex[:8]}."
+    zombie, successor = (TransactionalKafkaSink(KafkaSinkTarget(kafka_bootstrap, prefix), "s", [EVENTS])
+                         for _ in range(2))
+    try:
+        zombie.fence(1)
+        assert not zombie.write_batch(0, rows("a"), '{"t":{"0":1}}').skipped
+        successor.fence(2)
+        with pytest.raises(SinkWriteError, match="fenced"):
+            zombie.write_batch(1, rows("zombie"), '{"t":{"0":2}}')
+        assert not successor.write_batch(1, rows("b"), '{"t":{"0":2}}').skipped
+        assert successor.committed_batch_ids() == [0, 1]
+        assert sorted(successor.read_table("events")["id"]) == ["a", "b"]
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"g{uuid.uuid4().hex}",
+                             "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        consumer.subscribe([successor.table_name("events")])
+        epochs: dict[str, str] = {}
+        deadline = time.monotonic() + 30
+        while len(epochs) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error():
+                epochs[json.loads(msg.value())["id"]] = dict(msg.headers() or [])["rewind.epoch"].decode()
+        consumer.close()
+        assert epochs == {"a": "1", "b": "2"}
+    finally:
+        zombie.dispose()
+        successor.dispose()
