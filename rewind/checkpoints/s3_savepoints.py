@@ -177,3 +177,15 @@ def _etag(client: Any, bucket: str, key: str, store: Any) -> str:
             raise SavepointCorrupt(f"{key.split(FILES_DIR, 1)[-1]}: missing from {store.url(key.rsplit('/', 1)[0])} "
                                    "(partial savepoint)") from None
         raise
+
+
+def restore_stream_into_s3(spec: StreamSpec, store: Any, manifest: Manifest, to: str | None) -> str:
+    """The S3 half of ``savepoints.restore_savepoint``: a fresh prefix for ``spec``, filled and proven; the caller
+    then switches the pointer. SavepointCorrupt says that nothing was restored."""
+    dest = s3_restore_destination(store.client, spec.checkpoint, manifest.savepoint_id, to)
+    try:
+        restore_into_s3(store, manifest, dest)
+    except SavepointCorrupt as exc:
+        raise SavepointCorrupt(f"savepoint {manifest.savepoint_id} of {spec.name} refused: {exc}; nothing was "
+                               "restored and the stream's checkpoint is unchanged") from None
+    return dest

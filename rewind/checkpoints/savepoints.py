@@ -347,8 +347,18 @@ def restore_savepoint(spec: StreamSpec, store: S3Store, savepoint_id: str, *, to
     if in_use:
         raise SavepointRefused(f"{in_use}: nothing was changed")
     manifest = load_manifest(store, spec.name, savepoint_id)
-    if is_s3_url(str(to)) if to is not None else is_s3_url(spec.checkpoint):
-        return _restore_into_s3(spec, store, manifest, None if to is None else str(to), started)
+    if is_s3_url(spec.checkpoint):  # into a fresh s3a:// prefix, copied and proven inside S3
+        from rewind.checkpoints.s3_savepoints import restore_stream_into_s3
+
+        where = restore_stream_into_s3(spec, store, manifest, None if to is None else str(to))
+        point_to(spec, where, f"restored from savepoint {savepoint_id} (batch {manifest.batch_id})",
+                 restored_from=savepoint_id)
+        return RestoreResult(manifest, where, time.monotonic() - started,
+                             tuple(restore_warnings(manifest, spec, spark_version())))
+    if to is not None and is_s3_url(str(to)):
+        raise SavepointRefused(f"--to {to}: stream {spec.name}'s checkpoint is local ({spec.checkpoint}); to move it "
+                               "into S3, set its checkpoint to an s3a:// prefix in the registry (the driver's S3 "
+                               "settings follow it), then restore without --to; nothing was changed")
     dest = restore_destination(spec, savepoint_id, to)
     staging = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -374,21 +384,3 @@ def restore_savepoint(spec: StreamSpec, store: S3Store, savepoint_id: str, *, to
     return RestoreResult(manifest, dest, time.monotonic() - started,
                          tuple(restore_warnings(manifest, spec, spark_version())))
 
-
-def _restore_into_s3(spec: StreamSpec, store: S3Store, manifest: Manifest, to: str | None,
-                     started: float) -> RestoreResult:
-    """Into a fresh ``s3a://`` prefix, copied and proven inside S3 (``rewind.checkpoints.s3_savepoints``), then
-    the switch: the stream's pointer moves to it."""
-    from rewind.checkpoints.pointer import point_to
-    from rewind.checkpoints.s3_savepoints import restore_into_s3, s3_restore_destination
-
-    dest = s3_restore_destination(store.client, spec.checkpoint, manifest.savepoint_id, to)
-    try:
-        restore_into_s3(store, manifest, dest)
-    except SavepointCorrupt as exc:
-        raise SavepointCorrupt(f"savepoint {manifest.savepoint_id} of {spec.name} refused: {exc}; nothing was "
-                               "restored and the stream's checkpoint is unchanged") from None
-    point_to(spec, dest, f"restored from savepoint {manifest.savepoint_id} (batch {manifest.batch_id})",
-             restored_from=manifest.savepoint_id)
-    return RestoreResult(manifest, dest, time.monotonic() - started,
-                         tuple(restore_warnings(manifest, spec, spark_version())))
