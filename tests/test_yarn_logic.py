@@ -113,3 +113,76 @@ def test_containers_and_applications_are_read_from_what_yarn_writes() -> None:
     assert app.active and app.tags == ("rewind", "rewind-stream-demo") and app.am_host == "localhost:8042"
     assert stream_tag("Demo") == "rewind-stream-demo"
 
+
+
+def _app(state: str, final: str = "UNDEFINED", diagnostics: str = "") -> YarnApp:
+    return YarnApp("application_1_7", "rewind-demo", state, final, None, diagnostics, ("rewind-stream-demo",))
+
+
+def test_liveness_combines_the_heartbeat_with_yarns_word() -> None:
+    from rewind.supervision.cluster_app import judge
+
+    # a driver SIGKILLed: YARN ended its only attempt while the heartbeat still looks fresh
+    dead = judge(_app("FAILED", "FAILED", "Application application_1_7 failed 1 times\nmore"), 3.0, 60.0)
+    assert (dead.alive, dead.ended, dead.hung) == (False, True, False)
+    assert "FAILED" in dead.detail and "failed 1 times" in dead.detail and "more" not in dead.detail
+    # a hung driver: YARN runs it, no heartbeat for long: kill it through YARN first
+    hung = judge(_app("RUNNING"), 300.0, 60.0)
+    assert (hung.alive, hung.hung) == (False, True) and "kill it through YARN" in hung.detail
+    # starting: accepted, waiting for a container, no report yet, or only an earlier driver's
+    assert judge(_app("ACCEPTED"), None, 60.0).alive and judge(_app("ACCEPTED"), 900.0, 60.0).alive
+    assert judge(_app("RUNNING"), 2.0, 60.0).alive
+    assert judge(None, 2.0, 60.0) == judge(None, None, 60.0) and not judge(None, 2.0, 60.0).alive
+
+
+def test_a_graceful_stop_kills_through_yarn_only_when_the_application_lingers() -> None:
+    from rewind.supervision.cluster_app import stop_step
+
+    assert stop_step(_app("RUNNING"), False, 5.0, 60.0) == "wait"  # the batch in flight commits first
+    assert stop_step(_app("RUNNING"), False, 61.0, 60.0) == "kill"
+    assert stop_step(_app("RUNNING"), True, 61.0, 60.0) == "kill"  # stopped, but its application lingers
+    assert stop_step(_app("FINISHED", "SUCCEEDED"), True, 1.0, 60.0) == "done"
+    assert stop_step(None, False, 1.0, 60.0) == "done"
+
+
+def test_a_cluster_submit_ships_the_code_and_keeps_secrets_off_the_command_line(tmp_path: Path) -> None:
+    import zipfile
+
+    from rewind.platform.cluster_submit import job_archive, stream_submit, write_properties
+
+    archive = job_archive("rewind.demo.transform:DemoTransform", tmp_path)
+    assert job_archive("rewind.demo.transform:DemoTransform", tmp_path) == archive  # built once per content
+    names = zipfile.ZipFile(archive).namelist()
+    assert "rewind/demo/transform.py" in names and "rewind/inventory/catalog.csv" in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    registry = tmp_path / "streams.yaml"
+    registry.write_text("streams: {}\n")
+    submit = stream_submit("demo", registry, "broker:9092", archive, driver_env={"REWIND_JARS": "/opt/jars"},
+                           secret_env={"AWS_SECRET_ACCESS_KEY": "s3cr3t"})
+    assert submit.conf["spark.yarn.maxAppAttempts"] == "1"  # restarts are Rewind's decision
+    assert submit.conf["spark.yarn.submit.waitAppCompletion"] == "false"
+    assert "rewind-stream-demo" in submit.conf["spark.yarn.tags"].split(",")
+    assert submit.conf["spark.yarn.appMasterEnv.PYTHONPATH"] == "{{PWD}}/rewind_job" == \
+        submit.conf["spark.executorEnv.PYTHONPATH"]
+    assert submit.archives == f"{archive}#rewind_job" and submit.files == str(registry)
+    assert submit.application_args == ["demo", "--registry", "streams.yaml", "--bootstrap", "broker:9092"]
+    assert "s3cr3t" not in repr(submit) and "s3cr3t" not in str(submit.conf)
+    props = write_properties(tmp_path / "p.conf", submit.secret_conf)
+    assert props.stat().st_mode & 0o777 == 0o600
+    assert "spark.yarn.appMasterEnv.AWS_SECRET_ACCESS_KEY s3cr3t" in props.read_text()
+
+
+def test_a_transform_outside_rewind_is_shipped_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    from rewind.platform.cluster_submit import NotShippable, job_archive
+
+    pkg = tmp_path / "src" / "payments_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "transform.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    names = zipfile.ZipFile(job_archive("payments_pkg.transform:T", tmp_path / "cache")).namelist()
+    assert "payments_pkg/transform.py" in names and "rewind/__init__.py" in names
+    with pytest.raises(NotShippable, match="not_installed_anywhere"):
+        job_archive("not_installed_anywhere.t:T", tmp_path / "cache")
