@@ -198,6 +198,25 @@ class YarnCluster:
                    live[-1].log_path if live else rm.log_path,
                    lambda: rm.alive() and all(p.alive() for p in live), explain_failure)
 
+    def spark_defaults(self, python: str, extra: dict[str, str] | None = None) -> Path:
+        """A ``SPARK_CONF_DIR`` for spark-submit to this cluster (``<workdir>/spark-conf/spark-defaults.conf``):
+        what a deployment sets once on the machines that submit, sized for 2 cores. Spark's jars are already
+        on every node (``local:``: nothing is uploaded per application), the staging directory is this
+        cluster's, ``python`` runs drivers and executors, one 1-core executor of 512 MB, and C1 with the
+        serial collector in the containers' JVMs (short-lived, 2 cores)."""
+        import pyspark
+
+        home = Path(pyspark.__file__).resolve().parent  # pyspark's jars/ and bin/, as a Spark distribution's
+        conf = {"spark.yarn.jars": f"local:{home / 'jars'}/*", "spark.yarn.stagingDir": f"file://{self.staging_dir}",
+                "spark.pyspark.python": python, "spark.driver.memory": "512m", "spark.executor.memory": "512m",
+                "spark.executor.instances": "1", "spark.executor.cores": "1",
+                "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+                "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", **(extra or {})}
+        folder = self.workdir / "spark-conf"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in conf.items()))
+        return folder
+
     def info(self) -> YarnInfo:
         pids = {"resourcemanager": self.rm.pid or 0} if self.rm else {}
         logs = {"resourcemanager": str(self.rm.log_path)} if self.rm else {}

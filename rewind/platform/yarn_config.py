@@ -147,6 +147,21 @@ def site_xml(props: Mapping[str, str]) -> str:
     return f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n'
 
 
+def webapp_address_of(conf_dir: str | None) -> str | None:
+    """``host:port`` of the ResourceManager's web app as ``<conf_dir>/yarn-site.xml`` names it (its
+    ``yarn.resourcemanager.webapp.address``, else ``yarn.resourcemanager.hostname`` and port 8088); None
+    without one."""
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    site = Path(conf_dir or "/nonexistent") / "yarn-site.xml"
+    if not site.is_file():
+        return None
+    props = {p.findtext("name"): p.findtext("value") for p in ET.parse(site).getroot().findall("property")}
+    return props.get("yarn.resourcemanager.webapp.address") or (
+        f"{props['yarn.resourcemanager.hostname']}:8088" if props.get("yarn.resourcemanager.hostname") else None)
+
+
 #: Hadoop logs through reload4j (log4j 1.2's API): INFO to the process's log file, without the chatter.
 LOG4J = """log4j.rootLogger=INFO, console
 log4j.appender.console=org.apache.log4j.ConsoleAppender
