@@ -127,8 +127,8 @@ def test_liveness_combines_the_heartbeat_with_yarns_word() -> None:
     assert (dead.alive, dead.ended, dead.hung) == (False, True, False)
     assert "FAILED" in dead.detail and "failed 1 times" in dead.detail and "more" not in dead.detail
     # a hung driver: YARN runs it, no heartbeat for long: kill it through YARN first
-    hung = judge(_app("RUNNING"), 300.0, 60.0)
-    assert (hung.alive, hung.hung) == (False, True) and "kill it through YARN" in hung.detail
+    hung = judge(_app("RUNNING"), 300.0, 60.0)  # alive: it holds the checkpoint until YARN kills it
+    assert (hung.alive, hung.hung) == (True, True) and "kill it through YARN" in hung.detail
     # starting: accepted, waiting for a container, no report yet, or only an earlier driver's
     assert judge(_app("ACCEPTED"), None, 60.0).alive and judge(_app("ACCEPTED"), 900.0, 60.0).alive
     assert judge(_app("RUNNING"), 2.0, 60.0).alive

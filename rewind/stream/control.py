@@ -93,6 +93,11 @@ def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
     if not _sigterm_and_wait(live.pid, timeout):
         raise StreamControlError(f"stream {spec.name} (pid {live.pid}) did not stop within {timeout:.0f}s of "
                                  "SIGTERM; it is still running")
+    status = read_status(status_path(spec.status_dir, spec.name))
+    if status is not None and status.cluster:  # its YARN application must end too, killed if it lingers
+        from rewind.stream.cluster_control import finish_on_yarn
+
+        finish_on_yarn(status, spec.name, driver_stopped=True)
     return True
 
 
@@ -116,6 +121,11 @@ def stop_driver(spec: StreamSpec, timeout: float = 60.0) -> bool:
     from rewind.platform.processes import terminate_group
 
     status = read_status(status_path(spec.status_dir, spec.name))
+    if status is not None and status.cluster:  # YARN runs it: the ResourceManager kills it, from any host
+        from rewind.stream.cluster_control import kill_on_yarn
+
+        if kill_on_yarn(status, spec.name) is not None:
+            return True
     if status is None or not pid_alive(status.pid):
         return False
     if not _sigterm_and_wait(status.pid, timeout):

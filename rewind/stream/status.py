@@ -43,6 +43,7 @@ class StreamStatus:
     late_mismatches: list[dict[str, Any]] = field(default_factory=list)  # batches where they differed
     progress: dict[str, Any] = field(default_factory=dict)  # rewind.stream.progress_metrics: rates, watermark...
     spark_ui: str | None = None  # the driver's Spark UI (linked from the Rewind page)
+    cluster: dict[str, str] = field(default_factory=dict)  # a driver YARN runs: its application (cluster_identity)
 
 
 def lag_of(end: dict[str, dict[str, int]], latest: dict[str, dict[str, int]]) -> dict[str, int]:

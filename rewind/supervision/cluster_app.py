@@ -26,13 +26,14 @@ from rewind.platform.yarn_rm import YarnApp
 
 @dataclass(frozen=True)
 class AppVerdict:
-    """``alive``: a driver is there (running, or starting in YARN): launch no other. ``ended``: YARN ended the
-    application. ``hung``: YARN runs it, its heartbeat is stale: kill it through YARN before relaunching."""
+    """``alive``: a driver holds the stream (running, starting in YARN, or hung): launch no other. ``ended``:
+    YARN ended the application. ``hung``: YARN runs it, its heartbeat is stale: kill it through YARN first."""
 
     alive: bool
     ended: bool
     hung: bool
     detail: str
+    starting: bool = False  # YARN has the application, its driver has not reported yet: leave it be
 
 
 def judge(app: YarnApp | None, heartbeat_age_s: float | None, stale_after_s: float) -> AppVerdict:
@@ -44,13 +45,13 @@ def judge(app: YarnApp | None, heartbeat_age_s: float | None, stale_after_s: flo
         first = app.diagnostics.strip().splitlines()[0] if app.diagnostics.strip() else ""
         return AppVerdict(False, True, False, f"{where} ({app.final_status}{': ' + first if first else ''})")
     if heartbeat_age_s is None:
-        return AppVerdict(True, False, False, f"{where}, its driver has not reported yet (starting)")
+        return AppVerdict(True, False, False, f"{where}, its driver has not reported yet (starting)", starting=True)
     if heartbeat_age_s > stale_after_s:
         if app.state == "RUNNING":
-            return AppVerdict(False, False, True, f"{where} but its heartbeat is {heartbeat_age_s:.0f}s old: the "
-                                                  "driver is hung; kill it through YARN before relaunching")
+            return AppVerdict(True, False, True, f"{where} but its heartbeat is {heartbeat_age_s:.0f}s old: the "
+                                                 "driver is hung; kill it through YARN before relaunching")
         return AppVerdict(True, False, False, f"{where}, waiting for a container (last heartbeat "
-                                              f"{heartbeat_age_s:.0f}s ago is an earlier driver's)")
+                                              f"{heartbeat_age_s:.0f}s ago is an earlier driver's)", starting=True)
     return AppVerdict(True, False, False, f"{where}, heartbeat {heartbeat_age_s:.0f}s ago")
 
 
@@ -68,3 +69,4 @@ def stop_step(app: YarnApp | None, driver_stopped: bool, waited_s: float, grace_
         return "wait"
     return "kill" if app.state in ("RUNNING", "ACCEPTED", "SUBMITTED", "NEW", "NEW_SAVING") or driver_stopped \
         else "wait"
+

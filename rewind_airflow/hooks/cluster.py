@@ -51,6 +51,12 @@ def resourcemanager_url(conn_id: str = "spark_default") -> str | None:
     return f"http://{found}" if found else None
 
 
+#: Rewind's knobs of a driver (``rewind.settings``) that follow it into its container when set where it is
+#: submitted, as they follow a driver launched on the worker itself (``REWIND_FAULTS``: tests only).
+DRIVER_KNOBS = ("REWIND_LAG_PROBE_S", "REWIND_SPARK_LOG_LEVEL", "REWIND_DRIVER_WAIT_S", "REWIND_LEASE_TTL_S",
+                "REWIND_FAULTS")
+
+
 class RewindClusterHook:
     """``RewindClusterHook("demo", registry).launch()``: spark-submit the stream's driver into YARN.
 
@@ -80,7 +86,8 @@ class RewindClusterHook:
         archive = job_archive(spec.transform, rewind_home() / "ship")
         s3 = RewindS3Hook().config()
         driver_env = {"REWIND_JARS": str(jars_dir()), "REWIND_S3_BUCKET": s3.bucket, "AWS_REGION": s3.region,
-                      **({"AWS_ENDPOINT_URL": s3.endpoint, "REWIND_S3_ENDPOINT": s3.endpoint} if s3.endpoint else {})}
+                      **({"AWS_ENDPOINT_URL": s3.endpoint, "REWIND_S3_ENDPOINT": s3.endpoint} if s3.endpoint else {}),
+                      **{k: os.environ[k] for k in DRIVER_KNOBS if os.environ.get(k)}}
         secret_env = {"AWS_ACCESS_KEY_ID": s3.access_key or "", "AWS_SECRET_ACCESS_KEY": s3.secret_key or ""}
         submit = stream_submit(self.stream, Path(self.registry).resolve(), self.bootstrap, archive,
                                standby=self.standby, driver_env=driver_env,
