@@ -31,7 +31,7 @@ def wait_running_on_yarn(spec: StreamSpec, client: ResourceManagerClient, submit
     """Wait until the driver of the application submitted at ``submitted_at`` reports running; its status and
     application. ``StreamFailed`` when YARN ends the application first (its diagnostics and logs named), or
     when its query fails."""
-    from rewind.stream.control import StreamControlError, StreamFailed
+    from rewind.stream.control_errors import StreamControlError, StreamFailed
 
     deadline = time.monotonic() + timeout
     app: YarnApp | None = None

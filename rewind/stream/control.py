@@ -17,33 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewind.errors import Failed, Refused
 from rewind.paths import status_path
 from rewind.platform.processes import log_tail, pid_alive
 from rewind.registry import StreamSpec
+from rewind.stream.control_errors import DriverRunning, StreamControlError, StreamFailed
 from rewind.stream.status import StreamStatus, read_status
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 #: A heartbeat older than this (with a live pid) is a hung driver or a reused pid, not a running stream.
 STALE_AFTER_S = 600.0
-
-
-class StreamControlError(Failed, RuntimeError):
-    """A stop or launch did not happen; the message says what is left running or where the log is."""
-
-
-class DriverRunning(Refused):
-    """A launch was refused: a driver of the stream is alive and holds its checkpoint (two drivers on
-    one checkpoint corrupt it). Stop it first, or let the supervisor do it."""
-
-
-class StreamFailed(StreamControlError):
-    """A (re)launched stream failed: its query raised (``query_failed``) or its process exited
-    (``process_gone``) before it got where it was asked to."""
-
-    def __init__(self, cause: str, detail: str) -> None:
-        super().__init__(detail)
-        self.cause = cause
 
 
 @dataclass(frozen=True)
