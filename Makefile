@@ -38,7 +38,7 @@ up: java jars venv
 	$(VENV)/bin/rewind up
 
 # Lint and type check (pyproject.toml: [tool.ruff], [tool.mypy]); `make test` runs them first.
-LINT_PATHS := rewind rewind_airflow tests bench dags
+LINT_PATHS := rewind rewind_airflow tests bench dags spark_jobs plugins
 lint: venv
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy rewind rewind_airflow

@@ -37,11 +37,11 @@ from common import SteadyProducer, broker_description, keep_stdout_for_json  # n
 
 
 class Driver:
-    """``rewind/jobs/stream.py`` (what spark-submit runs) as a process group of its own."""
+    """``spark_jobs/stream.py`` (what spark-submit runs) as a process group of its own."""
 
     def __init__(self, work: Path, registry: Path, name: str, bootstrap: str, env: dict[str, str], n: int,
                  standby: bool) -> None:
-        from rewind.jobs import STREAM_JOB
+        from spark_jobs import STREAM_JOB
 
         self.log = work / f"driver-{n}{'-standby' if standby else ''}.log"
         argv = [sys.executable, str(STREAM_JOB), name, "--registry", str(registry), "--bootstrap", bootstrap]

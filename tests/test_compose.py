@@ -215,7 +215,7 @@ def test_image_installs_the_package_with_the_airflow_extra_and_no_test_tools() -
     package = [c for c in commands if "/opt/rewind-src[" in c]
     assert len(package) == 1, f"one pip install of the package from /opt/rewind-src: {commands}"
     extras = set(re.search(r"/opt/rewind-src\[([^\]]*)\]", package[0]).group(1).split(","))
-    assert extras == {"airflow", "postgres"}, extras
+    assert extras == {"airflow", "postgres", "spark"}, extras
     # requirements.txt as constraints (the tested pins), never as requirements (it lists the test tools)
     assert re.search(r"(^|\s)-c /opt/rewind-src/requirements\.txt(\s|$)", package[0]), package[0]
     assert copied_sources()["requirements.txt"] == "/opt/rewind-src/requirements.txt"
@@ -240,11 +240,12 @@ def test_image_installs_the_package_with_the_airflow_extra_and_no_test_tools() -
 def test_build_context_is_the_package_only() -> None:
     # what the Dockerfile copies reaches the build, what the package does not need stays out
     sources = copied_sources()
-    assert set(sources) == {"pyproject.toml", "README.md", "requirements.txt", "rewind", "rewind_airflow"}, sources
+    assert set(sources) == {"pyproject.toml", "README.md", "requirements.txt", "rewind", "rewind_airflow",
+                            "spark_jobs"}, sources
     assert {dest.rsplit("/", 1)[0] for dest in sources.values()} == {"/opt/rewind-src"}
     for source in sources:
         assert (ROOT / source).exists() and in_build_context(source), source
-    for path in ("rewind/jobs/stream.py", "rewind/jobs/replay.py", "rewind_airflow/plugins/rewind.py",
+    for path in ("spark_jobs/stream.py", "spark_jobs/replay.py", "rewind_airflow/plugins/rewind.py",
                  "rewind_airflow/plugins/ui/index.html"):
         assert in_build_context(path), path
     for path in (".venv/bin/python", ".jars/spark/spark-sql-kafka.jar", ".rewind/status/demo.json",
@@ -260,7 +261,7 @@ def test_package_built_from_the_context_has_what_airflow_and_the_hooks_need(tmp_
 
     import rewind
     import rewind_airflow
-    from rewind.jobs import REPLAY_JOB, STREAM_JOB
+    from spark_jobs import REPLAY_JOB, STREAM_JOB
 
     src = tmp_path / "rewind-src"
     for source in copied_sources():
@@ -305,13 +306,13 @@ def test_package_built_from_the_context_has_what_airflow_and_the_hooks_need(tmp_
         for entry in info[kind]:
             for module in entry["python-modules"]:
                 assert module_file(module).is_file(), module
-    # the spark-submit applications the hooks hand to spark-submit (rewind.jobs.STREAM_JOB / REPLAY_JOB)
+    # the spark-submit applications the hooks hand to spark-submit (spark_jobs.STREAM_JOB / REPLAY_JOB)
     for job in (STREAM_JOB, REPLAY_JOB):
         rel = job.relative_to(Path(rewind.__file__).parent.parent).as_posix()
-        assert (src / rel).is_file() and "rewind.jobs" in packages, rel
+        assert (src / rel).is_file() and "spark_jobs" in packages, rel
     for hook, name in (("rewind_airflow/hooks/stream.py", "STREAM_JOB"),
                        ("rewind_airflow/operators/replay.py", "REPLAY_JOB")):
-        assert f"from rewind.jobs import {name}" in (src / hook).read_text(), f"{hook} no longer uses {name}"
+        assert f"from spark_jobs import {name}" in (src / hook).read_text(), f"{hook} no longer uses {name}"
     # the transform the compose registry names runs on driver and executors from the installed package
     for spec in yaml.safe_load(COMPOSE_REGISTRY.read_text())["streams"].values():
         module, _, attr = spec["transform"].partition(":")

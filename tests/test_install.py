@@ -1,10 +1,19 @@
-"""Rewind installs into an Airflow it did not come with: `pip install rewind[airflow]` gives the DAGs and the page.
+"""Rewind installs into an Airflow it did not come with, the two ways Airflow deployments take packages.
 
-A fresh virtualenv gets Airflow 3.3 and its Spark provider (the versions requirements.txt pins), then
-this repository as a plain (not editable) package. In that venv, from a directory outside the
-checkout and with no PYTHONPATH: the five-line DAG file imports and builds every registry stream's
-DAGs, the Rewind page is a registered plugin (entry point ``airflow.plugins``), and the provider
-info names the package. Nothing of the repository's folders is on the path.
+One fresh virtualenv gets Airflow 3.3 from a requirements file the way MWAA and Composer build theirs: the
+Spark provider pinned, and Rewind as a built wheel (``rewind[airflow] @ file://.../rewind-*.whl``), with the
+repository's requirements.txt as constraints. Nothing of the checkout is on its path afterwards. Then, from a
+directory outside the checkout and with no PYTHONPATH:
+
+- the ``pip install`` deployment: the five-line DAG file in the dags folder, an empty plugins folder; the DAGs
+  build from the registry, the Rewind page is a registered plugin (entry point ``airflow.plugins``) and the
+  provider info names the package;
+- the MWAA deployment: the dags folder and the plugins folder are copies of the repository's ``dags/`` and
+  ``plugins/`` and nothing else; the DAGs import, the page is registered once (no import error for a plugin
+  registered twice), and the Airflow side has no full pyspark (the Spark provider's pyspark-client only) yet
+  imports what supervises, takes savepoints, proves and plans replays;
+- the same folders with the wheel's entry point hidden (a deployment that ships the package without its
+  metadata): the page is registered by ``plugins/`` alone.
 """
 
 from __future__ import annotations
@@ -34,7 +43,30 @@ def pins(*names: str) -> list[str]:
     return out
 
 
-def test_the_package_installs_into_a_fresh_airflow(tmp_path: Path) -> None:
+PROBE = """
+import json, os, sys
+import rewind, rewind_airflow
+assert "/site-packages/" in rewind.__file__ and "/site-packages/" in rewind_airflow.__file__, rewind.__file__
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag()
+from airflow import plugins_manager
+plugins = plugins_manager.get_plugin_info()
+from airflow.providers_manager import ProvidersManager
+providers = sorted(ProvidersManager().providers)
+ProvidersManager().hooks  # registers the connection types: a clash is logged here
+# what the Airflow side runs besides launching: supervision, savepoints, proofs, replay plans
+import rewind_airflow.operators.supervision, rewind_airflow.operators.savepoint, rewind_airflow.operators.proof
+import rewind_airflow.operators.replay, rewind.checkpoints.savepoints, rewind.supervision.observe
+import rewind.replay.planner, rewind.proof.verify, rewind.proof.dq
+import pyspark
+print(json.dumps({"errors": bag.import_errors, "dags": sorted(bag.dag_ids),
+                  "plugins": [(p["name"], str(p.get("source"))) for p in plugins],
+                  "plugin_errors": plugins_manager.get_import_errors(), "providers": providers, "path": sys.path,
+                  "full_pyspark": os.path.isdir(os.path.join(os.path.dirname(pyspark.__file__), "jars"))}))
+"""
+
+
+def test_the_package_installs_into_a_fresh_airflow_from_a_wheel(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -42,43 +74,60 @@ def test_the_package_installs_into_a_fresh_airflow(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "AIRFLOW", "REWIND_"))}
     src = tmp_path / "src"  # a copy: setuptools builds in the source tree (build/), not in the checkout
     src.mkdir()
-    for part in ("pyproject.toml", "README.md", "rewind", "rewind_airflow"):
+    for part in ("pyproject.toml", "README.md", "rewind", "rewind_airflow", "spark_jobs"):
         copy = shutil.copytree if (ROOT / part).is_dir() else shutil.copy
         extra = {"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / part).is_dir() else {}
         copy(ROOT / part, src / part, **extra)
-    install = subprocess.run(
-        [py, "-m", "pip", "install", "--quiet", "-c", str(ROOT / "requirements.txt"),
-         *pins("apache-airflow", "apache-airflow-providers-apache-spark"), f"{src}[airflow]"],
-        capture_output=True, text=True, timeout=1500, env=env, cwd=tmp_path)
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(src)],
+                           capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    wheel = next(wheels.glob("rewind-*.whl"))
+    requirements = tmp_path / "requirements.txt"  # as an MWAA environment's requirements.txt pins its packages
+    requirements.write_text("\n".join([*pins("apache-airflow", "apache-airflow-providers-apache-spark"),
+                                       f"rewind[airflow] @ {wheel.as_uri()}"]) + "\n")
+    install = subprocess.run([py, "-m", "pip", "install", "--quiet", "-c", str(ROOT / "requirements.txt"),
+                              "-r", str(requirements)], capture_output=True, text=True, timeout=1500, env=env,
+                             cwd=tmp_path)
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "rewind_streams.py").write_text((ROOT / "dags" / "rewind_streams.py").read_text())
-    env.update({"AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__PLUGINS_FOLDER": str(tmp_path / "plugins"),
-                "REWIND_REGISTRY": str(ROOT / "streams.yaml"), "REWIND_HOME": str(tmp_path / "rewind")})
-    probe = """
-import json, sys
-import rewind, rewind_airflow
-assert "/site-packages/" in rewind.__file__ and "/site-packages/" in rewind_airflow.__file__, rewind.__file__
-from airflow.dag_processing.dagbag import DagBag
-bag = DagBag()
-from airflow import plugins_manager
-names = sorted(p["name"] for p in plugins_manager.get_plugin_info())
-from airflow.providers_manager import ProvidersManager
-providers = sorted(ProvidersManager().providers)
-ProvidersManager().hooks  # registers the connection types: a clash is logged here
-print(json.dumps({"errors": bag.import_errors, "dags": sorted(bag.dag_ids), "plugins": names,
-                  "providers": providers, "path": sys.path}))
-"""
-    out = subprocess.run([py, "-c", probe], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    facts = json.loads(out.stdout.strip().splitlines()[-1])
-    assert not any(str(ROOT) in p for p in facts["path"]), facts["path"]
-    assert facts["errors"] == {}, facts["errors"]
-    assert {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq", "rewind_replay"} <= set(facts["dags"])
-    assert "rewind" in facts["plugins"], facts["plugins"]
+
+    def probe(dags: Path, plugins: Path) -> dict:
+        run_env = {**env, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                   "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
+                   "REWIND_REGISTRY": str(ROOT / "streams.yaml"), "REWIND_HOME": str(tmp_path / "rewind")}
+        out = subprocess.run([py, "-c", PROBE], capture_output=True, text=True, timeout=600, env=run_env,
+                             cwd=tmp_path)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        facts = json.loads(out.stdout.strip().splitlines()[-1])
+        assert not any(str(ROOT) in p for p in facts["path"]), facts["path"]
+        assert facts["errors"] == {} and facts["plugin_errors"] == {}, (facts["errors"], facts["plugin_errors"])
+        assert {"rewind_demo_supervisor", "rewind_demo_savepoint", "rewind_demo_dq",
+                "rewind_replay"} <= set(facts["dags"])
+        assert [name for name, _ in facts["plugins"]].count("rewind") == 1, facts["plugins"]
+        assert "has been already registered" not in out.stdout + out.stderr, (out.stdout + out.stderr)[-3000:]
+        return dict(facts)
+
+    # pip install: the DAG file alone, the page from the entry point
+    pip_dags, no_plugins = tmp_path / "pip-dags", tmp_path / "no-plugins"
+    pip_dags.mkdir()
+    no_plugins.mkdir()
+    shutil.copy(ROOT / "dags" / "rewind_streams.py", pip_dags)
+    facts = probe(pip_dags, no_plugins)
     assert "rewind" in facts["providers"], facts["providers"]
     # the [airflow] extra brings the Apache Kafka provider, which owns the connection type `kafka`
     assert "apache-airflow-providers-apache-kafka" in facts["providers"], facts["providers"]
-    assert "has been already registered" not in out.stdout + out.stderr, (out.stdout + out.stderr)[-3000:]
+
+    # MWAA: copies of dags/ and plugins/, nothing else of the checkout
+    mwaa = tmp_path / "mwaa"
+    shutil.copytree(ROOT / "dags", mwaa / "dags", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "plugins", mwaa / "plugins", ignore=shutil.ignore_patterns("__pycache__"))
+    facts = probe(mwaa / "dags", mwaa / "plugins")
+    assert not facts["full_pyspark"], "the Airflow side pulled in full pyspark (jars): it needs pyspark-client only"
+    assert "$PLUGINS_FOLDER" not in dict(facts["plugins"])["rewind"]  # the entry point's; the folder stood aside
+
+    # the same folders, the wheel's entry point hidden: plugins/ registers the page by itself
+    entry_points = next((venv / "lib").glob("python3*/site-packages/rewind-*.dist-info/entry_points.txt"))
+    text = entry_points.read_text()
+    entry_points.write_text(re.sub(r"\[airflow\.plugins\][^\[]*", "", text))
+    facts = probe(mwaa / "dags", mwaa / "plugins")
+    assert dict(facts["plugins"])["rewind"] == "$PLUGINS_FOLDER/rewind_plugin.py", facts["plugins"]

@@ -57,3 +57,17 @@ def test_missing_jars_name_the_fix(tmp_path: Path, monkeypatch) -> None:  # type
     with pytest.raises(JarsMissing, match=r"make jars"):
         broker_classpath()
     assert connector_jars(required=False) == []
+
+
+def test_yarn_is_the_hadoop_of_pyspark() -> None:
+    """The ResourceManager and NodeManagers (maven/yarn/pom.xml) speak YARN's protocol with the Hadoop client
+    inside pyspark's jars (spark-submit, the ApplicationMaster): one Hadoop version for all three."""
+    import pyspark
+
+    props = ET.parse(ROOT / "maven" / "yarn" / "pom.xml").getroot().find("m:properties", NS)
+    assert props is not None
+    yarn = props.findtext("m:hadoop.version", namespaces=NS)
+    client = {m.group(1) for p in (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")
+              if (m := re.match(r"hadoop-client-api-(.+)\.jar", p.name))}
+    assert {yarn} == {pom_properties()["hadoop.version"]} == client, (yarn, pom_properties()["hadoop.version"], client)
+    assert (jars_dir() / "yarn" / f"hadoop-yarn-server-resourcemanager-{yarn}.jar").exists()

@@ -1,7 +1,7 @@
 """Nothing silently dropped: records behind the watermark land in the dead-letter table, exactly as
 many as Spark's state operators drop, and aligned admission keeps partitions together.
 
-Real Kafka, real stream processes (rewind/jobs/stream.py), both sources. The partitions carry event
+Real Kafka, real stream processes (spark_jobs/stream.py), both sources. The partitions carry event
 times skewed by far more than the watermark delay (Kafka timestamps set to match), as after an
 outage or under a sticky partitioner's bursts: without late routing, Spark's deduplication drops
 the lagging partition's records with nothing but a count, and ``verify`` reports them missing.

@@ -93,3 +93,21 @@ def test_no_proof_or_replay_imports_a_streams_code() -> None:
     bad = {m: sorted(i for i in imports_of(p, m) if i.startswith(streams)) for m, p in modules().items()
            if m.startswith(("rewind.proof", "rewind.replay", "rewind.sink", "rewind.stream"))}
     assert not {m: v for m, v in bad.items() if v}
+
+
+def test_the_design_cards_top_level() -> None:
+    """Beside dags/: spark_jobs/ (the spark-submit applications, thin: they import rewind, never Airflow, and hand
+    their arguments on) and plugins/ (an Airflow plugins folder, for deployments that use one: it registers the
+    page of rewind_airflow), as DESIGN.md lays them out and the README's map names them."""
+    jobs = {p.stem: p for p in (ROOT / "spark_jobs").glob("*.py") if p.stem != "__init__"}
+    assert set(jobs) == {"stream", "replay"}, jobs
+    for name, path in jobs.items():
+        imported = imports_of(path, f"spark_jobs.{name}")
+        assert {i.split(".")[0] for i in imported} <= {"sys", "rewind"}, imported
+        assert len(path.read_text().splitlines()) <= 20, f"{path} is not thin"
+    plugin_files = sorted((ROOT / "plugins").glob("*.py"))
+    assert plugin_files, "plugins/ holds no plugin"
+    for path in plugin_files:
+        assert {i.split(".")[0] for i in imports_of(path, path.stem)} <= {"__future__", "importlib", "rewind_airflow"}
+    readme = (ROOT / "README.md").read_text()
+    assert "`spark_jobs/`" in readme and "`plugins/`" in readme

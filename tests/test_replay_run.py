@@ -27,7 +27,6 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from rewind.jobs import REPLAY_JOB
 from rewind.kafka.types import TP
 from rewind.proof.verify import recompute_windows, verify_stream
 from rewind.registry import load_registry
@@ -41,6 +40,7 @@ from rewind.replay.run import run_replay
 from rewind.replay.setup import plan_chunks, prepare_replay
 from rewind.stream.source import bounded_options
 from rewind.testing.registry_templates import demo_stream, write_registry
+from spark_jobs import REPLAY_JOB
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("events", "dead_letter", "window_results")
@@ -401,7 +401,7 @@ def test_shadow_mode_leaves_main_tables_unchanged(done_stream: dict[str, Any], p
 
 @pytest.mark.slow
 def test_spark_submit_entry_with_a_plan_file(done_stream: dict[str, Any], platform: Any, tmp_path: Path) -> None:
-    """rewind/jobs/replay.py in its own process (its own Spark), from `rewind replay plan --json`."""
+    """spark_jobs/replay.py in its own process (its own Spark), from `rewind replay plan --json`."""
     env = {**os.environ, **platform.env(), "PYTHONPATH": str(ROOT), "REWIND_HOME": str(tmp_path / "home")}
     base = ["--registry", str(done_stream["reg_path"]), "--bootstrap", platform.kafka_bootstrap]
     plan = subprocess.run([sys.executable, "-m", "rewind.cli", "replay", "plan", "rr", "--from", "10", "--to", "90",

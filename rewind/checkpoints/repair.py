@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rewind.checkpoints.inspection import CheckpointReport, inspect_checkpoint
 from rewind.checkpoints.state_files import list_state
-from rewind.checkpoints.store import LocalStore
+from rewind.checkpoints.store import CheckpointStore, LocalStore
 from rewind.errors import Refused
 
 
@@ -102,7 +103,7 @@ def stream_running(spec: Any) -> str | None:
     return f"stream {spec.name!r} is running ({live.why})" if live.running else checkpoint_in_use(spec)
 
 
-def orphan_checksums(store: LocalStore, state: dict[str, dict[str, Any]], moving: set[str]) -> list[Move]:
+def orphan_checksums(store: CheckpointStore, state: dict[str, dict[str, Any]], moving: set[str]) -> list[Move]:
     """Hadoop ``.N.crc`` files whose data file is gone (or moving): Spark's atomic rename of a new
     ``offsets/N`` fails on them with "Multiple streaming queries are concurrently using ..."."""
     dirs = ["offsets", "commits"] + [f"state/{op}/{part}" for op, parts in state.items() for part in parts]
@@ -117,36 +118,70 @@ def orphan_checksums(store: LocalStore, state: dict[str, dict[str, Any]], moving
     return out
 
 
-def _crc(rel: str) -> str:
+def crc_of(rel: str) -> str:
+    """The Hadoop checksum file beside ``rel`` (``offsets/7`` -> ``offsets/.7.crc``)."""
     head, _, name = rel.rpartition("/")
     return f"{head}/.{name}.crc" if head else f".{name}.crc"
 
 
+class LocalQuarantine:
+    """``<checkpoint>.quarantine/<time>-batch<C>/`` beside a local checkpoint: files move in by rename."""
+
+    def __init__(self, root: Path, stamp: str, batch: int) -> None:
+        self.root = root
+        folder = root.parent / f"{root.name}.quarantine" / f"{stamp}-batch{batch}"
+        n = 1
+        while folder.exists():
+            n += 1
+            folder = folder.with_name(f"{stamp}-batch{batch}-{n}")
+        folder.mkdir(parents=True)
+        self.folder = folder
+        self.location = str(folder)
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        tmp = self.folder / "record.json.tmp"
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, self.folder / "record.json")
+
+    def move(self, rel: str) -> None:
+        dst = self.folder / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self.root / rel, dst)
+
+
+def _open_checkpoint(path: str | Path) -> tuple[CheckpointStore, Callable[[str, int], Any]]:
+    """The checkpoint's store and how to open a quarantine beside it (local, or a prefix in S3)."""
+    if str(path).startswith("s3://"):
+        raise RepairRefused("repair works on a stream's checkpoint (a local path or s3a://); a checkpoint under "
+                            "s3:// is a savepoint's copy: restore it with `rewind savepoint restore`")
+    if str(path).startswith("s3a://"):
+        from rewind.checkpoints.s3_repair import S3Quarantine, open_s3_checkpoint
+
+        store = open_s3_checkpoint(str(path))
+        return store, lambda stamp, batch: S3Quarantine(store, stamp, batch)
+    root = Path(path)
+    return LocalStore(root), lambda stamp, batch: LocalQuarantine(root, stamp, batch)
+
+
 def repair_checkpoint(path: str | Path, *, running: str | None = None, dry_run: bool = False) -> dict[str, Any]:
-    """Plan and (unless `dry_run`) carry out a repair of a local checkpoint; returns the record.
+    """Plan and (unless `dry_run`) carry out a repair of a checkpoint; returns the record.
 
     `running` is the caller's finding that the stream is running (refused: Spark would keep
-    writing into what is being moved).
+    writing into what is being moved). A checkpoint in S3 (``s3a://``) is repaired the same way, its
+    files moved into a quarantine prefix by proven server-side copies (``rewind.checkpoints.s3_repair``).
     """
-    root = Path(path)
-    if str(path).startswith("s3a://"):
-        raise RepairRefused(f"{path}: repair works on a local checkpoint; repairing a stream's checkpoint in S3 "
-                            "(moving objects into a quarantine prefix) is not written yet: copy it to a local "
-                            "folder, repair that, and point the registry's checkpoint at it")
-    if str(path).startswith("s3://"):
-        raise RepairRefused("repair works on a local checkpoint; a checkpoint in S3 is a savepoint's copy: "
-                            "restore it with `rewind savepoint restore`")
-    store = LocalStore(root)
+    store, quarantine_for = _open_checkpoint(path)
+    where = str(Path(path).resolve()) if isinstance(store, LocalStore) else store.location.rstrip("/")
     report = inspect_checkpoint(store, full=True)
     if running:
-        raise RepairRefused(f"{running}: stop it first (it writes into {root}); repair never touches a "
+        raise RepairRefused(f"{running}: stop it first (it writes into {path}); repair never touches a "
                             "checkpoint in use")
     state = list_state(store)
     plan = plan_repair(report, state)
     if plan.needed:
         plan.moves += orphan_checksums(store, state, {m.file for m in plan.moves})
     record: dict[str, Any] = {
-        "checkpoint": str(root.resolve()), "query_id": report.query_id, "rolled_back_to_batch": plan.rolled_back_to,
+        "checkpoint": where, "query_id": report.query_id, "rolled_back_to_batch": plan.rolled_back_to,
         "reruns_batch_with_same_offsets": plan.keeps_planned_batch, "problems": plan.problems,
         "moved": [asdict(m) for m in plan.moves], "dry_run": dry_run,
     }
@@ -157,32 +192,18 @@ def repair_checkpoint(path: str | Path, *, running: str | None = None, dry_run: 
         record["result"] = f"would move {len(plan.moves)} file(s)"
         return record
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    quarantine = root.parent / f"{root.name}.quarantine" / f"{stamp}-batch{plan.rolled_back_to}"
-    n = 1
-    while quarantine.exists():
-        n += 1
-        quarantine = quarantine.with_name(f"{stamp}-batch{plan.rolled_back_to}-{n}")
-    quarantine.mkdir(parents=True)
-    record.update(quarantine=str(quarantine), repaired_at=stamp, result="in progress")
-    _write_record(quarantine, record)  # first, so an interrupted repair still says what it was doing
+    quarantine = quarantine_for(stamp, plan.rolled_back_to)
+    record.update(quarantine=quarantine.location, repaired_at=stamp, result="in progress")
+    quarantine.write_record(record)  # first, so an interrupted repair still says what it was doing
     for move in plan.moves:
-        for rel in (move.file, _crc(move.file)):
-            src = root / rel
-            if src.exists():
-                dst = quarantine / rel
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(src, dst)
-    after = inspect_checkpoint(LocalStore(root))
+        for rel in (move.file, crc_of(move.file)):
+            if store.size(rel) is not None:
+                quarantine.move(rel)
+    after = inspect_checkpoint(_open_checkpoint(path)[0])
     record["result"] = "repaired" if not after.errors and after.last_complete == plan.rolled_back_to else \
         "incomplete: " + "; ".join(f"{p.file}: {p.detail}" for p in after.errors[:3])
-    _write_record(quarantine, record)
+    quarantine.write_record(record)
     return record
-
-
-def _write_record(folder: Path, record: dict[str, Any]) -> None:
-    tmp = folder / "record.json.tmp"
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, folder / "record.json")
 
 
 def format_record(record: dict[str, Any]) -> str:

@@ -49,6 +49,7 @@ from rewind.checkpoints.savepoint_errors import (
     SavepointNotFound,
     SavepointRefused,
 )
+from rewind.checkpoints.store import is_s3_url
 from rewind.registry import StreamSpec
 from rewind.s3 import ObjectInfo, S3Store
 
@@ -168,9 +169,14 @@ def create_savepoint(spec: StreamSpec, store: S3Store, *, checkpoint: str | Path
     from rewind.checkpoints.pointer import active_checkpoint
 
     location = str(checkpoint or active_checkpoint(spec))
+    if is_s3_url(location):  # copied inside S3, server-side (rewind.checkpoints.s3_savepoints)
+        from rewind.checkpoints.s3_savepoints import create_in_s3
+
+        store.check()
+        return create_in_s3(spec, store, location, mode, spark_version())
     if "://" in location:
-        raise SavepointRefused(f"stream {spec.name}: its checkpoint {location} is not on local disk; savepoints copy "
-                               "local checkpoints only (copying an s3a:// checkpoint within S3 is not written yet)")
+        raise SavepointRefused(f"stream {spec.name}: its checkpoint {location} is neither on local disk nor in S3 "
+                               "(s3a://); savepoints copy those two")
     root = Path(location)
     if not (root / "commits").is_dir() or not any(p.name.isdigit() for p in (root / "commits").iterdir()):
         raise NothingToSave(f"stream {spec.name} has no committed batch in {root} yet: nothing to save")
@@ -281,17 +287,18 @@ class RestoreResult:
     """A finished restore: the savepoint, where its checkpoint now is, and what differs from then."""
 
     manifest: Manifest
-    path: Path
+    path: Path | str  # a directory, or an s3a:// prefix
     seconds: float
     warnings: tuple[str, ...] = ()
 
 
 def restore_destination(spec: StreamSpec, savepoint_id: str, to: str | Path | None) -> Path:
-    """``--to`` (must not exist or be an empty directory), else a fresh sibling of the checkpoint."""
+    """``--to`` (must not exist or be an empty directory), else a fresh sibling of the checkpoint (a local
+    one: ``restore_savepoint`` sends a checkpoint in S3 to ``s3_savepoints.s3_restore_destination``)."""
     if "://" in spec.checkpoint:
-        raise SavepointRefused(f"stream {spec.name}: its checkpoint {spec.checkpoint} is in S3, and restoring "
-                               "one (a new s3a:// prefix and a pointer to it) is not written yet; to restore this "
-                               "savepoint, set the stream's checkpoint to a local folder in the registry first")
+        raise SavepointRefused(f"stream {spec.name}: its checkpoint {spec.checkpoint} is in S3, which every host "
+                               "reads: restore it into S3 (--to s3a://BUCKET/PREFIX, or no --to), not to a local "
+                               "folder")
     if to is not None:
         dest = Path(to).resolve()
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -340,6 +347,18 @@ def restore_savepoint(spec: StreamSpec, store: S3Store, savepoint_id: str, *, to
     if in_use:
         raise SavepointRefused(f"{in_use}: nothing was changed")
     manifest = load_manifest(store, spec.name, savepoint_id)
+    if is_s3_url(spec.checkpoint):  # into a fresh s3a:// prefix, copied and proven inside S3
+        from rewind.checkpoints.s3_savepoints import restore_stream_into_s3
+
+        where = restore_stream_into_s3(spec, store, manifest, None if to is None else str(to))
+        point_to(spec, where, f"restored from savepoint {savepoint_id} (batch {manifest.batch_id})",
+                 restored_from=savepoint_id)
+        return RestoreResult(manifest, where, time.monotonic() - started,
+                             tuple(restore_warnings(manifest, spec, spark_version())))
+    if to is not None and is_s3_url(str(to)):
+        raise SavepointRefused(f"--to {to}: stream {spec.name}'s checkpoint is local ({spec.checkpoint}); to move it "
+                               "into S3, set its checkpoint to an s3a:// prefix in the registry (the driver's S3 "
+                               "settings follow it), then restore without --to; nothing was changed")
     dest = restore_destination(spec, savepoint_id, to)
     staging = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -364,3 +383,4 @@ def restore_savepoint(spec: StreamSpec, store: S3Store, savepoint_id: str, *, to
              restored_from=savepoint_id)
     return RestoreResult(manifest, dest, time.monotonic() - started,
                          tuple(restore_warnings(manifest, spec, spark_version())))
+

@@ -47,14 +47,17 @@ def resolve_target(target: str, registry: str | None) -> tuple[str, Any]:
     if NAME_RE.match(target) and not Path(target).exists():
         spec = load_registry(registry).get(target)
         return active_checkpoint(spec), spec
-    if is_s3_url(target):
-        return target, None
     try:
         streams = load_registry(registry).streams.values()
     except (RegistryError, OSError):
         return target, None
+    if is_s3_url(target):  # the stream whose checkpoint it is, so that repair refuses while it runs
+        url = target.split("://", 1)[1].rstrip("/")
+        in_s3 = [s for s in streams if is_s3_url(s.checkpoint)]
+        return target, next((s for s in in_s3 if active_checkpoint(s).split("://", 1)[1].rstrip("/") == url), None)
     here = Path(target).resolve()
-    return target, next((s for s in streams if Path(active_checkpoint(s)).resolve() == here), None)
+    local = [s for s in streams if "://" not in s.checkpoint]
+    return target, next((s for s in local if Path(active_checkpoint(s)).resolve() == here), None)
 
 
 def run(args: argparse.Namespace) -> int:

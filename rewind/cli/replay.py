@@ -6,7 +6,7 @@ replay itself (rewind/replay/run.py).
 are idempotent), 3 refused (bad input, unknown stream/topic/partition, range beyond retention
 or past the end, nothing to replay, another replay of the stream running), 4 the DQ proof
 over the replayed range failed, with every reason on stderr. ``run`` takes the same range arguments as ``plan``
-(``add_range_arguments``); ``job_main`` is the spark-submit entry (rewind/jobs/replay.py),
+(``add_range_arguments``); ``job_main`` is the spark-submit entry (spark_jobs/replay.py),
 which also accepts a plan made earlier (``--plan-json``).
 """
 
@@ -228,7 +228,7 @@ def _run(args: argparse.Namespace, plan_json: str | None) -> int:
 
 
 def job_main(argv: list[str]) -> int:
-    """spark-submit entry (rewind/jobs/replay.py): ``STREAM --plan-json FILE | --from X --to Y ...``."""
+    """spark-submit entry (spark_jobs/replay.py): ``STREAM --plan-json FILE | --from X --to Y ...``."""
     import logging
 
     p = argparse.ArgumentParser(prog="replay.py", description="Run one replay (see `rewind replay run --help`).")

@@ -52,7 +52,8 @@ def add_parser(subparsers: Any) -> None:
     pr.add_argument("--json", action="store_true")
     rs = action("restore", "download and verify a savepoint into a fresh checkpoint and point the stream at it",
                 with_id=True)
-    rs.add_argument("--to", metavar="PATH", help="new checkpoint directory (must not exist or be empty)")
+    rs.add_argument("--to", metavar="PATH|s3a://...", help="new checkpoint directory (must not exist or be empty), "
+                                                          "or a fresh s3a:// prefix (default: beside the checkpoint)")
     rs.add_argument("--no-progress", action="store_true")
     rs.add_argument("--json", action="store_true")
     hi = action("history", "the stream's upgrades and state rescales: from, to, mode, savepoint, result (newest last)")

@@ -113,3 +113,13 @@ def s3a_jars() -> list[str]:
         raise JarsMissing(f"Hadoop's S3A jars (s3a:// checkpoints) are not in {folder} "
                           f"(missing {', '.join(m.rstrip('-') for m in missing)}): {FETCH_HINT}")
     return jars
+
+
+def yarn_classpath() -> str:
+    """The class path of Hadoop YARN's ResourceManager and NodeManager (``.jars/yarn/*``); a one-line error
+    naming the missing jar and ``make jars`` when they are absent."""
+    folder = jars_dir() / "yarn"
+    for artifact in ("hadoop-yarn-server-resourcemanager-", "hadoop-yarn-server-nodemanager-", "hadoop-common-"):
+        if not any(folder.glob(f"{artifact}*.jar")):
+            raise JarsMissing(f"Hadoop YARN's {artifact.rstrip('-')} jar is not in {folder}: {FETCH_HINT}")
+    return str(folder / "*")

@@ -17,33 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewind.errors import Failed, Refused
 from rewind.platform.processes import log_tail, pid_alive
 from rewind.registry import StreamSpec
+from rewind.stream.control_errors import DriverRunning, StreamControlError, StreamFailed
 from rewind.stream.status import StreamStatus
 from rewind.stream.status_store import read_stream_status
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 #: A heartbeat older than this (with a live pid) is a hung driver or a reused pid, not a running stream.
 STALE_AFTER_S = 600.0
-
-
-class StreamControlError(Failed, RuntimeError):
-    """A stop or launch did not happen; the message says what is left running or where the log is."""
-
-
-class DriverRunning(Refused):
-    """A launch was refused: a driver of the stream is alive and holds its checkpoint (two drivers on
-    one checkpoint corrupt it). Stop it first, or let the supervisor do it."""
-
-
-class StreamFailed(StreamControlError):
-    """A (re)launched stream failed: its query raised (``query_failed``) or its process exited
-    (``process_gone``) before it got where it was asked to."""
-
-    def __init__(self, cause: str, detail: str) -> None:
-        super().__init__(detail)
-        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -113,7 +95,13 @@ def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
         if not _wait(lambda: not read_standby(spec), timeout):
             raise StreamControlError(f"stream {spec.name}: its standby did not stop within {timeout:.0f}s; the "
                                      "driver was left running")
-    return _stop_driver(spec, timeout, force=False)
+    stopped = _stop_driver(spec, timeout, force=False)
+    status = read_stream_status(spec)
+    if stopped and status is not None and status.cluster:  # its YARN application must end too, killed if it lingers
+        from rewind.stream.cluster_control import finish_on_yarn
+
+        finish_on_yarn(status, spec.name, driver_stopped=True)
+    return stopped
 
 
 def _wait(done: Callable[[], bool], timeout: float) -> bool:
@@ -149,11 +137,17 @@ def stop_driver(spec: StreamSpec, timeout: float = 60.0) -> bool:
     """Stop the stream's driver whatever its heartbeat says (a hung driver answers no status): a
     forced stop request (the driver fences its own checkpoint writes and gives up its lease at once,
     even if its query does not stop), and on its own host SIGTERM, then SIGKILL of its process group
-    after ``timeout``. False when none runs."""
+    after ``timeout``; a driver YARN runs is killed through the ResourceManager. False when none runs."""
     from rewind.control.leases import me, read_lease
     from rewind.control.location import control_store
     from rewind.platform.processes import terminate_group
 
+    status = read_stream_status(spec)
+    if status is not None and status.cluster:  # YARN runs it: the ResourceManager kills it, from any host
+        from rewind.stream.cluster_control import kill_on_yarn
+
+        if kill_on_yarn(status, spec.name) is not None:
+            return True
     lease = read_lease(control_store(spec))[0]
     try:
         return _stop_driver(spec, timeout, force=True)
@@ -169,10 +163,22 @@ def ensure_no_driver(spec: StreamSpec) -> None:
     from rewind.stream.driver_lease import driver_alive
 
     alive, why = driver_alive(spec)
-    if alive:
+    if alive and not ended_on_yarn(spec):
         raise DriverRunning(f"stream {spec.name}: a driver is alive and holds its checkpoint ({why}); not launching a "
                             "second one. Stop it first (a stop request, or SIGTERM on its host, stops it after its "
                             "current batch), or let the supervisor stop a hung one")
+
+
+def ended_on_yarn(spec: StreamSpec) -> bool:
+    """YARN ran the stream's last driver and says its application ended: the lease it held lapses within its
+    time to live, and the next driver waits for that before it plans a batch (``rewind.control.leases``)."""
+    status = read_stream_status(spec)
+    if status is None or not status.cluster:
+        return False
+    from rewind.supervision.cluster_observe import newest_app
+
+    app, _ = newest_app(status, spec.name)
+    return app is not None and not app.active
 
 
 def launch_stream(spec: StreamSpec, registry_path: str | Path | None, bootstrap: str, log_path: Path,

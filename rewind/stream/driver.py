@@ -151,6 +151,9 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
 
     spark.streams.addListener(make_listener(channel, status, on_progress=on_progress))
     status.spark_ui = spark.sparkContext.uiWebUrl
+    from rewind.stream.cluster_identity import cluster_of
+
+    status.cluster = cluster_of(spark)  # on YARN: the application, so every host can ask the ResourceManager
     checkpoint = active_checkpoint(spec)  # a savepoint restore may have pointed the stream elsewhere
     grant(spark, checkpoint, keeper)
     keeper.on_tick.append(lambda: answer_stop_request(spec, keeper, stop_requested,

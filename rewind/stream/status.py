@@ -49,6 +49,7 @@ class StreamStatus:
     epoch: int | None = None  # the driver lease's epoch this driver writes under (rewind.control.lease)
     host: str = field(default_factory=socket.gethostname)
     holder: dict[str, Any] = field(default_factory=dict)  # the lease Holder: where ``pid`` can be checked
+    cluster: dict[str, str] = field(default_factory=dict)  # a driver YARN runs: its application (cluster_identity)
 
 
 class StatusChannel(Protocol):

@@ -110,6 +110,10 @@ def evaluate(obs: "Observation", t: Thresholds) -> Verdict:
     """The action for one observation of the stream (pure)."""
     status = obs.status
     health = diagnose(status, obs.at, obs.driver_alive, t)
+    if obs.cluster is not None and not health.healthy:
+        if obs.cluster.starting:  # YARN has the stream's newest application; its driver has not reported yet
+            return Verdict(Health(True, None, obs.cluster.detail), "none", reason=obs.cluster.detail)
+        health = Health(False, health.cause, f"{health.detail}; {obs.cluster.detail}")
     if health.healthy:
         return Verdict(health, "none", reason=health.detail)
     if obs.gave_up:

@@ -21,6 +21,8 @@ from rewind.registry import StreamSpec
 from rewind.stream.driver_lease import driver_alive, read_standby
 from rewind.stream.status import StreamStatus
 from rewind.stream.status_store import read_stream_status
+from rewind.supervision.cluster_app import AppVerdict
+from rewind.supervision.cluster_observe import yarn_verdict
 from rewind.supervision.failures import read_failures
 
 
@@ -34,6 +36,7 @@ class Observation:
     last_alert_at: dict[str, float] = field(default_factory=dict)  # cause -> when it was last alerted
     failures: tuple[dict[str, Any], ...] = ()
     reset_at: float | None = None  # when a person last cleared the failures (``rewind supervisor reset``)
+    cluster: AppVerdict | None = None  # YARN's word on the driver, when YARN runs it (supervision.cluster_observe)
 
 
 def observe(spec: StreamSpec, now: float | None = None) -> Observation:
@@ -46,5 +49,11 @@ def observe(spec: StreamSpec, now: float | None = None) -> Observation:
     # A dead driver with a live standby is a takeover in progress, not a failure: the standby holds
     # the lease before it writes its status, or is still warming up and takes over after that.
     alive = driver_alive(spec, read_lease(store)[0])[0] or bool(read_standby(spec))
-    return Observation(spec.name, time.time() if now is None else now, status, alive, doc["gave_up"], alerts,
-                       tuple(doc["failures"]), doc["reset_at"])
+    at = time.time() if now is None else now
+    # On YARN the application's state is the surer word: it ends the moment the driver's container dies
+    # (its lease looks held a while longer), and it runs on while a driver hangs.
+    cluster = yarn_verdict(status, spec.name, at, float(spec.supervision.thresholds()["heartbeat_stale_s"]))
+    if cluster is not None:
+        alive = cluster.alive or bool(read_standby(spec))
+    return Observation(spec.name, at, status, alive, doc["gave_up"], alerts, tuple(doc["failures"]), doc["reset_at"],
+                       cluster)

@@ -33,18 +33,27 @@ def recover_checkpoint(spec: StreamSpec, s3_store: Any = None) -> dict[str, Any]
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.checkpoints.pointer import active_checkpoint
     from rewind.checkpoints.repair import RepairRefused, repair_checkpoint, stream_running
+    from rewind.checkpoints.store import is_s3_url, open_store
 
-    cp = Path(active_checkpoint(spec))
-    if not (cp / "offsets").is_dir():
-        return {"action": "none", "checkpoint": str(cp), "reason": "no checkpoint yet: the stream starts fresh"}
+    location = active_checkpoint(spec)
+    if is_s3_url(location):  # in S3 (a stream on a cluster): inspected and repaired there
+        from rewind.s3 import s3_client
+
+        cp: Any = open_store(location, s3_client())
+        started = bool(cp.list_dir("offsets")[1])
+    else:
+        cp = Path(location)
+        started = (cp / "offsets").is_dir()
+    if not started:
+        return {"action": "none", "checkpoint": location, "reason": "no checkpoint yet: the stream starts fresh"}
     report = inspect_checkpoint(cp)
     if not report.errors:
-        return {"action": "none", "checkpoint": str(cp), "last_complete": report.last_complete,
+        return {"action": "none", "checkpoint": location, "last_complete": report.last_complete,
                 "reason": "checkpoint is complete" + ("" if not report.problems else
                                                       f" ({report.problems[0].detail})")}
     try:
-        record = repair_checkpoint(cp, running=stream_running(spec))
-        return {"action": "repaired", "checkpoint": str(cp), "last_complete": record["rolled_back_to_batch"],
+        record = repair_checkpoint(location, running=stream_running(spec))
+        return {"action": "repaired", "checkpoint": location, "last_complete": record["rolled_back_to_batch"],
                 "quarantine": record.get("quarantine"), "moved": len(record["moved"]),
                 "problems": record["problems"]}
     except RepairRefused as exc:
@@ -72,7 +81,7 @@ def restore_newest_savepoint(spec: StreamSpec, store: Any, reason: str) -> dict[
 
 def wait_for_progress(spec: StreamSpec, pid: int, after_batch: int | None, timeout: float) -> dict[str, Any]:
     """Wait until the stream `pid` commits a batch newer than `after_batch` (or is caught up, lag 0)."""
-    from rewind.platform.processes import pid_alive
+    from rewind.stream.driver_lease import driver_alive
 
     deadline = time.monotonic() + timeout
     st = None
@@ -88,7 +97,7 @@ def wait_for_progress(spec: StreamSpec, pid: int, after_batch: int | None, timeo
             caught_up = st.last_batch_id is not None and bool(st.latest_offsets) and st.total_lag == 0
             if st.state == "running" and (advanced or caught_up):
                 return {"batch": st.last_batch_id, "lag": st.total_lag, "at": st.last_batch_at}
-        if not pid_alive(pid):
+        if not driver_alive(spec)[0]:  # its lease: a pid where one can be checked, else its expiry
             raise StreamFailed("process_gone", f"{spec.name} (pid {pid}) exited after relaunch (state "
                                                     f"{st.state if st else 'unknown'})")
         time.sleep(0.5)

@@ -37,7 +37,7 @@ class RewindStreamHook(SparkSubmitHook):
         self.stream = stream
 
     def submit_command(self) -> list[str]:
-        from rewind.jobs import STREAM_JOB
+        from spark_jobs import STREAM_JOB
 
         return self._build_spark_submit_command(str(STREAM_JOB))
 

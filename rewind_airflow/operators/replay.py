@@ -65,9 +65,9 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
     args = [spec.name, "--registry", registry, "--bootstrap", RewindKafkaHook().bootstrap(), "--plan-json",
             planned["plan_file"], "--mode", params.get("mode") or "into-sink", "--replay-id", planned["replay_id"],
             "--run-dir", planned["run_dir"]]
-    from rewind.jobs import REPLAY_JOB
     from rewind.platform.jars import connector_jars
     from rewind_airflow.hooks.stream import submit_env
+    from spark_jobs import REPLAY_JOB
 
     hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=f"rewind-replay-{spec.name}",
                            jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
@@ -107,7 +107,7 @@ class PlanReplayOperator(BaseOperator):
 
 
 class ReplayOperator(BaseOperator):
-    """Run a planned replay: the bounded Spark job through spark-submit (``rewind/jobs/replay.py``), which
+    """Run a planned replay: the bounded Spark job through spark-submit (``spark_jobs/replay.py``), which
     writes the range through the stream's transform into its sink (or shadow tables) and proves it.
     Fails with the report's verdict when the job or its proof fails; one replay per stream at a time.
 

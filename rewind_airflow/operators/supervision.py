@@ -27,6 +27,12 @@ def launch(stream: str, registry: str | None, conn_id: str, wait_s: float) -> di
 
     spec = load_registry(registry).get(stream)
     ensure_no_driver(spec)
+    from rewind_airflow.hooks.cluster import connection_is_yarn_cluster
+
+    if connection_is_yarn_cluster(conn_id):  # the driver runs in a YARN container, not on this worker
+        from rewind_airflow.operators.cluster import launch_on_yarn
+
+        return launch_on_yarn(stream, registry, conn_id, wait_s)
     log_path = default_log_path(spec)
     started = time.time()
     submit_pid = RewindStreamHook(stream, registry, RewindKafkaHook().bootstrap(), conn_id=conn_id).launch_detached(
@@ -50,6 +56,12 @@ def launch_standby(stream: str, registry: str | None, conn_id: str) -> dict[str,
     there = read_standby(spec)
     if there:
         return {"standby_pid": there["pid"], "standby_launched": False}
+    from rewind_airflow.hooks.cluster import connection_is_yarn_cluster
+
+    if connection_is_yarn_cluster(conn_id):
+        from rewind_airflow.operators.cluster import launch_on_yarn
+
+        return launch_on_yarn(stream, registry, conn_id, 0.0, standby=True)
     log_path = paths_of(spec).log.with_suffix(".standby.log")
     pid = RewindStreamHook(stream, registry, RewindKafkaHook().bootstrap(), conn_id=conn_id,
                            standby=True).launch_detached(log_path)

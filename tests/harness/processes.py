@@ -1,6 +1,6 @@
 """A stream driver as a real child process, and the waits and looks the end-to-end tests need around it.
 
-``StreamProcess`` runs ``rewind/jobs/stream.py`` (what spark-submit runs) in its own process group,
+``StreamProcess`` runs ``spark_jobs/stream.py`` (what spark-submit runs) in its own process group,
 so a test can SIGKILL the driver with its JVM as ``kill -9 -PGID`` would, or stop it as an operator
 does (SIGTERM: the batch in flight finishes). Processes are looked at with ``psutil``.
 """
@@ -19,14 +19,14 @@ from typing import Any
 import psutil
 import pytest
 
-from rewind.jobs import STREAM_JOB
 from rewind.platform.processes import terminate_group
+from spark_jobs import STREAM_JOB
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class StreamProcess:
-    """``rewind/jobs/stream.py NAME`` as a child in its own process group, logging to ``stream-run<N>.log``.
+    """``spark_jobs/stream.py NAME`` as a child in its own process group, logging to ``stream-run<N>.log``.
 
     ``env`` (e.g. the platform's, with S3 credentials) goes to every run; ``start(**extra)`` adds to one.
     """

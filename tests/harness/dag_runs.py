@@ -1,0 +1,48 @@
+"""Rewind's DAGs run with ``dag.test()`` in the test process: a migrated Airflow home, and the runs' task states.
+
+The process's throwaway ``AIRFLOW_HOME`` is set by conftest.py before Airflow is first imported; this migrates
+its database once and points the DAGs folder at the repository's ``dags/``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def migrated_airflow() -> Iterator[dict[str, str]]:
+    home = Path(os.environ["AIRFLOW_HOME"])
+    env = {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
+           "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
+                   env={**os.environ, **env}, timeout=300)
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def states(run: Any) -> dict[str, str]:
+    """task id -> its state (``success``, ``failed``, ``skipped``...) in a finished ``dag.test()`` run."""
+    return {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
+
+
+def xcom(run: Any, task_id: str) -> Any:
+    """What a task of a finished ``dag.test()`` run returned."""
+    ti = next(t for t in run.get_task_instances() if t.task_id == task_id)
+    return ti.xcom_pull(task_ids=task_id)

@@ -1,0 +1,261 @@
+"""Rewind on Apache Hadoop YARN: drivers inside the cluster (cluster deploy mode), checkpoints on S3.
+
+One YARN cluster for the module (a ResourceManager and two NodeManagers from .jars/yarn, the second one for
+the node that is lost), on the session's platform (Kafka, SeaweedFS). The scenario test moves one stream
+from the embedded default (``local[2]``, a local checkpoint) onto YARN and back, and on YARN loses its
+driver's container and then a whole node, all under the supervisor DAG; every leg ends with the proof by the
+data (every Kafka offset against the sink: 0 duplicates, 0 missing). The last test stops the cluster and
+finds no process of it left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from harness.dag_runs import migrated_airflow, states, xcom
+
+from rewind.demo.producer import ProduceSpec, produce
+from rewind.faults import Fault, arm
+from rewind.paths import status_path
+from rewind.platform.processes import pid_alive
+from rewind.platform.services import PlatformInfo
+from rewind.platform.yarn import Container, YarnCluster
+from rewind.platform.yarn_rm import stream_tag
+from rewind.proof.verify import verify_stream
+from rewind.registry import load_registry
+from rewind.stream.status import read_status
+from rewind.testing.registry_templates import demo_stream, write_registry
+
+ROOT = Path(__file__).resolve().parents[1]
+STREAM = "ymig"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YarnCluster]:
+    cluster = YarnCluster(tmp_path_factory.mktemp("yarn"), nodes=2)
+    with cluster:
+        cluster.spark_defaults(sys.executable)
+        print(f"YARN up in {cluster.startup_s:.1f}s: {cluster.rm_settings.web_url}")
+        yield cluster
+
+
+@pytest.fixture
+def yarn_env(yarn: YarnCluster, platform: PlatformInfo, tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """What an Airflow worker that submits to this cluster has: the platform's services, HADOOP_CONF_DIR, the
+    deployment's spark-defaults.conf, and a Spark connection in cluster mode."""
+    env = {**platform.env(), **yarn.info().env(), "REWIND_S3_BUCKET": platform.bucket,
+           "SPARK_CONF_DIR": str(yarn.workdir / "spark-conf"), "REWIND_HOME": str(tmp_path / "home"),
+           "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "yarn", "extra": {
+               "deploy-mode": "cluster", "yarn_resourcemanager_webapp_address": yarn.rm_settings.web_url}}),
+           "AIRFLOW_CONN_REWIND_KAFKA": json.dumps({"conn_type": "generic",
+                                                    "extra": {"bootstrap": platform.kafka_bootstrap}})}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+def test_yarn_is_a_component_of_the_platform(yarn: YarnCluster) -> None:
+    """The ResourceManager answers its REST API, both NodeManagers registered with what they offer, each daemon
+    on ports and directories of its own with its log kept."""
+    info = yarn.rest.cluster_info()
+    assert info["state"] == "STARTED" and info["haState"] == "ACTIVE" and info["hadoopVersion"] == "3.5.0"
+    nodes = yarn.rest.running_nodes()
+    assert len(nodes) == 2 and all(n.available_mb + n.used_mb == 2048 for n in nodes), nodes
+    assert {yarn.node_of(n.node_id) for n in nodes} == {0, 1}
+    for name, log in yarn.info().logs.items():
+        assert Path(log).stat().st_size > 0, name
+    dirs = {d for n in yarn.nm_settings for d in (n.local_dir, n.log_dir)}
+    assert len(dirs) == 4 and all(Path(d).is_dir() for d in dirs)
+
+
+@pytest.fixture(scope="module")
+def airflow_home() -> Iterator[dict[str, str]]:
+    with migrated_airflow() as env:
+        yield env
+
+
+def wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def driver_jvm(yarn: YarnCluster, app_id: str) -> Container | None:
+    """The JVM of the application's first container: the ApplicationMaster, which in cluster mode is the driver
+    (its Python process is its child)."""
+    return next((c for c in yarn.containers() if c.app_id == app_id and c.is_application_master
+                 and c.argv and c.argv[0].endswith("java") and "ApplicationMaster" in " ".join(c.argv)), None)
+
+
+def rewind_cli(*args: str, registry: Path) -> dict[str, Any]:
+    """``rewind ...  --json`` as an operator runs it; its JSON answer."""
+    run = subprocess.run([sys.executable, "-m", "rewind.cli", *args, "--registry", str(registry), "--json"],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+
+
+def proven(spec: Any, bootstrap: str, everything: bool = False) -> dict[str, Any]:
+    """``rewind verify``: every Kafka record up to the stream's last committed batch (``everything``: all of them)
+    against its sink and dead letters; 0 duplicates and 0 missing."""
+    from rewind.proof.verify import committed_bounds
+
+    status = read_status(status_path(spec.status_dir, spec.name))
+    bounds = None if everything or status is None else committed_bounds(status.end_offsets)
+    summary = verify_stream(spec, bootstrap, bounds).summary()
+    assert summary["ok"], summary
+    assert summary["duplicate_event_rows"] == 0 and summary["missing_events"]["count"] == 0, summary
+    return dict(summary)
+
+
+@pytest.mark.timeout(1800)
+def test_a_stream_moves_onto_yarn_survives_its_driver_and_a_node_lost_and_moves_back(
+        yarn: YarnCluster, yarn_env: dict[str, str], airflow_home: dict[str, str], platform: PlatformInfo,
+        new_topic: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Job migration and recovery through YARN, one stream, proven by the data after each leg:
+
+    1. on the embedded default (``local[2]``, a local checkpoint), stopped with a savepoint;
+    2. restored onto YARN with an ``s3a://`` checkpoint and launched there by the supervisor DAG (cluster mode:
+       the driver in a container); its driver's container JVM SIGKILLed mid-batch (the batch written in the
+       sink's open transaction, not committed): the supervisor relaunches it through YARN;
+    3. the NodeManager running the driver SIGKILLed with every container it started (a node lost): YARN
+       declares it lost and ends the application, the supervisor relaunches it on the other node;
+    4. stopped with a savepoint (copied inside S3), restored onto the embedded default, run to the end.
+    """
+    topic = new_topic(3, "ymig")
+    home, bootstrap = tmp_path / "home", platform.kafka_bootstrap
+    entry = dict(max_offsets=400, trigger='"1 second"', sink_url=f"sqlite:///{tmp_path}/sink.db",
+                 restart="{strategy: fixed-delay, max_attempts: 6, delay: 5 seconds}")
+    local = write_registry(tmp_path / "local.yaml", demo_stream(STREAM, topic, home, **entry))
+    on_yarn = write_registry(tmp_path / "yarn.yaml", demo_stream(
+        STREAM, topic, home, checkpoint=f"s3a://{platform.bucket}/yarn-{uuid.uuid4().hex[:8]}/{STREAM}", **entry))
+    back = write_registry(tmp_path / "back.yaml", demo_stream(
+        STREAM, topic, home, checkpoint=str(home / "checkpoints" / f"{STREAM}-back"), **entry))
+    spec = load_registry(local).get(STREAM)
+    spath = status_path(spec.status_dir, STREAM)
+    stop = threading.Event()
+    sent: dict[str, Any] = {}
+    producer = threading.Thread(target=lambda: sent.update(produce(bootstrap, ProduceSpec(
+        topic=topic, count=1_000_000, rate=60, partitions=3, id_prefix="ym", malformed_every=97, duplicate_every=89),
+        should_stop=stop.is_set).summary()), daemon=True)
+    producer.start()
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    try:
+        # 1. the embedded default, then stop-with-savepoint
+        from rewind.stream.control import launch_stream, wait_running
+
+        pid = launch_stream(spec, local, bootstrap, tmp_path / "local-1.log")
+        wait_running(spec, pid, 240, tmp_path / "local-1.log")
+        wait(lambda: (st := read_status(spath)) and (st.last_batch_id or -1) >= 2, 240, "3 batches on local[2]")
+        first = rewind_cli("savepoint", "create", STREAM, "--stop", "--no-restart", registry=local)
+        local_proof = proven(spec, bootstrap)
+        timings["local_leg_s"] = time.monotonic() - t0
+
+        # 2. onto YARN: restore into S3, then the supervisor DAG launches it in cluster mode
+        restored = rewind_cli("savepoint", "restore", STREAM, first["savepoint_id"], registry=on_yarn)
+        assert restored["path"].startswith(f"s3a://{platform.bucket}/") and ".restored-" in restored["path"]
+        yspec = load_registry(on_yarn).get(STREAM)
+        marker = tmp_path / "driver-paused.json"
+        monkeypatch.setenv("REWIND_FAULTS", arm(Fault("sink.pre_committed", "pause", batch=first["batch_id"] + 3,
+                                                      marker=str(marker), seconds=300))["REWIND_FAULTS"])
+        from rewind_airflow.dags.factory import build_dags
+
+        dag = build_dags(str(on_yarn))[f"rewind_{STREAM}_supervisor"]
+        killed: dict[str, Any] = {}
+
+        def kill_driver_mid_batch() -> None:
+            wait(marker.exists, 600, "the driver paused between its sink's pre-commit and commit")
+            app = yarn.rest.apps(tag=stream_tag(STREAM))[0]
+            jvm = wait(lambda: driver_jvm(yarn, app.app_id), 30, f"the driver JVM of {app.app_id}")
+            os.kill(jvm.pid, signal.SIGKILL)
+            killed.update(app=app.app_id, pid=jvm.pid, node=jvm.node, batch=json.loads(marker.read_text())["batch"],
+                          at=time.monotonic())
+
+        killer = threading.Thread(target=kill_driver_mid_batch, daemon=True)
+        killer.start()
+        run = dag.test(run_conf={"chain": False, "watch_s": 900})
+        killer.join(timeout=5)
+        assert states(run) == {"reset_if_asked": "success", "launch": "success", "watch": "success",
+                               "diagnose": "success", "recover_checkpoint": "success", "relaunch": "success",
+                               "prove": "success", "chain_enabled": "skipped", "next_run": "skipped"}, states(run)
+        launched, relaunched = xcom(run, "launch"), xcom(run, "relaunch")
+        assert launched["app_id"] == killed["app"] and relaunched["app_id"] != killed["app"], (launched, relaunched)
+        assert not pid_alive(killed["pid"]) and yarn.rest.app(killed["app"]).state == "FAILED"
+        timings["yarn_first_launch_s"] = launched["running_at"] - launched["launched_at"]
+        timings["driver_kill_to_first_batch_s"] = relaunched["detect_to_first_batch_s"]
+        monkeypatch.delenv("REWIND_FAULTS")
+
+        # 3. the node running the driver is lost
+        lost: dict[str, Any] = {}
+
+        def lose_the_drivers_node() -> None:
+            before = read_status(spath).last_batch_id  # type: ignore[union-attr]
+            wait(lambda: (read_status(spath).last_batch_id or -1) >= (before or 0) + 2, 300,  # type: ignore[union-attr]
+                 "two batches on YARN after the relaunch")
+            app = yarn.rest.apps(tag=stream_tag(STREAM))[0]
+            node = yarn.node_of(str(app.am_host))
+            lost.update(app=app.app_id, node=node, pids=yarn.kill_node(node), at=time.monotonic())
+
+        killer = threading.Thread(target=lose_the_drivers_node, daemon=True)
+        killer.start()
+        run = dag.test(run_conf={"chain": False, "watch_s": 900})
+        killer.join(timeout=5)
+        assert states(run)["relaunch"] == "success" and states(run)["prove"] == "success", states(run)
+        again = xcom(run, "relaunch")
+        assert yarn.node_of(str(again["node"])) != lost["node"], (again, lost)
+        assert yarn.rest.app(lost["app"]).state == "FAILED"
+        assert [n.state for n in yarn.rest.nodes() if yarn.node_of(n.node_id) == lost["node"]] == ["LOST"]
+        timings["node_lost_to_first_batch_s"] = again["detect_to_first_batch_s"]
+        yarn_proof = proven(yspec, bootstrap)
+
+        # 4. back to the embedded default through a savepoint copied inside S3
+        second = rewind_cli("savepoint", "create", STREAM, "--stop", "--no-restart", registry=on_yarn)
+        assert second["batch_id"] > killed["batch"]
+        wait(lambda: not yarn.rest.apps(tag=stream_tag(STREAM))[0].active, 60, "its YARN application to end")
+        rewind_cli("savepoint", "restore", STREAM, second["savepoint_id"], registry=back)
+        bspec = load_registry(back).get(STREAM)
+        stop.set()
+        producer.join(timeout=60)
+        pid = launch_stream(bspec, back, bootstrap, tmp_path / "local-2.log")
+        wait_running(bspec, pid, 240, tmp_path / "local-2.log")
+        from rewind.stream.control import stop_stream, wait_caught_up
+
+        wait_caught_up(bspec, bootstrap, 300)
+        stop_stream(bspec)
+        final = proven(bspec, bootstrap, everything=True)
+    finally:
+        stop.set()
+    print(json.dumps({"sent": sent, "local": local_proof["kafka_records"], "yarn": yarn_proof["kafka_records"],
+                      "final": {k: final[k] for k in ("kafka_records", "sink_events", "sink_dead_letters",
+                                                      "duplicate_event_rows")},
+                      "killed": killed, "lost": {k: v for k, v in lost.items() if k != "pids"},
+                      "timings": {k: round(v, 1) for k, v in timings.items()}}, default=str))
+
+
+def test_stopping_the_cluster_leaves_no_process(yarn: YarnCluster) -> None:
+    """Last in the module: the daemons and every container process (each in a session of its own) end."""
+    pids = [p for p in yarn.info().pids.values() if p] + [c.pid for c in yarn.containers()]
+    descendants = [c.pid for p in pids if pid_alive(p) for c in psutil.Process(p).children(recursive=True)]
+    yarn.stop()
+    left = [p for p in set(pids + descendants) if pid_alive(p)]
+    assert not left, [psutil.Process(p).cmdline() for p in left]
