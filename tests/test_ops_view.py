@@ -129,6 +129,51 @@ def test_build_view_end_to_end_from_inputs() -> None:
     assert v["problems"] == []
 
 
+YARN = {"manager": "yarn", "app_id": "application_1700000000000_0007", "resourcemanager": "http://rm:8088",
+        "tracking_url": "http://rm:8088/proxy/application_1700000000000_0007/"}
+
+
+def test_the_yarn_application_is_shown_while_it_runs_and_after_it_ended() -> None:
+    def view(alive: bool, **kw: object) -> dict:
+        st = status(spark_ui="http://node7:4041", **kw)
+        return build_stream_view(Inputs(stream="demo", topics=["t"], status=st, process_alive=alive), NOW).to_json()
+
+    running = view(True, cluster=YARN)
+    assert (running["yarn_app_id"], running["yarn_tracking_url"]) == (YARN["app_id"], YARN["tracking_url"])
+    assert running["spark_ui"] == "http://node7:4041"
+    ended = view(False, cluster=YARN, heartbeat=NOW - 300)  # YARN ended it: which application it was stays shown
+    assert ended["spark_ui"] is None and ended["yarn_app_id"] == YARN["app_id"]
+    assert ended["yarn_tracking_url"] == YARN["tracking_url"]
+    no_rm = view(True, cluster={**YARN, "resourcemanager": "", "tracking_url": ""})  # no HADOOP_CONF_DIR address
+    assert (no_rm["yarn_app_id"], no_rm["yarn_tracking_url"]) == (YARN["app_id"], None)
+    odd = view(True, cluster={**YARN, "tracking_url": "javascript:alert(1)"})
+    assert odd["yarn_tracking_url"] is None
+    for local in (view(True), view(True, cluster={"manager": "standalone", "app_id": "app-1"})):
+        assert local["yarn_app_id"] is None and local["yarn_tracking_url"] is None
+    assert build_stream_view(Inputs(stream="demo", topics=["t"]), NOW).yarn_app_id is None  # never ran
+
+
+def test_supervisor_status_shows_the_yarn_application_and_the_resourcemanagers_word() -> None:
+    from rewind.cli.supervisor import format_view, observation_view
+    from rewind.supervision.cluster_app import AppVerdict
+    from rewind.supervision.health import evaluate
+    from rewind.supervision.observe import Observation
+
+    said = AppVerdict(True, False, False, f"YARN application {YARN['app_id']} RUNNING, heartbeat 1s ago")
+    obs = Observation("demo", NOW, status(cluster=YARN), True, cluster=said)
+    v = observation_view(obs, evaluate(obs, Thresholds()))
+    assert v["stream"] == "demo" and v["healthy"] and v["last_batch_id"] == 41
+    assert (v["yarn_app_id"], v["yarn_tracking_url"]) == (YARN["app_id"], YARN["tracking_url"])
+    assert v["yarn_verdict"]["detail"] == said.detail and not v["yarn_verdict"]["ended"]
+    assert json.loads(json.dumps(v, default=str))["yarn_app_id"] == YARN["app_id"]  # --json
+    text = format_view(v)
+    assert f"YARN {YARN['app_id']}, tracking UI {YARN['tracking_url']}" in text
+    assert f"ResourceManager: {said.detail}" in text
+    local = Observation("demo", NOW, status(), True)
+    plain = observation_view(local, evaluate(local, Thresholds()))
+    assert plain["yarn_app_id"] is None and plain["yarn_verdict"] is None and "YARN" not in format_view(plain)
+
+
 def test_history_file_is_additive_and_bounded(tmp_path: Path) -> None:
     sfile = status_path(tmp_path, "demo")
     st = status()

@@ -1,7 +1,8 @@
 """`rewind supervisor status|reset STREAM`: what the supervisor sees, and clearing a crash-loop verdict.
 
 ``status`` prints the same health verdict the supervisor's trigger computes (from the status
-file and the process), the lag per partition and the failure history, so the person paged at
+file and the process), the lag per partition, the YARN application that ran the driver (its tracking UI,
+and what the ResourceManager says of it) and the failure history, so the person paged at
 3 a.m. sees in one place why a stream is not running. ``reset`` clears the history after the
 cause is fixed; the next supervisor run then relaunches (exit 0), and no data was skipped.
 """
@@ -11,9 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewind.cli.common import command
+
+if TYPE_CHECKING:
+    from rewind.supervision.health import Verdict
+    from rewind.supervision.observe import Observation
 
 
 def add_parser(subparsers: Any) -> None:
@@ -38,13 +43,24 @@ def supervisor_view(spec: Any) -> dict[str, Any]:
     from rewind.supervision.observe import observe
 
     obs = observe(spec)
-    verdict = evaluate(obs, thresholds_of(spec))
+    return observation_view(obs, evaluate(obs, thresholds_of(spec)))
+
+
+def observation_view(obs: Observation, verdict: Verdict) -> dict[str, Any]:
+    """What an observation shows and the evaluator's verdict on it (pure); ``yarn_verdict``: the ResourceManager's."""
+    from dataclasses import asdict
+
+    from rewind.ops.view import yarn_app
+
     health, st = verdict.health, obs.status
-    return {"stream": spec.name, "healthy": health.healthy, "cause": health.cause, "detail": health.detail,
+    app_id, tracking_url = yarn_app(st)
+    return {"stream": obs.stream, "healthy": health.healthy, "cause": health.cause, "detail": health.detail,
             "action": verdict.action, "reason": verdict.reason,
             "state": st.state if st else None, "pid": st.pid if st else None,
             "last_batch_id": st.last_batch_id if st else None, "last_batch_at": st.last_batch_at if st else None,
             "lag": st.lag if st else {}, "total_lag": st.total_lag if st else 0,
+            "yarn_app_id": app_id, "yarn_tracking_url": tracking_url,
+            "yarn_verdict": asdict(obs.cluster) if obs.cluster is not None else None,
             "failures": list(obs.failures[-10:]), "gave_up": obs.gave_up,
             "alerts": {cause: at for cause, at in obs.last_alert_at.items()}}
 
@@ -54,6 +70,10 @@ def format_view(v: dict[str, Any]) -> str:
              f"  supervisor: {v['action']} ({v['reason']})",
              f"  state {v['state']}, pid {v['pid']}, last batch {v['last_batch_id']} at {_when(v['last_batch_at'])}, "
              f"lag {v['total_lag']} {v['lag'] or ''}"]
+    if v.get("yarn_app_id"):
+        lines.append(f"  YARN {v['yarn_app_id']}, tracking UI {v.get('yarn_tracking_url') or '-'}")
+    if v.get("yarn_verdict"):
+        lines.append(f"  ResourceManager: {v['yarn_verdict']['detail']}")
     if v["gave_up"]:
         lines.append(f"  GAVE UP at {_when(v['gave_up']['at'])}: {v['gave_up']['reason']}")
         lines.append(f"  after fixing the cause: rewind supervisor reset {v['stream']}")

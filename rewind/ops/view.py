@@ -2,8 +2,8 @@
 
 Sources (nothing new is measured here):
 - the status the running stream writes into its control store (``rewind.stream.status_store``):
-  state, heartbeat, last batch, Kafka lag per partition, and its history (throughput and lag over
-  the last hour); whether a driver holds the stream's lease;
+  state, heartbeat, last batch, Kafka lag per partition, the YARN application that ran it, and its history
+  (throughput and lag over the last hour); whether a driver holds the stream's lease;
 - the supervisor's failure history (the ``failures`` document): last recovery, crash-loop verdict;
 - savepoint manifests in S3 (``rewind.checkpoints.savepoints.list_savepoints``);
 - the newest proof (``$REWIND_HOME/dq/STREAM/RUN/proof.json``, written by ``rewind.proof.dq.run_proof``);
@@ -38,8 +38,6 @@ ACTIVE_RUN_STATES = ("queued", "running")
 
 def dag_ids(stream: str) -> dict[str, str]:
     """The DAGs the factory generates for a stream (and the shared replay DAG), as ``rewind.paths`` names them."""
-    from dataclasses import asdict
-
     from rewind import paths
 
     return asdict(paths.dag_ids(stream))
@@ -86,6 +84,8 @@ class StreamView:
     dags: dict[str, Any]
     problems: list[str] = field(default_factory=list)
     spark_ui: str | None = None  # the running driver's Spark UI
+    yarn_app_id: str | None = None  # the YARN application that ran the driver (also once it ended: which one)
+    yarn_tracking_url: str | None = None  # its tracking UI (the ResourceManager's proxy), None unless http(s)
     upgrades: list[dict[str, Any]] = field(default_factory=list)  # upgrades and rescales, newest first
 
     def to_json(self) -> dict[str, Any]:
@@ -275,11 +275,19 @@ def default_replay_range(end_offsets: dict[str, dict[str, Any]], span: int = REP
     return {"from": json.dumps(frm, separators=(",", ":")), "to": json.dumps(to, separators=(",", ":"))}
 
 
+def yarn_app(status: StreamStatus | None) -> tuple[str | None, str | None]:
+    """(application id, tracking URL) of a driver YARN ran (``status.cluster``: ``rewind.stream.cluster_identity``)."""
+    c = status.cluster if status is not None and (status.cluster or {}).get("manager") == "yarn" else {}
+    url = c.get("tracking_url") or ""
+    return c.get("app_id") or None, url if url.startswith(("http://", "https://")) else None
+
+
 def build_stream_view(inp: Inputs, now: float) -> StreamView:
     state, since, detail = derive_state(inp.status, inp.process_alive, inp.failures, now, inp.thresholds)
     problems = [p for p in (inp.savepoints_error and f"savepoints: {inp.savepoints_error}",
                             inp.dag_runs_error and f"Airflow DAG runs: {inp.dag_runs_error}") if p]
     rng = default_replay_range(inp.status.end_offsets if inp.status else {})
+    yarn_id, yarn_url = yarn_app(inp.status)
     return StreamView(
         name=inp.stream, topics=list(inp.topics), state=state, since=since, detail=detail,
         last_batch=last_batch(inp.status, now), lag=lag_view(inp.status),
@@ -290,6 +298,7 @@ def build_stream_view(inp: Inputs, now: float) -> StreamView:
         replay_defaults={"stream": inp.stream, **rng, "mode": "into-sink", "dry_run": True},
         dags=dag_summary(inp.stream, inp.dag_runs), problems=problems,
         spark_ui=inp.status.spark_ui if inp.status is not None and inp.process_alive else None,
+        yarn_app_id=yarn_id, yarn_tracking_url=yarn_url,
         upgrades=history_rows(inp.upgrades, newest_first=True)[:10])
 
 
