@@ -22,6 +22,9 @@ process it starts, so no fault can reach a deployment that does not set the vari
 - ``seconds``: ``pause`` only, how long to wait for the test to act (default 120, at most 600); then
   it fails the batch instead of hanging.
 
+The value may also be ``base64:`` and the list base64-encoded (``encoded``): the YARN hook ships it
+so, since YARN writes a container's environment into a shell script without escaping double quotes.
+
 A ``pause`` never blocks forever: the test that armed it kills the process in the meantime, or the
 pause ends in ``FaultInjected`` and the batch fails like any write error.
 """
@@ -45,6 +48,8 @@ log = logging.getLogger(__name__)
 __all__ = ["ENV", "POINTS", "Fault", "FaultInjected", "arm", "armed", "fault_point"]
 
 ENV = "REWIND_FAULTS"
+#: Prefix of a base64-encoded value (``encoded``).
+B64 = "base64:"
 
 #: Every fault point, and the moment it marks. A sink's batch passes them in this order.
 POINTS: dict[str, str] = {
@@ -77,7 +82,19 @@ class Fault:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
+def encoded(value: str) -> str:
+    """``REWIND_FAULTS`` as ``base64:...``, for a hop that does not keep double quotes: YARN writes a container's
+    environment into a shell script without escaping them."""
+    import base64
+
+    return value if value.startswith(B64) else B64 + base64.b64encode(value.encode()).decode()
+
+
 def _parse(value: str) -> list[Fault]:
+    if value.startswith(B64):  # through an environment that mangles quotes (YARN's container launch script)
+        import base64
+
+        value = base64.b64decode(value[len(B64):]).decode()
     try:
         entries = json.loads(value)
     except ValueError as exc:

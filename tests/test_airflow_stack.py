@@ -9,25 +9,24 @@ one, not one each. In file order:
    with its cause;
 2. the Rewind page and its API: authentication, a viewer's read-only access, refusals of malicious
    names, the admin's actions creating DAG runs, the savepoint DAG's restore path;
-3. recovery driven by the supervisor DAG: a stream SIGKILLed twice is healed and proven;
-4. stopping the stack leaves no process and no open port.
+3. stopping the stack leaves no process and no open port.
 
-The page's tests read a status file this module writes for the stream ``uitest`` (no stream runs
-for it); the supervisor's test runs the demo stream ``e2e``. Both are in one registry, read when
-the DAGs are parsed.
+Recovery driven by the supervisor DAG through a real Airflow is proven with the CeleryExecutor, its
+launch and recovery on two workers on two hosts (``tests/test_celery_hosts.py``); the LocalExecutor
+of ``make up`` runs the same DAG and operators. The page's tests read a status file this module
+writes for the stream ``uitest`` (no stream runs for it), read from its registry when the DAGs are
+parsed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import socket
 import stat
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +34,11 @@ import httpx
 import psutil
 import pytest
 
-from rewind.demo.producer import ProduceSpec, produce
 from rewind.paths import status_path
 from rewind.platform.airflow_client import AirflowApiError, AirflowClient
 from rewind.platform.services import PlatformInfo
-from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
-from rewind.stream.control import stop_stream, wait_caught_up
-from rewind.stream.status import StreamStatus, append_history, read_status, write_status
-from rewind.supervision.failures import read_failures
+from rewind.stream.status import StreamStatus, append_history, write_status
 from rewind.testing.registry_templates import demo_stream, write_registry
 
 pytestmark = pytest.mark.slow
@@ -133,9 +128,7 @@ def stack(airflow_factory: Any, platform: PlatformInfo, tmp_path_factory: pytest
     dags.mkdir()
     shutil.copy(ROOT / "dags" / "rewind_streams.py", dags)
     (dags / "probe.py").write_text(PROBE_DAG)
-    reg = write_registry(home / "streams.yaml", demo_stream(STREAM, "uitest-events", home), demo_stream(
-        "e2e", "e2e-events", home, max_offsets=500, trigger="1 second",
-        restart="{strategy: fixed-delay, max_attempts: 5, delay: 1 seconds}"))
+    reg = write_registry(home / "streams.yaml", demo_stream(STREAM, "uitest-events", home))
     spec = load_registry(reg).get(STREAM)
     now = time.time()
     st = StreamStatus(stream=STREAM, state="running", pid=999_999_999, heartbeat=now, started_at=now - 60,
@@ -358,72 +351,7 @@ def test_restore_path_of_the_savepoint_dag_runs_in_airflow(stack: dict[str, Any]
     assert "does not exist" in log and "nothing was stopped" in log, log[-3000:]
 
 
-# --------------------------------------------------------------------------- 3. recovery by the supervisor DAG
-def _wait(what: str, check: Callable[[], Any], timeout: float, poll: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
-def test_supervisor_heals_two_kills_through_real_airflow(stack: dict[str, Any]) -> None:
-    topic, platform = "e2e-events", stack["platform"]
-    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=2, malformed_every=50,
-                                                  duplicate_every=40, id_prefix="e0"))
-    spec = load_registry(stack["registry"]).get("e2e")
-    client = stack["admin"]
-    dag_id = "rewind_e2e_supervisor"
-    client.wait_dag(dag_id, timeout=120)
-    client.unpause(dag_id)
-    first_run = client.trigger_dag(dag_id, {"chain": True, "watch_s": 900})
-    status_file = status_path(spec.status_dir, "e2e")
-    timings: list[dict[str, float]] = []
-    try:
-        def watching() -> bool:  # the newest supervisor run is deferred on the health trigger
-            runs = client.dag_runs(dag_id)
-            return bool(runs) and any(t["task_id"] == "watch" and t["state"] == "deferred"
-                                      for t in client.task_instances(dag_id, runs[-1]["dag_run_id"]))
-
-        for kill in (1, 2):
-            _wait(f"the supervisor watching (kill {kill})", watching, 400, poll=1)
-            st = _wait(f"the stream running with batches (kill {kill})",
-                       lambda: (s := read_status(status_file)) and s.state == "running"
-                       and (s.last_batch_id or 0) >= 2 and s or None, 300)
-            produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=800, partitions=2,
-                                                          id_prefix=f"e{kill}"))
-            killed_at = time.time()
-            os.kill(st.pid, signal.SIGKILL)
-            failure = _wait("the failure recorded by the supervisor",
-                            lambda: next((f for f in read_failures(spec)["failures"] if f["at"] > killed_at), None),
-                            120)
-            new = _wait("a relaunched stream committing a batch",
-                        lambda: (s := read_status(status_file)) and s.pid != st.pid and s.state == "running"
-                        and s.last_batch_at and s.last_batch_at > killed_at and s or None, 300)
-            timings.append({"detect_s": failure["at"] - killed_at, "relaunch_s": new.started_at - killed_at,
-                            "first_batch_s": new.last_batch_at - killed_at})
-            assert failure["cause"] == "process_gone"
-        def proven_runs() -> list[dict[str, Any]] | None:
-            out = [r for r in client.dag_runs(dag_id)
-                   if {t["task_id"]: t["state"] for t in client.task_instances(dag_id, r["dag_run_id"])}
-                   .get("prove") == "success"]
-            return out if len(out) >= 2 else None
-
-        runs = _wait("two supervisor runs whose DQ proof passed", proven_runs, 300, poll=2)
-        assert len(runs) >= 2 and runs[0]["dag_run_id"] == first_run
-        print("[e2e recovery] " + json.dumps(timings))
-        wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
-    finally:
-        client.pause(dag_id)
-        stop_stream(spec, timeout=90)
-    report = verify_stream(spec, platform.kafka_bootstrap)
-    assert report.ok, str(report)
-    assert report.kafka_records >= 3600
-
-
-# --------------------------------------------------------------------------- 4. the stop
+# --------------------------------------------------------------------------- 3. the stop
 def test_stopping_the_stack_leaves_no_process_and_no_port(stack: dict[str, Any]) -> None:
     airflow = stack["af"]
     pids = set(airflow.pids().values())

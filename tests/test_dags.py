@@ -15,31 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.dag_runs import migrated_airflow
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_FILE = ROOT / "dags" / "rewind_streams.py"
 
 
 @pytest.fixture(scope="module")
-def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def airflow_env() -> Iterator[dict[str, str]]:
     """The process's throwaway AIRFLOW_HOME (conftest.py sets it before Airflow is first imported,
     whichever module imports it) with a migrated SQLite DB."""
-    home = Path(os.environ["AIRFLOW_HOME"])
-    env = {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
-           "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     if str(ROOT / "dags") not in sys.path:
         sys.path.insert(0, str(ROOT / "dags"))
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
-                   env={**os.environ, **env}, timeout=300)
-    yield env
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with migrated_airflow() as env:
+        yield env
 
 
 def _load(registry: Path | None = None) -> dict[str, Any]:
@@ -226,63 +215,6 @@ def test_a_driver_killed_between_supervisor_runs_is_found_by_the_next_launch(
     report = verify_stream(spec, platform.kafka_bootstrap)
     assert report.ok, str(report)
     assert report.kafka_records >= 4000
-
-
-@pytest.mark.slow
-def test_supervisor_keeps_a_standby_that_takes_over_without_a_restart(
-        airflow_env: dict[str, str], platform: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``supervision: {standby: true}``: the supervisor's launch spark-submits the driver and a warm
-    standby; the driver's whole session is SIGKILLed; the standby takes over, the watch sees no
-    failure (nothing is diagnosed, repaired or relaunched), and every Kafka record is in the sink
-    exactly once."""
-    from rewind.demo.producer import ProduceSpec, produce
-    from rewind.paths import status_path
-    from rewind.proof.verify import verify_stream
-    from rewind.registry import load_registry
-    from rewind.stream.control import stop_stream, wait_caught_up
-    from rewind.stream.driver_lease import read_standby
-    from rewind.stream.status import read_status
-    from rewind.supervision.failures import read_failures
-
-    topic = "sup-standby"
-    registry = _supervised_registry(tmp_path, topic, platform, monkeypatch,
-                                    supervision="{poll: 2 seconds, standby: true}")
-    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=3, keyless=True,
-                                                  malformed_every=61, duplicate_every=37, id_prefix="sb1"))
-    spec = load_registry(registry).get("sup")
-    killed: dict[str, Any] = {}
-
-    def killer() -> None:  # SIGKILL the driver's session once the standby is ready and batches committed
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            st = read_status(status_path(spec.status_dir, "sup"))
-            standby = read_standby(spec)
-            if st and st.state == "running" and (st.last_batch_id or 0) >= 1 and standby.get("state") == "ready":
-                produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1500, partitions=3, keyless=True,
-                                                              id_prefix="sb2"))
-                killed.update(pid=st.pid, batch=st.last_batch_id, standby=standby["pid"], at=time.time())
-                _kill_hard(st.pid)
-                return
-            time.sleep(0.3)
-
-    threading.Thread(target=killer, daemon=True).start()
-    dag = _load(registry)["rewind_sup_supervisor"]
-    run = dag.test(run_conf={"chain": False, "watch_s": 120})
-    try:
-        states = _states(run)
-        assert killed, f"no kill: the stream or its standby never got ready; tasks: {states}"
-        st = read_status(status_path(spec.status_dir, "sup"))
-        assert st and st.pid == killed["standby"] and st.state == "running", (st, killed)
-        assert states["relaunch"] != "success" and states["recover_checkpoint"] != "success", states
-        assert not read_failures(spec)["failures"], read_failures(spec)
-        print(f"[standby] killed pid {killed['pid']} at batch {killed['batch']}; standby pid {st.pid} runs, "
-              f"batch {st.last_batch_id}; tasks {states}")
-        wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
-    finally:
-        stop_stream(spec, timeout=90)
-    report = verify_stream(spec, platform.kafka_bootstrap)
-    assert report.ok, str(report)
-    assert report.kafka_records >= 3500
 
 
 @pytest.mark.slow

@@ -55,3 +55,13 @@ def test_every_point_is_called_by_production_code() -> None:
     source = "\n".join(p.read_text() for p in root.rglob("*.py") if p.name != "faults.py")
     for point in POINTS:
         assert f'fault_point("{point}"' in source, f"no production code marks {point}"
+
+
+def test_a_base64_value_arms_the_same_faults_and_survives_a_hop_without_quotes() -> None:
+    from rewind.faults import Fault, _parse, arm, encoded
+
+    plain = arm(Fault("sink.pre_committed", "pause", batch=3, marker="/tmp/m.json", seconds=30))["REWIND_FAULTS"]
+    shipped = encoded(plain)
+    assert '"' not in shipped and encoded(shipped) == shipped
+    assert _parse(shipped) == _parse(plain) == [Fault("sink.pre_committed", "pause", batch=3, marker="/tmp/m.json",
+                                                      seconds=30)]

@@ -65,7 +65,11 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     given = {str(k): str(v) for k, v in (conf or {}).items()}
     for key, value in spark_conf.effective(preset, given, {**spark_conf.DEFAULTS, **(defaults or {})}).items():
         builder = builder.config(key, value)
-    jars = [*connector_jars(required=False), rewind_jar()]  # rewind_jar: the fenced checkpoint file manager
+    # rewind_jar: the fenced checkpoint file manager. Under spark-submit the JVM's class path is fixed before this
+    # runs and the submit brought it with --jars (``rewind.platform.jvm.submit_jars``); in a YARN container there
+    # is neither a JDK to compile it with nor Spark's jars beside pyspark's zip.
+    under_submit = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+    jars = [*connector_jars(required=False), *([] if under_submit else [rewind_jar()])]
     if jars:
         own = [j for j in (given.get("spark.jars") or preset.get("spark.jars") or "").split(",") if j]
         builder = builder.config("spark.jars", ",".join(dict.fromkeys([*own, *jars])))

@@ -74,6 +74,7 @@ class RewindClusterHook:
 
     def launch(self) -> dict[str, Any]:
         """Submit and return once YARN accepted the application: ``{"tag", "submitted_at", "resourcemanager"}``."""
+        from rewind import faults
         from rewind.platform.cluster_submit import job_archive, stream_submit, write_properties
         from rewind.platform.jvm import submit_jars
         from rewind.registry import load_registry
@@ -88,6 +89,8 @@ class RewindClusterHook:
         driver_env = {"REWIND_JARS": str(jars_dir()), "REWIND_S3_BUCKET": s3.bucket, "AWS_REGION": s3.region,
                       **({"AWS_ENDPOINT_URL": s3.endpoint, "REWIND_S3_ENDPOINT": s3.endpoint} if s3.endpoint else {}),
                       **{k: os.environ[k] for k in DRIVER_KNOBS if os.environ.get(k)}}
+        if driver_env.get(faults.ENV):  # YARN's launch script keeps no double quote of an environment value
+            driver_env[faults.ENV] = faults.encoded(driver_env[faults.ENV])
         secret_env = {"AWS_ACCESS_KEY_ID": s3.access_key or "", "AWS_SECRET_ACCESS_KEY": s3.secret_key or ""}
         submit = stream_submit(self.stream, Path(self.registry).resolve(), self.bootstrap, archive,
                                standby=self.standby, driver_env=driver_env,

@@ -110,17 +110,20 @@ class StreamProcess:
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: StreamProcess | None = None,
-             *, exit_ok: bool = False) -> None:
-    """Poll ``cond`` until it holds; fail naming ``what`` (and the stream's log) on timeout, or at once when
-    the stream exits first (unless ``exit_ok``: the condition itself may be that it died)."""
+             *, exit_ok: bool = False) -> Any:
+    """Poll ``cond`` until it holds and return what it returned; fail naming ``what`` (and the stream's log) on
+    timeout, or at once when the stream exits first (unless ``exit_ok``: the condition itself may be that it
+    died)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if cond():
-            return
+        got = cond()
+        if got:
+            return got
         if proc is not None and not exit_ok and not proc.alive():
             pytest.fail(f"stream exited while waiting for {what}:\n{proc.log_tail()}")
         time.sleep(0.3)
     pytest.fail(f"timed out after {timeout}s waiting for {what}:\n{proc.log_tail() if proc else ''}")
+    return None
 
 
 def no_batch_in_flight(checkpoint: str, s3_client: Any = None) -> bool:
