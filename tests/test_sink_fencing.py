@@ -83,6 +83,37 @@ def test_an_unfenced_sink_and_other_streams_are_not_affected(tmp_path: Path) -> 
         b.dispose()
 
 
+def test_a_stream_moved_to_another_control_store_raises_its_epoch_past_the_sinks(tmp_path: Path) -> None:
+    """A stream moved between control stores (local -> YARN's S3 store through a savepoint) starts its lease
+    epochs again at 1 there; the sink holds the old store's epoch 3. The new driver's lease, still its own,
+    is raised to 4 and fences the sink; a driver whose lease is no longer its own raises nothing."""
+    from rewind.control.directory import DirectoryStore
+    from rewind.control.leases import LeaseKeeper, LeaseLost, acquire, me
+    from rewind.stream.runner import fence_sink
+
+    old = _sql(f"sqlite:///{tmp_path}/m.db")
+    old.fence(3)  # written under the old store's epochs 1..3
+    store = DirectoryStore(tmp_path / "new-store", "s")
+    keeper = LeaseKeeper(store, *acquire(store, me(), ttl_s=20, wait_s=0))  # type: ignore[misc]
+    assert keeper.epoch == 1
+    new = _sql(f"sqlite:///{tmp_path}/m.db")
+    try:
+        fence_sink(new, keeper)
+        assert keeper.epoch == 4 and store.read("lease").doc["epoch"] == 4  # type: ignore[union-attr]
+        assert not new.write_batch(0, rows("moved"), None).skipped
+        with pytest.raises(SinkFenced):  # the old store's driver is fenced by the raised epoch
+            old.write_batch(1, rows("zombie"), None)
+        keeper.release()
+        other = LeaseKeeper(store, *acquire(store, me(), ttl_s=20, wait_s=0))  # type: ignore[misc]
+        assert other.epoch == 5
+        with pytest.raises(LeaseLost):  # the first driver's lease was taken over: it cannot raise its epoch
+            keeper._fence(other.lease)
+            keeper.advance(9, "a test")
+    finally:
+        old.dispose()
+        new.dispose()
+
+
 def test_the_kafka_sink_is_fenced_through_its_transactional_id(kafka_bootstrap: str) -> None:
     """The new driver's ``fence`` starts its transactional producer before its first batch: the older
     producer of the same transactional id is fenced by the broker, so the zombie's next batch fails

@@ -179,6 +179,28 @@ class LeaseKeeper:
             callback(new, self.valid_until_wall())
         return True
 
+    def advance(self, epoch: int, why: str) -> None:
+        """Raise the held lease's epoch to ``epoch`` (a conditional write: only while it is still this driver's;
+        else ``LeaseLost``). For a sink fenced at a higher epoch under another control store: a stream moved
+        between stores through a savepoint (local -> YARN with ``s3a://``), or a store that was wiped, starts
+        its epochs again at 1, and a stream's epochs must keep rising wherever its lease is kept."""
+        with self._lock:
+            if self.fenced.is_set():
+                raise LeaseLost(f"{fenced_line(self.lease, self.fenced_by)}; not raising its epoch to {epoch}")
+            if epoch <= self.lease.epoch:
+                return
+            sent_mono = self._monotonic()
+            new = replace(self.lease.renewed(self._clock()), epoch=epoch)
+            version = self.store.replace(self.name, new.to_doc(), self._version)
+            if version is None:
+                raise LeaseLost(f"stream {self.store.stream!r}: the lease of epoch {self.lease.epoch} changed before "
+                                f"its epoch could be raised to {epoch} ({why}); not writing")
+            old, self.lease, self._version = self.lease.epoch, new, version
+            self._valid_until = lease_valid_until(sent_mono, new.ttl_s)
+        log.warning("stream %s: lease epoch raised from %d to %d: %s", self.store.stream, old, epoch, why)
+        for callback in self.on_renewed:
+            callback(new, self.valid_until_wall())
+
     def _fence(self, by: Lease | None) -> None:
         self.fenced_by = by
         self.fenced.set()

@@ -107,7 +107,7 @@ class DeltaSink(Sink):
         if self.epoch is not None and newest is not None and newest > self.epoch:
             raise SinkFenced(f"stream {self.stream!r}: {what} refused: it is written under driver lease epoch "
                              f"{self.epoch}, and epoch {newest} has taken the stream over (this driver is fenced); "
-                             "the ledger row was not written")
+                             "the ledger row was not written", newer=int(newest))
 
     def table_name(self, name: str) -> str:
         if name != LEDGER_TABLE and name not in self.specs:

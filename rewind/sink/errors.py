@@ -33,4 +33,9 @@ class SinkWriteError(SinkError):
 
 class SinkFenced(Refused, RuntimeError):
     """A batch of a driver whose lease epoch was taken over (a zombie): refused in its own transaction,
-    nothing written. Not a ``SinkRefused``: its rows are fine, their writer is not."""
+    nothing written. Not a ``SinkRefused``: its rows are fine, their writer is not. ``newer``: the epoch
+    the sink holds, when the sink knows it."""
+
+    def __init__(self, message: str, newer: int | None = None) -> None:
+        super().__init__(message)
+        self.newer = newer

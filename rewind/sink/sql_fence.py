@@ -45,4 +45,5 @@ def claim_epoch(conn: Connection, dialect: str, table: sa.Table, stream: str, ep
     current = int(conn.execute(stmt).scalar_one())
     if current > epoch:
         raise SinkFenced(f"stream {stream!r}: {what} refused: it is written under driver lease epoch {epoch}, and "
-                         f"epoch {current} has taken the stream over (this driver is fenced); nothing was written")
+                         f"epoch {current} has taken the stream over (this driver is fenced); nothing was written",
+                         newer=current)

@@ -163,6 +163,7 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
     try:
         query = build_query(spark, spec, bootstrap, available_now=available_now, checkpoint=checkpoint, late=late,
                             lease=keeper)
+        channel.epoch = status.epoch = keeper.epoch  # raised past a sink fenced under another store, if it was
         log.info("stream %s started: query %s, checkpoint %s, sink %s, lease epoch %d, resuming after batch %s",
                  spec.name, query.id, checkpoint, spec.sink.url.split("@")[-1], keeper.epoch, status.last_batch_id)
         probe = start_lag_probe(spec, bootstrap, status, channel)

@@ -43,7 +43,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     sink = open_sink(spec, transform, spark)
     sink.create_tables()
     if lease is not None:
-        sink.fence(lease.epoch)
+        fence_sink(sink, lease)
     checkpoint = checkpoint or spec.checkpoint
     writer: BatchWriter
     if spec.sink.write_from == "executors" and is_delta_url(spec.sink.url):
@@ -73,6 +73,23 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     ws = ws.trigger(availableNow=True) if available_now else ws.trigger(
         processingTime=f"{spec.durations()['trigger'].total_seconds()} seconds")
     return ws.start()
+
+
+def fence_sink(sink: Any, lease: LeaseKeeper) -> None:
+    """Fence the sink at the new driver's epoch before its first batch (a driver it took over from commits
+    nothing more). A sink that holds a higher epoch than the lease's own store has seen was written under
+    another store (the stream moved between stores through a savepoint, or its store was wiped): the lease,
+    still this driver's, is raised above it (``LeaseKeeper.advance``)."""
+    from rewind.sink.errors import SinkFenced
+
+    try:
+        sink.fence(lease.epoch)
+    except SinkFenced as exc:
+        if exc.newer is None:
+            raise
+        lease.advance(exc.newer + 1, f"the sink was fenced at epoch {exc.newer} under another control store "
+                                     f"than {lease.store.where}")
+        sink.fence(lease.epoch)
 
 
 def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
