@@ -54,12 +54,12 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 #: test_dags goes first of all: its dag.test() runs need Airflow imported into the process after its
 #: settings (the DAGs folder is read once, at import), and other modules import Airflow (hooks).
 LONGEST_FIRST = ["test_celery_hosts", "test_chaos", "test_upgrade", "test_spark_cluster", "test_ui_browser",
-                 "test_hosts_fencing", "test_exactly_once_crash", "test_install", "test_dags", "test_yarn",
-                 "test_any_stream_aggregates", "test_late_routing", "test_operations", "test_airflow_stack",
-                 "test_broker_failover", "test_replay_run", "test_checkpoint_s3a", "test_checkpoint_scaling",
-                 "test_restore_replan", "test_savepoint_roundtrip", "test_standby", "test_inventory",
-                 "test_delta_sink", "test_kafka_sasl", "test_dq", "test_sink_commit_points", "test_scaffold",
-                 "test_source_conformance", "test_kafka_sink", "test_sink", "test_staging"]
+                 "test_hosts_fencing", "test_exactly_once_crash", "test_repartition", "test_install", "test_dags",
+                 "test_yarn", "test_any_stream_aggregates", "test_late_routing", "test_operations",
+                 "test_airflow_stack", "test_broker_failover", "test_replay_run", "test_checkpoint_s3a",
+                 "test_checkpoint_scaling", "test_restore_replan", "test_savepoint_roundtrip", "test_standby",
+                 "test_inventory", "test_delta_sink", "test_kafka_sasl", "test_dq", "test_sink_commit_points",
+                 "test_scaffold", "test_source_conformance", "test_kafka_sink", "test_sink", "test_staging"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
