@@ -156,7 +156,7 @@ def successful(fleet: dict[str, Any], dag_id: str, task_id: str) -> list[tuple[s
 
 
 def driver_processes(fleet: dict[str, Any], host: str) -> list[Any]:
-    return fleet["hosts"][host].processes("rewind/jobs/stream.py")
+    return fleet["hosts"][host].processes("spark_jobs/stream.py")
 
 
 def kill_driver(fleet: dict[str, Any], host: str) -> None:
