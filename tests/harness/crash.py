@@ -94,8 +94,19 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
     home = tmp_path / "home"
     registry = crash_registry(tmp_path / "streams.yaml", name, topic, sink_url, home, source, write_from, checkpoint)
     spec = load_registry(registry).get(name)
-    def read() -> StreamStatus | None:  # the status in the stream's control store (S3 beside an s3a:// checkpoint)
-        return read_stream_status(spec)
+    def read() -> StreamStatus | None:
+        """The status in the stream's control store: S3 beside an ``s3a://`` checkpoint, read with the platform's
+        S3 settings (the stream's processes get them in their environment; this process may not have them)."""
+        saved = {k: os.environ.get(k) for k in platform.env()}
+        os.environ.update(platform.env())
+        try:
+            return read_stream_status(spec)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     rng = random.Random(int(os.environ.get("REWIND_CRASH_SEED", "7")))
 
