@@ -25,11 +25,21 @@ def migrated_airflow() -> Iterator[dict[str, str]]:
            "AIRFLOW__CORE__UNIT_TEST_MODE": "False"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    # Airflow reads its DAGs folder once, when ``airflow.settings`` is first imported; a module that imported
+    # Airflow earlier in this process (another test module in the same worker) fixed it to the default.
+    from airflow import settings as airflow_settings
+    from airflow.configuration import conf
+
+    saved_folder = airflow_settings.DAGS_FOLDER
+    conf.set("core", "dags_folder", env["AIRFLOW__CORE__DAGS_FOLDER"])
+    airflow_settings.DAGS_FOLDER = env["AIRFLOW__CORE__DAGS_FOLDER"]
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
                    env={**os.environ, **env}, timeout=300)
     try:
         yield env
     finally:
+        airflow_settings.DAGS_FOLDER = saved_folder
+        conf.set("core", "dags_folder", saved_folder)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
