@@ -16,7 +16,8 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -91,22 +92,38 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
     ``mid_run(stream, run)`` is called in each randomly killed run after its first new batch; when
     it did something it returns what, and a batch must commit after it. ``produce_s``: how long the
     events take to send (a ``mid_run`` that restarts the stream needs them to flow longer)."""
+    with platform_env(platform):  # the test process reads what the stream's processes write: S3 included
+        return _scenario(tmp_path, platform, topic, sink_url, name, source=source,
+                         precommit_kill_batch=precommit_kill_batch, write_from=write_from, kill_workers=kill_workers,
+                         checkpoint=checkpoint, env=env, mid_run=mid_run, events=events, driver_kills=driver_kills,
+                         produce_s=produce_s)
+
+
+@contextmanager
+def platform_env(platform: PlatformInfo) -> Iterator[None]:
+    """The platform's settings (S3's endpoint and keys, Kafka) in this process's environment for the block: an
+    ``s3a://`` stream's status, checkpoint pointer and checkpoint are read through them."""
+    saved = {k: os.environ.get(k) for k in platform.env()}
+    os.environ.update(platform.env())
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_url: str, name: str, *, source: str,
+              precommit_kill_batch: int | None, write_from: str, kill_workers: bool, checkpoint: str | None,
+              env: dict[str, str] | None, mid_run: Callable[[StreamProcess, int], dict[str, Any] | None] | None,
+              events: int, driver_kills: int, produce_s: float) -> dict[str, Any]:
     home = tmp_path / "home"
     registry = crash_registry(tmp_path / "streams.yaml", name, topic, sink_url, home, source, write_from, checkpoint)
     spec = load_registry(registry).get(name)
-    def read() -> StreamStatus | None:
-        """The status in the stream's control store: S3 beside an ``s3a://`` checkpoint, read with the platform's
-        S3 settings (the stream's processes get them in their environment; this process may not have them)."""
-        saved = {k: os.environ.get(k) for k in platform.env()}
-        os.environ.update(platform.env())
-        try:
-            return read_stream_status(spec)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    def read() -> StreamStatus | None:  # the status in the stream's control store (S3 beside an s3a:// checkpoint)
+        return read_stream_status(spec)
 
     rng = random.Random(int(os.environ.get("REWIND_CRASH_SEED", "7")))
 
