@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,3 +118,12 @@ def prefix_empty(client: Any, bucket: str, prefix: str) -> bool:
 
 def put_json(client: Any, bucket: str, key: str, text: str) -> None:
     client.put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType="application/json")
+
+
+def delete_quietly(store: Any, keys: list[str]) -> None:
+    """Remove a half-made savepoint's objects (best effort: a leftover without a manifest is no savepoint)."""
+    if keys:
+        try:
+            store.delete(keys)
+        except Exception as exc:  # noqa: BLE001 - a leftover without manifest is harmless; prune removes it
+            logging.getLogger(__name__).warning("could not remove %d partial savepoint object(s): %s", len(keys), exc)

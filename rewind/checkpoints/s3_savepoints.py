@@ -33,6 +33,7 @@ from rewind.checkpoints.s3_objects import (
     CopyMismatch,
     ObjectDigest,
     copy_object,
+    delete_quietly,
     digest,
     keys_under,
     prefix_empty,
@@ -94,7 +95,7 @@ def _copy_batch(spec: StreamSpec, store: Any, location: str, mode: str, spark_ve
             copied.append(key)
             entries.append(FileEntry(rel, done.size, done.sha256))
     except BaseException:
-        _delete_quietly(store, copied)
+        delete_quietly(store, copied)
         raise
     manifest = Manifest(savepoint_id=sid, stream=spec.name, batch_id=batch,
                         offsets=info.offsets[0] if info and info.offsets else {},
@@ -103,14 +104,6 @@ def _copy_batch(spec: StreamSpec, store: Any, location: str, mode: str, spark_ve
                         query_id=report.query_id, source_checkpoint=location)
     store.put_bytes(prefix + MANIFEST, manifest.to_json().encode())  # last: now the savepoint exists
     return manifest
-
-
-def _delete_quietly(store: Any, keys: list[str]) -> None:
-    if keys:
-        try:
-            store.delete(keys)
-        except Exception as exc:  # noqa: BLE001 - a leftover without manifest is harmless; prune removes it
-            log.warning("could not remove %d partial savepoint object(s): %s", len(keys), exc)
 
 
 def s3_restore_destination(client: Any, checkpoint: str, savepoint_id: str, to: str | None) -> str:

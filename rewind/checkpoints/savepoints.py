@@ -42,6 +42,7 @@ from rewind.checkpoints.manifest import (
     verify_file,
 )
 from rewind.checkpoints.retention import PrunePlan
+from rewind.checkpoints.s3_objects import delete_quietly
 from rewind.checkpoints.savepoint_errors import (
     FileVanished,
     NothingToSave,
@@ -143,7 +144,7 @@ def _copy_batch(spec: StreamSpec, store: S3Store, root: Path, mode: str, progres
             entries.append(_upload_one(store, root, rel, prefix + FILES_DIR + rel, bar))
             uploaded.append(prefix + FILES_DIR + rel)
     except FileVanished:
-        _delete_quietly(store, uploaded)
+        delete_quietly(store, uploaded)
         raise
     finally:
         bar.close()
@@ -153,14 +154,6 @@ def _copy_batch(spec: StreamSpec, store: S3Store, root: Path, mode: str, progres
                         query_id=report.query_id, source_checkpoint=str(root))
     store.put_bytes(prefix + MANIFEST, manifest.to_json().encode())  # last: now the savepoint exists
     return manifest
-
-
-def _delete_quietly(store: S3Store, keys: list[str]) -> None:
-    if keys:
-        try:
-            store.delete(keys)
-        except Exception as exc:  # noqa: BLE001 - a leftover without manifest is harmless; prune removes it
-            log.warning("could not remove %d partial savepoint object(s): %s", len(keys), exc)
 
 
 def create_savepoint(spec: StreamSpec, store: S3Store, *, checkpoint: str | Path | None = None,
