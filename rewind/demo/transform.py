@@ -126,7 +126,9 @@ class DemoTransform(Transform):
         return pd.DataFrame({
             "event_id": pd.Series(v.event_id, dtype=object), "key": pd.Series(v.key, dtype=object),
             "amount": pd.Series(v.amount, dtype="float64"),
-            "event_time": pd.to_datetime(pd.Series(v.event_time_us, dtype="Int64"), unit="us", utc=True),
+            # cache=False: pandas 2.3's cached path (taken when the first 500 values repeat) maps a nullable
+            # Series through an index lookup that returned out-of-range positions in one full-suite run
+            "event_time": pd.to_datetime(pd.Series(v.event_time_us, dtype="Int64"), unit="us", utc=True, cache=False),
             "reason": pd.Series(v.reason, dtype=object)})
 
 

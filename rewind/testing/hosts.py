@@ -102,12 +102,35 @@ class HostProcess:
 
     def signal(self, sig: int) -> None:
         """``sig`` to every process of the program's session (SIGSTOP/SIGCONT pause and resume a driver,
-        its JVM and its Python workers)."""
-        for proc in self.session():
+        its JVM and its Python workers).
+
+        ``nsenter`` (the session's leader, outside the host) mirrors job control: when its child stops it
+        stops itself, and continues its child only when it is continued. A SIGCONT therefore goes to the
+        program's processes first (their stop can then no longer be reported), then to ``nsenter`` until it
+        runs: sent the other way round, ``nsenter`` could see the stop after its SIGCONT, stop itself for
+        good and never reap the program (``wait`` then times out on a program that has exited)."""
+        procs = self.session()
+        if sig == signal.SIGCONT:
+            procs = [p for p in procs if p.pid != self.popen.pid]
+        for proc in procs:
             try:
                 proc.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
+        if sig == signal.SIGCONT:
+            self._resume_nsenter()
+
+    def _resume_nsenter(self, settle_s: float = 0.5) -> None:
+        deadline = time.monotonic() + settle_s
+        try:
+            leader = psutil.Process(self.popen.pid)
+            leader.send_signal(signal.SIGCONT)
+            while time.monotonic() < deadline:  # it may act on a stop it read just before its child went on
+                time.sleep(0.05)
+                if leader.status() == psutil.STATUS_STOPPED:
+                    leader.send_signal(signal.SIGCONT)
+        except psutil.NoSuchProcess:
+            pass
 
     def terminate(self) -> None:
         """SIGTERM to the program only (a driver stops after its batch in flight)."""
