@@ -65,6 +65,24 @@ def _tree(pid: int | None) -> list[psutil.Process]:
         return []
 
 
+def _send(procs: list[psutil.Process], *sigs: int) -> None:
+    """Each of ``sigs`` in turn to each process; one that is gone is skipped."""
+    for proc in procs:
+        try:
+            for sig in sigs:
+                proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _kill_pid(pid: int | None, sig: int) -> None:
+    if pid is not None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 @dataclass
 class HostProcess:
     """One program started on a ``Host``."""
@@ -112,11 +130,7 @@ class HostProcess:
         procs = self.session()
         if sig == signal.SIGCONT:
             procs = [p for p in procs if p.pid != self.popen.pid]
-        for proc in procs:
-            try:
-                proc.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
+        _send(procs, sig)
         if sig == signal.SIGCONT:
             self._resume_nsenter()
 
@@ -134,21 +148,11 @@ class HostProcess:
 
     def terminate(self) -> None:
         """SIGTERM to the program only (a driver stops after its batch in flight)."""
-        pid = self.pid
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        _kill_pid(self.pid, signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL the program and its children (not the processes it detached into their own session)."""
-        for proc in self.session():
-            try:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
+        _send(self.session(), signal.SIGCONT, signal.SIGKILL)
         try:
             self.popen.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -251,17 +255,8 @@ class Host:
 
     def stop(self) -> None:
         """End every process of the host (its PID 1 dies, the kernel kills the rest)."""
-        for proc in _tree(self.init_pid):
-            try:
-                proc.send_signal(signal.SIGCONT)
-            except psutil.NoSuchProcess:
-                pass
-        pid = self.init_pid
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _send(_tree(self.init_pid), signal.SIGCONT)
+        _kill_pid(self.init_pid, signal.SIGKILL)
         for popen in [p.popen for p in self.started] + ([self.init] if self.init else []):
             try:
                 popen.wait(timeout=30)
