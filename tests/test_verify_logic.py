@@ -210,3 +210,22 @@ def test_recompute_windows_across_zones_matches_a_per_event_count() -> None:
     for row in got.itertuples():
         count, total = want[(row.window_start, row.key)]
         assert row.event_count == count and abs(row.amount_sum - total) < 1e-9
+
+
+def test_expect_reads_event_times_that_repeat_beside_a_malformed_record() -> None:
+    """3,000 records over 400 event times and one dead letter: pandas 2.3's cached ``to_datetime`` of a
+    nullable column maps these through out-of-range positions ('indices' contains values less than
+    allowed), which failed a verify in a full suite run; expect() must convert every time."""
+    import random
+
+    rng = random.Random(0)  # one of the orders that broke the cached path
+    records, times = [], []
+    for i in range(3000):
+        t = T0 + timedelta(milliseconds=rng.randrange(400))
+        times.append(t)
+        records.append(KafkaRecord("t", 0, i, int(t.timestamp() * 1000), make_event("r", i, t).encode()))
+    bad = rng.randrange(3000)
+    records[bad] = KafkaRecord("t", 0, bad, records[bad].timestamp_ms, malformed_payload(bad))
+    got = DEMO.expect(records_frame(records), SPEC)
+    assert got["event_time"].isna().tolist() == [i == bad for i in range(3000)]
+    assert [got["event_time"][i] == pd.Timestamp(times[i]) for i in range(3000) if i != bad] == [True] * 2999

@@ -126,8 +126,8 @@ class DemoTransform(Transform):
         return pd.DataFrame({
             "event_id": pd.Series(v.event_id, dtype=object), "key": pd.Series(v.key, dtype=object),
             "amount": pd.Series(v.amount, dtype="float64"),
-            # cache=False: pandas 2.3's cached path (taken when the first 500 values repeat) maps a nullable
-            # Series through an index lookup that returned out-of-range positions in one full-suite run
+            # cache=False: pandas 2.3's cached path (taken when values repeat) maps a nullable Series with a
+            # missing value through out-of-range positions (tests/test_verify_logic.py has such an input)
             "event_time": pd.to_datetime(pd.Series(v.event_time_us, dtype="Int64"), unit="us", utc=True, cache=False),
             "reason": pd.Series(v.reason, dtype=object)})
 
