@@ -257,6 +257,9 @@ class Host:
         """End every process of the host (its PID 1 dies, the kernel kills the rest)."""
         _send(_tree(self.init_pid), signal.SIGCONT)
         _kill_pid(self.init_pid, signal.SIGKILL)
+        for started in self.started:  # a program left paused dies paused: its nsenter must run to reap it
+            if started.alive():
+                started._resume_nsenter()
         for popen in [p.popen for p in self.started] + ([self.init] if self.init else []):
             try:
                 popen.wait(timeout=30)
