@@ -10,17 +10,18 @@ total against a recomputation).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+from unittest import mock
 
 from harness.processes import StreamProcess, no_batch_in_flight, wait_for
 from rewind.checkpoints.pointer import active_checkpoint
@@ -49,6 +50,7 @@ def crash_registry(path: Path, name: str, topic: str, sink_url: str, home: Path,
 
 
 Reader = Callable[[], StreamStatus | None]
+Scenario = Callable[..., dict[str, Any]]
 
 
 def _new_batch(read: Reader, before: int | None) -> Callable[[], bool]:
@@ -76,6 +78,18 @@ def _last_batch(read: Reader) -> int | None:
     return st.last_batch_id if st else None
 
 
+def _in_platform_env(run: Scenario) -> Scenario:
+    """``run`` with the platform's settings (S3's endpoint and keys, Kafka) in this process's environment: the
+    test process reads what the stream's processes write, an ``s3a://`` stream's status and checkpoint included."""
+    @functools.wraps(run)
+    def in_env(tmp_path: Path, platform: PlatformInfo, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        with mock.patch.dict(os.environ, platform.env()):
+            return run(tmp_path, platform, *args, **kwargs)
+
+    return cast(Scenario, in_env)
+
+
+@_in_platform_env
 def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_url: str, name: str, *,
                        source: str = "kafka", precommit_kill_batch: int | None = None, write_from: str = "driver",
                        kill_workers: bool = False, checkpoint: str | None = None, env: dict[str, str] | None = None,
@@ -92,33 +106,6 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
     ``mid_run(stream, run)`` is called in each randomly killed run after its first new batch; when
     it did something it returns what, and a batch must commit after it. ``produce_s``: how long the
     events take to send (a ``mid_run`` that restarts the stream needs them to flow longer)."""
-    with platform_env(platform):  # the test process reads what the stream's processes write: S3 included
-        return _scenario(tmp_path, platform, topic, sink_url, name, source=source,
-                         precommit_kill_batch=precommit_kill_batch, write_from=write_from, kill_workers=kill_workers,
-                         checkpoint=checkpoint, env=env, mid_run=mid_run, events=events, driver_kills=driver_kills,
-                         produce_s=produce_s)
-
-
-@contextmanager
-def platform_env(platform: PlatformInfo) -> Iterator[None]:
-    """The platform's settings (S3's endpoint and keys, Kafka) in this process's environment for the block: an
-    ``s3a://`` stream's status, checkpoint pointer and checkpoint are read through them."""
-    saved = {k: os.environ.get(k) for k in platform.env()}
-    os.environ.update(platform.env())
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_url: str, name: str, *, source: str,
-              precommit_kill_batch: int | None, write_from: str, kill_workers: bool, checkpoint: str | None,
-              env: dict[str, str] | None, mid_run: Callable[[StreamProcess, int], dict[str, Any] | None] | None,
-              events: int, driver_kills: int, produce_s: float) -> dict[str, Any]:
     home = tmp_path / "home"
     registry = crash_registry(tmp_path / "streams.yaml", name, topic, sink_url, home, source, write_from, checkpoint)
     spec = load_registry(registry).get(name)
