@@ -27,6 +27,7 @@ from typing import Any
 
 from rewind.errors import Failed
 
+log = logging.getLogger(__name__)
 CHUNK = 1 << 20
 
 
@@ -126,4 +127,4 @@ def delete_quietly(store: Any, keys: list[str]) -> None:
         try:
             store.delete(keys)
         except Exception as exc:  # noqa: BLE001 - a leftover without manifest is harmless; prune removes it
-            logging.getLogger(__name__).warning("could not remove %d partial savepoint object(s): %s", len(keys), exc)
+            log.warning("could not remove %d partial savepoint object(s): %s", len(keys), exc)
