@@ -71,3 +71,15 @@ def test_other_sinks_commit_with_the_admin_client(kafka_bootstrap: str, new_topi
     assert not committer.commit({source: {"0": 3, "1": 0, "2": 8}})  # unchanged (an idle progress): not sent again
     assert committer.commit({source: {"0": 4, "1": 0, "2": 8}})
     assert read_group(kafka_bootstrap, group)[source]["0"] == 4
+
+
+def test_a_submit_is_sent_when_flush_returns(kafka_bootstrap: str, new_topic: Any) -> None:
+    """A stopping driver flushes: its group then ends where its last batch did, not one behind."""
+    source = new_topic(partitions=2, prefix="src")
+    group = consumer_group(f"fl{uuid.uuid4().hex[:6]}")
+    committer = GroupOffsets(kafka_bootstrap, {}, group)
+    assert committer.flush(1)  # nothing submitted: nothing to wait for
+    for end in range(1, 6):
+        committer.submit({source: {"0": end, "1": 2 * end}})
+    assert committer.flush(30)
+    assert read_group(kafka_bootstrap, group) == {source: {"0": 5, "1": 10}}

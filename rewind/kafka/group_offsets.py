@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -110,6 +111,8 @@ class GroupOffsets:
         self._pending: Offsets | None = None
         self._wake = threading.Event()
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._busy = False
         self._thread: threading.Thread | None = None
 
     def submit(self, offsets: Offsets) -> None:
@@ -121,14 +124,34 @@ class GroupOffsets:
                 self._thread.start()
         self._wake.set()
 
+    def flush(self, timeout: float) -> bool:
+        """Wait, at most ``timeout`` seconds, until what was submitted has been sent: a driver that
+        stops leaves its group where its last batch ended, not one batch behind. False: timed out."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._pending is not None or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("consumer group %s: the last batch's offsets not sent within %.0fs", self.group,
+                                timeout)
+                    return False
+                self._idle.wait(left)
+        return True
+
     def _run(self) -> None:
         while True:
             self._wake.wait()
             self._wake.clear()
             with self._lock:
                 offsets, self._pending = self._pending, None
-            if offsets:
-                self.commit(offsets)
+                self._busy = True
+            try:
+                if offsets:
+                    self.commit(offsets)
+            finally:
+                with self._idle:
+                    self._busy = False
+                    self._idle.notify_all()
 
     def commit(self, offsets: Offsets) -> bool:
         """Commit ``offsets`` unless they are what was committed last; True when committed now."""

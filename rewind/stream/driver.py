@@ -33,7 +33,7 @@ from rewind.stream.runner import (
     start_lag_probe,
 )
 from rewind.stream.source import check_source
-from rewind.stream.status import StreamStatus, make_listener
+from rewind.stream.status import StreamStatus, await_last_progress, make_listener
 from rewind.stream.status_store import StoreChannel
 
 __all__ = ["GRACEFUL_STOP_S", "run_stream"]
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 #: How long a stop request waits for the running batch to commit. Stopping mid-batch is safe
 #: (the batch re-runs on restart and the sink skips what it already holds), just slower.
 GRACEFUL_STOP_S = 20.0
+LAST_PROGRESS_S = 10.0  # the last batch's progress to reach the status and the consumer group, on stop
 
 
 def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False, master: str | None = None,
@@ -149,7 +150,8 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
         if group is not None:  # after the batch committed: Kafka's tools see the stream's lag
             group.submit(progress_end_offsets(p))
 
-    spark.streams.addListener(make_listener(channel, status, on_progress=on_progress))
+    listener = make_listener(channel, status, on_progress=on_progress)
+    spark.streams.addListener(listener)
     status.spark_ui = spark.sparkContext.uiWebUrl
     from rewind.stream.cluster_identity import cluster_of
 
@@ -168,7 +170,9 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
                  spec.name, query.id, checkpoint, spec.sink.url.split("@")[-1], keeper.epoch, status.last_batch_id)
         probe = start_lag_probe(spec, bootstrap, status, channel)
         try:
-            result = _until_stopped(query, spec, keeper, stop_requested, status, channel)
+            result = _until_stopped(query, spec, keeper, stop_requested, status, channel, listener)
+            if group is not None:
+                group.flush(LAST_PROGRESS_S)
         finally:
             probe.stop()
     finally:
@@ -200,7 +204,7 @@ def answer_stop_request(spec: StreamSpec, keeper: LeaseKeeper, stop_requested: t
 
 
 def _until_stopped(query: Any, spec: StreamSpec, keeper: LeaseKeeper, stop_requested: threading.Event,
-                   status: StreamStatus, channel: StoreChannel) -> int:
+                   status: StreamStatus, channel: StoreChannel, listener: Any) -> int:
     while query.isActive:
         if keeper.fenced.is_set():
             query.stop()  # nothing of the batch in flight may commit
@@ -229,6 +233,7 @@ def _until_stopped(query: Any, spec: StreamSpec, keeper: LeaseKeeper, stop_reque
             pass
     if keeper.fenced.is_set():
         return 1  # the caller says why, in one line
+    await_last_progress(query, listener, LAST_PROGRESS_S)  # the status and group end where the stream did
     if exc is not None:
         status.state, status.exception = "failed", str(exc)
         channel.write(status)

@@ -186,6 +186,8 @@ def make_listener(target: Path | StatusChannel, status: StreamStatus, on_progres
     channel = channel_of(target)
 
     class StatusListener(StreamingQueryListener):
+        delivered_batch: int | None = None  # the last batch whose progress this listener has written
+
         def onQueryStarted(self, event: Any) -> None:
             status.query_id, status.run_id = str(event.id), str(event.runId)
             status.state, status.heartbeat = "running", time.time()
@@ -218,6 +220,7 @@ def make_listener(target: Path | StatusChannel, status: StreamStatus, on_progres
                 status.total_lag = sum(status.lag.values())
             channel.write(status)
             channel.sample(status)
+            self.delivered_batch = p.batchId
 
         def onQueryIdle(self, event: Any) -> None:
             status.heartbeat = time.time()
@@ -230,3 +233,25 @@ def make_listener(target: Path | StatusChannel, status: StreamStatus, on_progres
             channel.write(status)
 
     return StatusListener()
+
+
+def await_last_progress(query: Any, listener: Any, timeout: float) -> bool:
+    """Wait, at most ``timeout`` seconds, until ``listener`` has written the query's last progress.
+
+    Spark hands progress events to listeners on its own bus thread, after the query has moved on: a
+    driver that stops at once would write "stopped" with the batch before the last one and end while
+    the last one's callback runs. False: timed out (or the query cannot say)."""
+    try:
+        last = query.lastProgress
+    except Exception:  # noqa: BLE001 - a JVM already gone has nothing more to deliver
+        return False
+    if last is None:
+        return True
+    deadline = time.monotonic() + timeout
+    while listener.delivered_batch is None or listener.delivered_batch < last.batchId:
+        if time.monotonic() >= deadline:
+            logging.getLogger(__name__).warning("the progress of batch %s was not delivered within %.0fs: the "
+                                                "status may show the batch before it", last.batchId, timeout)
+            return False
+        time.sleep(0.05)
+    return True
