@@ -133,6 +133,24 @@ def test_changed_rows_writes_only_what_differs() -> None:
         outcome.examples[1]["after"]["payments"]
 
 
+def test_rows_no_record_makes_are_the_ones_removed() -> None:
+    """A recomputed group with no row in the recomputation (only late records made it) is removed;
+    a row a batch past the stream's last committed one wrote is not, nor a group not recomputed."""
+    from rewind.replay.aggregates import unsupported_rows
+
+    fresh = recompute_measures(payments(), AGG, MINUTE)
+    ghost = fresh.iloc[:3].assign(window_start=T0 - pd.Timedelta(minutes=3))  # a minute no record holds
+    now = pd.concat([fresh, ghost], ignore_index=True).assign(batch_id=pd.array([*[4] * len(fresh), None, 2, 9],
+                                                                               dtype="Int64"))
+    todo = set(group_text(now, AGG))
+    gone = unsupported_rows(now, fresh, AGG, todo, last_batch=5)
+    assert gone["batch_id"].tolist() == [pd.NA, 2]  # batch 9 is past the committed batch 5: it may hold more
+    assert unsupported_rows(now, fresh, AGG, todo - set(group_text(ghost.iloc[:1], AGG)), last_batch=5)[
+        "batch_id"].tolist() == [2]
+    assert unsupported_rows(now, fresh, AGG, todo, last_batch=None)["batch_id"].tolist() == [pd.NA]
+    assert not len(unsupported_rows(now.iloc[:len(fresh)], fresh, AGG, todo, last_batch=5))
+
+
 def test_default_split_routes_by_kind_and_columns_come_from_the_schema() -> None:
     from rewind.stream.outputs import columns_from_schema, output_table
     from rewind.stream.routing import route_by_kind

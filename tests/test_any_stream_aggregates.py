@@ -36,6 +36,7 @@ if str(STREAMS) not in sys.path:
     sys.path.insert(0, str(STREAMS))
 
 N, PARTITIONS, MERCHANTS, LATE = 2400, 4, 5, 12
+REPLAYED = 2  # the partition the on-call replays of the issue replay
 WINDOW_KEYS = {"window": "1 minute", "watermark_delay": "2 minutes", "trigger": "1 second",
                "dq_suite": "contract", "transform": "payments_stream:PaymentsTransform"}
 
@@ -46,13 +47,13 @@ def payment(i: int, at: datetime) -> bytes:
                        "amount": round(1 + (i * 37) % 500 / 7, 2), "ts": at.isoformat()}).encode()
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    """Keyless records with confluent-kafka's default (sticky) partitioner, in bursts."""
+def produce(bootstrap: str, topic: str, values: list[bytes], partition: int | None = None) -> None:
+    """Keyless records with confluent-kafka's default (sticky) partitioner, in bursts (or all to ``partition``)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap})
     for n, value in enumerate(values, 1):
-        producer.produce(topic, value=value)
+        producer.produce(topic, value=value, **({} if partition is None else {"partition": partition}))
         if n % 150 == 0:
             producer.flush(30)
             time.sleep(0.02)  # the sticky partitioner moves on between bursts
@@ -109,6 +110,23 @@ def wait_for(check: Any, timeout: float, what: str, driver: Driver) -> None:
         assert driver.proc is not None and driver.proc.poll() is None, f"stream exited: {driver.tail()}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}: {driver.tail()}"
         time.sleep(1)
+
+
+def late_window(bootstrap: str, topic: str, base: datetime) -> datetime:
+    """A minute the stream has closed in which partition ``REPLAYED`` holds no payment (the first minute
+    if it holds one in each): late records put there make groups that only late records of that
+    partition name, the case a replay of the partition must still repair."""
+    from rewind.proof.verify import read_records
+
+    held = set()
+    for r in read_records(bootstrap, [topic]):
+        if r.partition == REPLAYED:
+            try:
+                held.add(datetime.fromisoformat(json.loads(r.value or b"")["ts"]).replace(second=0, microsecond=0))
+            except (ValueError, KeyError, TypeError):
+                continue
+    free = [base + timedelta(minutes=k) for k in range(5) if base + timedelta(minutes=k) not in held]
+    return free[0] if free else base
 
 
 def end_of(bootstrap: str, topic: str) -> int:
@@ -222,15 +240,21 @@ def run(tmp_path_factory: pytest.TempPathFactory, platform: Any, spark: Any) -> 
         driver.kill()  # a crash mid-run: the next batch re-runs on the same offsets
         driver.start(bootstrap)
         wait_for(lambda: committed(spec)[0] >= end_of(bootstrap, topic), 300, "the backlog", driver)
-        # records 5 minutes behind the watermark: the stream routes them to the dead letters (as it may
-        # have routed some of the backlog already: keyless bursts read side by side run its watermark ahead)
-        produce(bootstrap, topic, [payment(N + j, base + timedelta(seconds=20 + j)) for j in range(LATE)])
+        # records minutes behind the watermark: the stream routes them to the dead letters (as it may have
+        # routed some of the backlog already: keyless bursts read side by side run its watermark ahead)
+        # Half of them in a minute partition REPLAYED holds no payment of, half in a minute no record
+        # holds (groups that only late records make: the stream writes no row for them).
+        window, empty = late_window(bootstrap, topic, base), base - timedelta(minutes=3)
+        produce(bootstrap, topic, [payment(N + j, (window if j % 2 else empty) + timedelta(seconds=20 + j))
+                                   for j in range(LATE)], partition=REPLAYED)
         wait_for(lambda: committed(spec)[0] >= end_of(bootstrap, topic), 180, "the late records", driver)
     finally:
         driver.stop()
     print(f"payments stream: {len(values) + LATE} records, 1 SIGKILL, {driver.runs} runs in "
-          f"{time.perf_counter() - t0:.0f}s")
-    return {"spec": spec, "reg": str(reg), "bootstrap": bootstrap, "topic": topic, "work": work, "base": base}
+          f"{time.perf_counter() - t0:.0f}s; late records in minutes {window:%H:%M} and {empty:%H:%M} of partition "
+          f"{REPLAYED}")
+    return {"spec": spec, "reg": str(reg), "bootstrap": bootstrap, "topic": topic, "work": work, "base": base,
+            "late_windows": (window, empty)}
 
 
 def test_verify_passes_and_every_total_equals_kafka(run: dict[str, Any]) -> None:
@@ -249,7 +273,7 @@ def test_verify_passes_and_every_total_equals_kafka(run: dict[str, Any]) -> None
 def test_replay_of_one_partition_never_shrinks_a_total(run: dict[str, Any]) -> None:
     """The on-call command of the issue: every partition's totals stay whole; late records are named late."""
     before = totals(run["spec"])
-    code, out, _ = cli("replay", "run", "pay", "--from", "earliest", "--to", "latest", "--partitions", "2",
+    code, out, _ = cli("replay", "run", "pay", "--from", "earliest", "--to", "latest", "--partitions", str(REPLAYED),
                        "--registry", run["reg"], "--bootstrap", run["bootstrap"], "--no-s3", "--json", "--no-progress")
     report = json.loads(out)
     assert code == 0, out
@@ -269,8 +293,9 @@ def test_replay_of_one_partition_never_shrinks_a_total(run: dict[str, Any]) -> N
 
 
 def test_the_old_partial_replay_fails_every_proof_and_a_replay_repairs_it(run: dict[str, Any], spark: Any) -> None:
-    """What the old replay did (partition 2's own sums upserted over the totals) fails verify, naming the
-    table, the group and both values; a replay of that partition writes every total back whole."""
+    """What the old replay did (partition 2's own sums, its late records counted, upserted over the totals)
+    fails verify, naming the table, the group and both values; a replay of that partition writes every
+    total back whole, and removes the rows of groups that only late records make (kept in its run dir)."""
     from rewind.kafka.types import TP
     from rewind.stream.bounded import build_batch, partitions_of
     from rewind.stream.contract import load_transform
@@ -279,19 +304,30 @@ def test_the_old_partial_replay_fails_every_proof_and_a_replay_repairs_it(run: d
     spec, bootstrap = run["spec"], run["bootstrap"]
     transform = load_transform(spec)
     earliest, ends = partitions_of(spec, bootstrap)
-    part = {tp: (earliest[tp], ends[tp]) for tp in earliest if tp == TP(run["topic"], 2)}
+    part = {tp: (earliest[tp], ends[tp]) for tp in earliest if tp == TP(run["topic"], REPLAYED)}
     partial = build_batch(spark, spec, transform, bootstrap, part, earliest=earliest, kinds=["merchant_totals"])
     closed = partial["merchant_totals"][partial["merchant_totals"]["window_start"] < totals(spec)["window_start"].max()]
+    window, empty = (pd.Timestamp(w) for w in run["late_windows"])
+    unsupported = closed[closed["window_start"] == empty]
+    print(f"damage: {len(closed)} partial totals, {(closed['window_start'] == window).sum()} in minute "
+          f"{window:%H:%M}, {len(unsupported)} in minute {empty:%H:%M} (only late records)")
+    assert len(unsupported) > 0, "the damage holds no group that only late records make: the test proves less"
     with open_sink(spec, transform) as sink:
         sink.write_rows({"merchant_totals": closed})
     code, out, _ = cli("verify", "pay", "--all", "--json", "--registry", run["reg"], "--bootstrap", bootstrap)
     report = json.loads(out)
     assert code == 4 and report["aggregates_mismatch"]["count"] > 0, report
+    assert report["aggregates_unexpected"]["count"] == len(unsupported), report["aggregates_unexpected"]
     example = report["aggregates_mismatch"]["examples"][0]["disagrees"]
     assert example.startswith("merchant_totals [") and "total: sink" in example and "recomputed" in example
-    code, out, _ = cli("replay", "run", "pay", "--from", "earliest", "--to", "latest", "--partitions", "2",
+    code, out, _ = cli("replay", "run", "pay", "--from", "earliest", "--to", "latest", "--partitions", str(REPLAYED),
                        "--registry", run["reg"], "--bootstrap", bootstrap, "--no-s3", "--json", "--no-progress")
-    assert code == 0 and json.loads(out)["aggregates"]["merchant_totals"]["written"] > 0, out
+    assert code == 0, out
+    outcome = json.loads(out)["aggregates"]["merchant_totals"]
+    assert outcome["written"] > 0 and outcome["removed"] == len(unsupported), outcome
+    kept = pd.read_json(outcome["removed_to"], lines=True)
+    assert len(kept) == len(unsupported) and set(kept["merchant"]) == set(unsupported["merchant"]), kept
+    assert not (totals(spec)["window_start"] == empty).any()
     assert_totals_equal_kafka(spec, bootstrap)
 
 
@@ -351,7 +387,7 @@ def test_a_total_off_by_one_fails_the_dq_proof(run: dict[str, Any], tmp_path: Pa
 def test_a_replace_table_not_declared_an_aggregate_is_refused(run: dict[str, Any]) -> None:
     before = totals(run["spec"])
     code, out, err = cli("replay", "run", "pay_undeclared", "--from", "earliest", "--to", "latest", "--partitions",
-                         "2", "--registry", run["reg"], "--bootstrap", run["bootstrap"], "--no-s3")
+                         str(REPLAYED), "--registry", run["reg"], "--bootstrap", run["bootstrap"], "--no-s3")
     assert code == 3 and len(err.strip().splitlines()) == 1, err
     assert "'merchant_totals' is on_conflict 'replace' but not declared an aggregate" in err
     pd.testing.assert_frame_equal(totals(run["spec"]), before)

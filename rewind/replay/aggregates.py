@@ -19,6 +19,12 @@ of the recomputation, as its operators left them out, unless this replay brings 
 before the first retained record's timestamp, where a partition lost records) are left alone and
 reported: recomputing them would shrink them.
 
+A row of a recomputed group that no record makes (every record of the group is still a dead letter,
+or there is none: the old replay's partial totals made such rows out of late records) is removed:
+the group's whole total is "no row". It is kept first in the replay's run dir (``removed-<table>.jsonl``);
+a sink that cannot delete keeps it, and the proof names it. Rows a batch past the stream's last
+committed one wrote are never removed: they may hold records past what the recomputation read.
+
 Refused before anything is written (``refusals``): a ``replace`` table not declared an aggregate
 (nothing says how to recompute it), and an aggregate without a window when retention has deleted
 records (its groups span the whole history). Pure decisions here; ``rewind.replay.job`` does I/O.
@@ -50,6 +56,9 @@ class AggregateOutcome:
     unchanged: int = 0      # of those, already right: not touched
     left_open: int = 0      # not closed by the live stream yet: left for it to emit
     left_alone: int = 0     # records possibly deleted by retention: not recomputed, not written
+    removed: int = 0        # rows of recomputed groups that no record makes: deleted, kept in ``removed_to``
+    unsupported_left: int = 0  # such rows in a sink that cannot delete: left, and the proof names them
+    removed_to: str | None = None
     horizon: str | None = None
     horizon_source: str = ""
     examples: list[dict[str, Any]] = field(default_factory=list)  # written rows: before -> after
@@ -124,3 +133,22 @@ def changed_rows(fresh: pd.DataFrame, current: pd.DataFrame, agg: Any, values: S
         outcome.examples.append({"group": str(merged["_g"].iat[i]).replace("\x1f", ", "), "before": before,
                                  "after": {v: plain_value(merged[v].iat[i]) for v in values}})
     return f[differs].drop(columns=["_g"]).assign(batch_id=None)
+
+
+def unsupported_rows(current: pd.DataFrame, fresh: pd.DataFrame, agg: Any, todo: set[str], *,
+                     last_batch: int | None) -> pd.DataFrame:
+    """The rows of ``current`` whose group was recomputed (``todo``) but that no record of ``fresh``
+    makes (pure). Left out: rows written by a batch after ``last_batch`` (the stream's last committed
+    one; None: any stream batch), which may hold records the recomputation did not read."""
+    from rewind.proof.aggregates import group_text
+
+    if not len(current):
+        return current
+    groups = group_text(current, agg)
+    made = set(group_text(fresh, agg)) if len(fresh) else set()
+    gone = (groups.isin(todo) & ~groups.isin(made)).to_numpy()
+    if "batch_id" in current:
+        batch = pd.to_numeric(current["batch_id"], errors="coerce")
+        settled = batch.isna() if last_batch is None else batch.isna() | (batch <= last_batch)
+        gone &= settled.to_numpy()
+    return current[gone]

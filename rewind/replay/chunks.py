@@ -72,8 +72,8 @@ def replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, t
     def write(i: int, chunk: Ranges, arrow: Any, read: int, read_s: float, count_s: float, t: float) -> None:
         w = time.perf_counter()
         tables = transform.split(arrow_to_pandas(arrow), None)  # batch_id NULL: written by a replay
+        touched_groups(transform, spec, tables, by_identity, touched)  # late rows too: their groups are touched
         tables, left_dead, back = keep_dead_letters_dead(target, tables, chunk, transform, late)
-        touched_groups(transform, spec, tables, by_identity, touched)
         nonlocal earlier
         repeats, earlier = _repeats(tables.get(identity.table), identity.columns, earlier)
         inserted: dict[str, int] = {}

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from rewind.kafka.types import TP
-from rewind.replay.aggregates import AggregateOutcome, changed_rows, groups_to_recompute
+from rewind.replay.aggregates import EXAMPLES, AggregateOutcome, changed_rows, groups_to_recompute, unsupported_rows
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +93,13 @@ def recompute_touched(setup: Any, bootstrap: str, spark: Any, target: Any, main:
                       exclude: set[tuple[str, int, int]]) -> dict[str, AggregateOutcome]:
     """Recompute every touched group the stream has closed (or already wrote) from all its records and
     write what differs into ``target``; ``exclude``: records behind the watermark still dead letters."""
-    from rewind.checkpoints.watermark import committed_end_offsets
+    from rewind.checkpoints.watermark import committed_end_offsets, stream_watermark
     from rewind.proof.aggregates import group_text, value_columns
     from rewind.stream.bounded import build_batch, whole_span
 
     spec = setup.spec
     cut_from = retained_from(spec, bootstrap, earliest)
+    last_batch = stream_watermark(spec, None)[1]  # rows of later batches are never removed
     committed = committed_end_offsets(spec)
     upper = {TP(t, p): o for (t, p), o in committed.items()} if committed else dict(ends)
     for tp, (_, end) in setup.ranges.items():
@@ -133,8 +134,36 @@ def recompute_touched(setup: Any, bootstrap: str, spark: Any, target: Any, main:
         changed = changed_rows(rows, current, agg, values, outcome)
         if len(changed):
             target.write_rows({agg.table: changed}, replay_id=setup.replay_id)
+        gone = unsupported_rows(current, rows, agg, todo, last_batch=last_batch)
+        if len(gone):
+            remove_unsupported(setup, target, agg, gone, values, outcome)
         log.info("replay %s %s: %d groups touched, %d recomputed from all their records, %d written, %d unchanged, "
-                 "%d left open, %d left alone (closed up to %s: %s)", setup.replay_id, agg.table, outcome.touched,
-                 outcome.recomputed, outcome.written, outcome.unchanged, outcome.left_open, outcome.left_alone,
-                 outcome.horizon, outcome.horizon_source)
+                 "%d removed, %d left open, %d left alone (closed up to %s: %s)", setup.replay_id, agg.table,
+                 outcome.touched, outcome.recomputed, outcome.written, outcome.unchanged, outcome.removed,
+                 outcome.left_open, outcome.left_alone, outcome.horizon, outcome.horizon_source)
     return outcomes
+
+
+def remove_unsupported(setup: Any, target: Any, agg: Any, gone: pd.DataFrame, values: list[str],
+                       outcome: AggregateOutcome) -> None:
+    """Rows no record makes: written to the run dir first (``removed-<table>.jsonl``), then deleted
+    from ``target``; a sink that cannot delete keeps them (the proof then names them)."""
+    from rewind.proof.aggregates import group_text, plain_value
+    from rewind.sink.deletes import delete_keys, supports_delete
+
+    path = setup.run_dir / f"removed-{agg.table}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    gone.to_json(path, orient="records", lines=True, date_format="iso", date_unit="us")
+    outcome.removed_to = str(path)
+    for group, (_, row) in list(zip(group_text(gone, agg), gone.iterrows()))[:EXAMPLES]:
+        outcome.examples.append({"group": str(group).replace("\x1f", ", "), "after": None,
+                                 "before": {v: plain_value(row[v]) for v in values if v in row}})
+    if not supports_delete(target):
+        outcome.unsupported_left = len(gone)
+        log.warning("replay %s %s: %d row(s) of groups no record makes, and %s cannot delete rows: left (copies "
+                    "in %s); the proof names them", setup.replay_id, agg.table, len(gone), type(target).__name__, path)
+        return
+    delete_keys(target, agg.table, gone, label=f"replay {setup.replay_id}: rows no record makes")
+    outcome.removed = len(gone)
+    log.warning("replay %s %s: %d row(s) of groups no record makes removed (every record of each is a dead letter "
+                "or gone); copies in %s", setup.replay_id, agg.table, len(gone), path)

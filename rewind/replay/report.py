@@ -131,7 +131,12 @@ def format_report(r: ReplayReport) -> str:
     for table, w in (r.aggregates or ({"windows": r.windows} if r.windows else {})).items():
         lines.append(f"aggregates {table}: {w.get('touched', w.get('affected'))} groups touched by the range, "
                      f"{w.get('recomputed')} recomputed from all their records (every partition, the whole window), "
-                     f"{w.get('written')} written, {w.get('unchanged')} already right, {w.get('left_open')} left "
+                     f"{w.get('written')} written, {w.get('unchanged')} already right, "
+                     + (f"{w.get('removed')} removed (no record makes them; copies in {w.get('removed_to')}), "
+                        if w.get("removed") else "")
+                     + (f"{w.get('unsupported_left')} that no record makes LEFT (the sink cannot delete; copies in "
+                        f"{w.get('removed_to')}), " if w.get("unsupported_left") else "")
+                     + f"{w.get('left_open')} left "
                      f"open for the live stream, {w.get('left_alone', 0)} left alone (records past retention) "
                      f"(closed up to {w.get('horizon')}: {w.get('horizon_source')})")
     if r.throughput:
