@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -170,9 +171,13 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
                  spec.name, query.id, checkpoint, spec.sink.url.split("@")[-1], keeper.epoch, status.last_batch_id)
         probe = start_lag_probe(spec, bootstrap, status, channel)
         try:
-            result = _until_stopped(query, spec, keeper, stop_requested, status, channel, listener)
-            if group is not None:
-                group.flush(LAST_PROGRESS_S)
+
+            def settle() -> None:  # the status and the consumer group end where the stream did
+                await_last_progress(query, listener, LAST_PROGRESS_S)
+                if group is not None:
+                    group.flush(LAST_PROGRESS_S)
+
+            result = _until_stopped(query, spec, keeper, stop_requested, status, channel, settle)
         finally:
             probe.stop()
     finally:
@@ -204,7 +209,8 @@ def answer_stop_request(spec: StreamSpec, keeper: LeaseKeeper, stop_requested: t
 
 
 def _until_stopped(query: Any, spec: StreamSpec, keeper: LeaseKeeper, stop_requested: threading.Event,
-                   status: StreamStatus, channel: StoreChannel, listener: Any) -> int:
+                   status: StreamStatus, channel: StoreChannel, settle: Callable[[], None]) -> int:
+    """Run until stopped, failed or fenced; ``settle`` runs before the final status is written."""
     while query.isActive:
         if keeper.fenced.is_set():
             query.stop()  # nothing of the batch in flight may commit
@@ -233,7 +239,7 @@ def _until_stopped(query: Any, spec: StreamSpec, keeper: LeaseKeeper, stop_reque
             pass
     if keeper.fenced.is_set():
         return 1  # the caller says why, in one line
-    await_last_progress(query, listener, LAST_PROGRESS_S)  # the status and group end where the stream did
+    settle()
     if exc is not None:
         status.state, status.exception = "failed", str(exc)
         channel.write(status)

@@ -236,22 +236,26 @@ def make_listener(target: Path | StatusChannel, status: StreamStatus, on_progres
 
 
 def await_last_progress(query: Any, listener: Any, timeout: float) -> bool:
-    """Wait, at most ``timeout`` seconds, until ``listener`` has written the query's last progress.
+    """Wait, at most ``timeout`` seconds, until ``listener`` has written the progress of the query's
+    last executed batch.
 
     Spark hands progress events to listeners on its own bus thread, after the query has moved on: a
     driver that stops at once would write "stopped" with the batch before the last one and end while
-    the last one's callback runs. False: timed out (or the query cannot say)."""
+    the last one's callback runs. Only progress with an ``addBatch`` duration counts: an idle
+    trigger's progress (the next batch id, no batch run) is kept in ``recentProgress`` but reaches
+    listeners as ``onQueryIdle``, never as progress. False: timed out (or the query cannot say)."""
     try:
-        last = query.lastProgress
+        executed = [p.batchId for p in query.recentProgress if "addBatch" in (p.durationMs or {})]
     except Exception:  # noqa: BLE001 - a JVM already gone has nothing more to deliver
         return False
-    if last is None:
+    if not executed:
         return True
+    last = executed[-1]
     deadline = time.monotonic() + timeout
-    while listener.delivered_batch is None or listener.delivered_batch < last.batchId:
+    while listener.delivered_batch is None or listener.delivered_batch < last:
         if time.monotonic() >= deadline:
             logging.getLogger(__name__).warning("the progress of batch %s was not delivered within %.0fs: the "
-                                                "status may show the batch before it", last.batchId, timeout)
+                                                "status may show the batch before it", last, timeout)
             return False
         time.sleep(0.05)
     return True
