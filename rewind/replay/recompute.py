@@ -56,12 +56,13 @@ def touched_groups(transform: Any, spec: Any, tables: Mapping[str, pd.DataFrame]
         mine.update(zip(group_text(frame, agg), starts))
 
 
-def horizon_of(spec: Any, sink: Any, transform: Any, agg: Any) -> tuple[pd.Timestamp | None, str]:
-    """Up to where the live stream has closed groups, and how that was learned."""
-    from rewind.checkpoints.watermark import stream_watermark
+def horizon_of(spec: Any, sink: Any, transform: Any, agg: Any, checkpoint: tuple[Any, int | None, str | None]
+               ) -> tuple[pd.Timestamp | None, str]:
+    """Up to where the live stream has closed groups, and how that was learned; ``checkpoint``: the
+    stream's (watermark, last committed batch, note), ``stream_watermark(spec, None)``."""
     from rewind.stream.contract import identity_of
 
-    watermark, batch, note = stream_watermark(spec, None)
+    watermark, batch, note = checkpoint
     if watermark is not None:
         return pd.Timestamp(watermark).tz_convert("UTC"), f"watermark of the stream's committed batch {batch}"
     table = identity_of(transform).table
@@ -99,7 +100,8 @@ def recompute_touched(setup: Any, bootstrap: str, spark: Any, target: Any, main:
 
     spec = setup.spec
     cut_from = retained_from(spec, bootstrap, earliest)
-    last_batch = stream_watermark(spec, None)[1]  # rows of later batches are never removed
+    checkpoint = stream_watermark(spec, None)  # read once: the horizon and the last batch agree
+    last_batch = checkpoint[1]  # rows of later batches are never removed
     committed = committed_end_offsets(spec)
     upper = {TP(t, p): o for (t, p), o in committed.items()} if committed else dict(ends)
     for tp, (_, end) in setup.ranges.items():
@@ -109,7 +111,7 @@ def recompute_touched(setup: Any, bootstrap: str, spark: Any, target: Any, main:
     todo_by: dict[str, set[str]] = {}
     for agg in transform.aggregates:
         groups = touched.get(agg.table, {})
-        horizon, source = horizon_of(spec, main, transform, agg)
+        horizon, source = horizon_of(spec, main, transform, agg, checkpoint)
         current = target.read_table(agg.table)
         present = set(group_text(current, agg)) & set(groups)
         todo, left_open, alone = groups_to_recompute(groups, present, size=agg.window_size(spec), horizon=horizon,
