@@ -92,13 +92,16 @@ def test_open_groups_are_pending_scope_and_later_batches_are_left_out() -> None:
 
 
 def test_what_a_replay_recomputes_leaves_open_or_leaves_alone() -> None:
-    from rewind.replay.aggregates import groups_to_recompute
+    from rewind.replay.aggregates import LEFT_ALONE, OPEN, PAST_RETENTION, REFUSED, Fate, fate_before, to_recompute
 
     starts = {f"g{m}": T0 + pd.Timedelta(minutes=m) for m in range(6)}
-    todo, left_open, alone = groups_to_recompute(starts, {"g5"}, size=MINUTE, horizon=T0 + pd.Timedelta(minutes=3),
-                                                 retained_from=T0 + pd.Timedelta(minutes=1))
-    assert todo == {"g1", "g2", "g5"} and left_open == {"g3", "g4"} and alone == {"g0"}
-    assert groups_to_recompute({"k": None}, set(), size=None, horizon=None, retained_from=None)[0] == {"k"}
+    kw = {"size": MINUTE, "horizon": T0 + pd.Timedelta(minutes=3), "retained_from": T0 + pd.Timedelta(minutes=1)}
+    assert to_recompute(starts, {"g5"}, **kw) == {"g1", "g2", "g5"}  # type: ignore[arg-type]
+    fates = {g: fate_before(s, in_sink=g == "g5", **kw) for g, s in starts.items()}  # type: ignore[arg-type]
+    assert fates == {"g0": Fate(LEFT_ALONE, PAST_RETENTION), "g1": None, "g2": None, "g3": Fate(LEFT_ALONE, OPEN),
+                     "g4": Fate(LEFT_ALONE, OPEN), "g5": None}
+    assert to_recompute({"k": None}, set(), size=None, horizon=None, retained_from=None) == {"k"}
+    assert fate_before(None, in_sink=True, size=None, horizon=None, retained_from=T0) == Fate(REFUSED)
 
 
 def test_a_replay_is_refused_when_it_could_not_keep_an_aggregate_whole() -> None:
@@ -121,34 +124,39 @@ def test_a_replay_is_refused_when_it_could_not_keep_an_aggregate_whole() -> None
 
 
 def test_changed_rows_writes_only_what_differs() -> None:
-    from rewind.replay.aggregates import AggregateOutcome, changed_rows
+    from rewind.replay.aggregates import changed_rows
 
     fresh = recompute_measures(payments(), AGG, MINUTE).assign(batch_id=None)
     now = fresh.iloc[1:].copy()
     now.loc[now.index[0], "payments"] += 1
-    outcome = AggregateOutcome("totals")
-    out = changed_rows(fresh, now, AGG, ["total", "payments"], outcome)
-    assert len(out) == 2 and outcome.recomputed == 30 and outcome.written == 2 and outcome.unchanged == 28
-    assert outcome.examples[0]["before"] is None and outcome.examples[1]["before"]["payments"] > \
-        outcome.examples[1]["after"]["payments"]
+    out, examples = changed_rows(fresh, now, AGG, ["total", "payments"])
+    assert len(out) == 2 and out["batch_id"].isna().all()
+    assert examples[0]["before"] is None and examples[1]["before"]["payments"] > examples[1]["after"]["payments"]
 
 
 def test_rows_no_record_makes_are_the_ones_removed() -> None:
     """A recomputed group with no row in the recomputation (only late records made it) is removed;
     a row a batch past the stream's last committed one wrote is not, nor a group not recomputed."""
-    from rewind.replay.aggregates import unsupported_rows
+    from rewind.replay.aggregates import LATER_BATCH, LEFT_ALONE, REMOVED, Fate, fate_after, sink_rows
 
     fresh = recompute_measures(payments(), AGG, MINUTE)
     ghost = fresh.iloc[:3].assign(window_start=T0 - pd.Timedelta(minutes=3))  # a minute no record holds
     now = pd.concat([fresh, ghost], ignore_index=True).assign(batch_id=pd.array([*[4] * len(fresh), None, 2, 9],
                                                                                dtype="Int64"))
-    todo = set(group_text(now, AGG))
-    gone = unsupported_rows(now, fresh, AGG, todo, last_batch=5)
-    assert gone["batch_id"].tolist() == [pd.NA, 2]  # batch 9 is past the committed batch 5: it may hold more
-    assert unsupported_rows(now, fresh, AGG, todo - set(group_text(ghost.iloc[:1], AGG)), last_batch=5)[
-        "batch_id"].tolist() == [2]
-    assert unsupported_rows(now, fresh, AGG, todo, last_batch=None)["batch_id"].tolist() == [pd.NA]
-    assert not len(unsupported_rows(now.iloc[:len(fresh)], fresh, AGG, todo, last_batch=5))
+    made = set(group_text(fresh, AGG))
+    ghosts = list(group_text(ghost, AGG))
+
+    def fates(last_batch: int | None) -> list[Fate]:
+        held, settled = sink_rows(now, AGG, last_batch=last_batch)
+        assert all(held[g] == 1 for g in group_text(now, AGG))
+        return [fate_after(made=g in made, differs=False, rows=held[g], settled=settled.get(g, 0), can_delete=True)
+                for g in ghosts]
+
+    # batch 9 is past the committed batch 5: it may hold more
+    assert fates(5) == [Fate(REMOVED), Fate(REMOVED), Fate(LEFT_ALONE, LATER_BATCH)]
+    assert fates(None) == [Fate(REMOVED), Fate(LEFT_ALONE, LATER_BATCH), Fate(LEFT_ALONE, LATER_BATCH)]
+    assert sink_rows(now.drop(columns=["batch_id"]), AGG, last_batch=None)[1] == sink_rows(now, AGG, last_batch=99)[0]
+    assert sink_rows(now.iloc[:0], AGG, last_batch=5) == ({}, {})
 
 
 def test_default_split_routes_by_kind_and_columns_come_from_the_schema() -> None:

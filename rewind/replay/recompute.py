@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from rewind.kafka.types import TP
-from rewind.replay.aggregates import EXAMPLES, AggregateOutcome, changed_rows, groups_to_recompute, unsupported_rows
+from rewind.replay.aggregates import EXAMPLES, AggregateOutcome, classes_text, decide, to_recompute
 
 log = logging.getLogger(__name__)
 
@@ -93,79 +93,82 @@ def recompute_touched(setup: Any, bootstrap: str, spark: Any, target: Any, main:
                       touched: Touched, *, earliest: Mapping[TP, int], ends: Mapping[TP, int],
                       exclude: set[tuple[str, int, int]]) -> dict[str, AggregateOutcome]:
     """Recompute every touched group the stream has closed (or already wrote) from all its records and
-    write what differs into ``target``; ``exclude``: records behind the watermark still dead letters."""
+    write what differs into ``target``; ``exclude``: records behind the watermark still dead letters.
+    Every touched group ends in one class (``rewind.replay.aggregates.group_fate``)."""
     from rewind.checkpoints.watermark import committed_end_offsets, stream_watermark
     from rewind.proof.aggregates import group_text, value_columns
+    from rewind.sink.deletes import supports_delete
     from rewind.stream.bounded import build_batch, whole_span
 
     spec = setup.spec
     cut_from = retained_from(spec, bootstrap, earliest)
     checkpoint = stream_watermark(spec, None)  # read once: the horizon and the last batch agree
     last_batch = checkpoint[1]  # rows of later batches are never removed
+    can_delete = supports_delete(target)
     committed = committed_end_offsets(spec)
     upper = {TP(t, p): o for (t, p), o in committed.items()} if committed else dict(ends)
     for tp, (_, end) in setup.ranges.items():
         upper[tp] = max(upper.get(tp, 0), end)
     span = whole_span(earliest, ends, upper)
-    outcomes: dict[str, AggregateOutcome] = {}
-    todo_by: dict[str, set[str]] = {}
+    plans: dict[str, tuple[set[str], set[str], pd.Timestamp | None, str]] = {}
     for agg in transform.aggregates:
         groups = touched.get(agg.table, {})
         horizon, source = horizon_of(spec, main, transform, agg, checkpoint)
-        current = target.read_table(agg.table)
-        present = set(group_text(current, agg)) & set(groups)
-        todo, left_open, alone = groups_to_recompute(groups, present, size=agg.window_size(spec), horizon=horizon,
-                                                     retained_from=cut_from)
-        outcomes[agg.table] = AggregateOutcome(agg.table, touched=len(groups), left_open=len(left_open),
-                                               left_alone=len(alone), horizon=None if horizon is None else
-                                               horizon.isoformat(), horizon_source=source)
-        todo_by[agg.table] = todo
-    if not any(todo_by.values()):
-        return outcomes
-    kinds = [a.output_kind for a in transform.aggregates if todo_by[a.table]]
-    fresh = build_batch(spark, spec, transform, bootstrap, span, earliest=earliest, exclude=exclude, kinds=kinds,
-                        description=f"rewind replay {setup.replay_id}: aggregates recomputed from all their records")
+        present = set(group_text(target.read_table(agg.table), agg)) & set(groups)
+        todo = to_recompute(groups, present, size=agg.window_size(spec), horizon=horizon, retained_from=cut_from)
+        plans[agg.table] = (todo, present, horizon, source)
+    fresh: dict[str, pd.DataFrame] = {}
+    if any(plan[0] for plan in plans.values()):
+        kinds = [a.output_kind for a in transform.aggregates if plans[a.table][0]]
+        fresh = build_batch(spark, spec, transform, bootstrap, span, earliest=earliest, exclude=exclude, kinds=kinds,
+                            description=f"rewind replay {setup.replay_id}: aggregates recomputed from all their "
+                                        "records")
+    outcomes: dict[str, AggregateOutcome] = {}
     for agg in transform.aggregates:
-        todo, outcome = todo_by[agg.table], outcomes[agg.table]
-        if not todo:
-            continue
-        rows = fresh.get(agg.table, pd.DataFrame())
-        rows = rows[group_text(rows, agg).isin(todo).to_numpy()] if len(rows) else rows
-        current = target.read_table(agg.table)
+        todo, present, horizon, source = plans[agg.table]
         values = value_columns(target.specs[agg.table].column_names, agg)
-        changed = changed_rows(rows, current, agg, values, outcome)
-        if len(changed):
-            target.write_rows({agg.table: changed}, replay_id=setup.replay_id)
-        gone = unsupported_rows(current, rows, agg, todo, last_batch=last_batch)
-        if len(gone):
-            remove_unsupported(setup, target, agg, gone, values, outcome)
-        log.info("replay %s %s: %d groups touched, %d recomputed from all their records, %d written, %d unchanged, "
-                 "%d removed, %d left open, %d left alone (closed up to %s: %s)", setup.replay_id, agg.table,
-                 outcome.touched, outcome.recomputed, outcome.written, outcome.unchanged, outcome.removed,
-                 outcome.left_open, outcome.left_alone, outcome.horizon, outcome.horizon_source)
+        rows, current = pd.DataFrame(), pd.DataFrame()
+        if todo:
+            rows = fresh.get(agg.table, pd.DataFrame())
+            rows = rows[group_text(rows, agg).isin(todo).to_numpy()] if len(rows) else rows
+            current = target.read_table(agg.table)  # read again: the live stream may have written meanwhile
+        decision = decide(touched.get(agg.table, {}), present, rows, current, agg, values,
+                          size=agg.window_size(spec), horizon=horizon, retained_from=cut_from, last_batch=last_batch,
+                          can_delete=can_delete)
+        outcome = AggregateOutcome.of(agg.table, decision.fates, horizon=None if horizon is None else
+                                      horizon.isoformat(), horizon_source=source, examples=decision.examples)
+        outcomes[agg.table] = outcome
+        if len(decision.write):
+            target.write_rows({agg.table: decision.write}, replay_id=setup.replay_id)
+        if len(decision.unmade):
+            remove_unsupported(setup, target, agg, decision.unmade, decision.remove, values, outcome)
+        log.info("replay %s %s: %s (recomputed from all their records: %d; closed up to %s: %s)", setup.replay_id,
+                 agg.table, classes_text(outcome.to_json()), len(todo), outcome.horizon, outcome.horizon_source)
     return outcomes
 
 
-def remove_unsupported(setup: Any, target: Any, agg: Any, gone: pd.DataFrame, values: list[str],
-                       outcome: AggregateOutcome) -> None:
-    """Rows no record makes: written to the run dir first (``removed-<table>.jsonl``), then deleted
-    from ``target``; a sink that cannot delete keeps them (the proof then names them)."""
+def remove_unsupported(setup: Any, target: Any, agg: Any, unmade: pd.DataFrame, removed: pd.DataFrame,
+                       values: list[str], outcome: AggregateOutcome) -> None:
+    """Rows no record makes (``unmade``): written to the run dir first (``removed-<table>.jsonl``), then
+    those of ``removed`` groups deleted from ``target``; a sink that cannot delete keeps the others
+    (their groups left alone, ``sink_cannot_delete``; the proof names them)."""
     from rewind.proof.aggregates import group_text, plain_value
-    from rewind.sink.deletes import delete_keys, supports_delete
+    from rewind.sink.deletes import delete_keys
 
     path = setup.run_dir / f"removed-{agg.table}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    gone.to_json(path, orient="records", lines=True, date_format="iso", date_unit="us")
+    unmade.to_json(path, orient="records", lines=True, date_format="iso", date_unit="us")
     outcome.removed_to = str(path)
-    for group, (_, row) in list(zip(group_text(gone, agg), gone.iterrows()))[:EXAMPLES]:
+    for group, (_, row) in list(zip(group_text(unmade, agg), unmade.iterrows()))[:EXAMPLES]:
         outcome.examples.append({"group": str(group).replace("\x1f", ", "), "after": None,
                                  "before": {v: plain_value(row[v]) for v in values if v in row}})
-    if not supports_delete(target):
-        outcome.unsupported_left = len(gone)
+    kept = len(unmade) - len(removed)
+    if kept:
         log.warning("replay %s %s: %d row(s) of groups no record makes, and %s cannot delete rows: left (copies "
-                    "in %s); the proof names them", setup.replay_id, agg.table, len(gone), type(target).__name__, path)
-        return
-    delete_keys(target, agg.table, gone, label=f"replay {setup.replay_id}: rows no record makes")
-    outcome.removed = len(gone)
-    log.warning("replay %s %s: %d row(s) of groups no record makes removed (every record of each is a dead letter "
-                "or gone); copies in %s", setup.replay_id, agg.table, len(gone), path)
+                    "in %s); the proof names them", setup.replay_id, agg.table, kept, type(target).__name__, path)
+    if len(removed):
+        delete_keys(target, agg.table, removed, label=f"replay {setup.replay_id}: rows no record makes")
+        outcome.removed_rows = len(removed)
+        log.warning("replay %s %s: %d row(s) of %d group(s) no record makes removed (every record of each is a "
+                    "dead letter or gone); copies in %s", setup.replay_id, agg.table, len(removed), outcome.removed,
+                    path)

@@ -110,6 +110,25 @@ def _ranges(plan: dict[str, Any]) -> str:
     return ", ".join(f"{p['topic']}[{p['partition']}] [{p['start']}, {p['end']})" for p in plan.get("partitions", []))
 
 
+def _aggregate_text(w: dict[str, Any]) -> str:
+    """One aggregate table's outcome: its touched groups as a sum of their classes, then the horizon."""
+    from rewind.replay.aggregates import classes_text
+
+    tail = f"(closed up to {w.get('horizon')}: {w.get('horizon_source')})"
+    if "rewritten" in w:
+        return f"{classes_text(w)}; closed groups recomputed from all their records (every partition, the whole " \
+            f"window) {tail}"
+    # a report written before the classes (no ``rewritten``): its counts as they were
+    return (f"{w.get('touched', w.get('affected'))} groups touched by the range, {w.get('recomputed')} recomputed "
+            f"from all their records (every partition, the whole window), {w.get('written')} written, "
+            f"{w.get('unchanged')} already right, "
+            + (f"{w.get('removed')} removed (copies in {w.get('removed_to')}), " if w.get("removed") else "")
+            + (f"{w.get('unsupported_left')} that no record makes LEFT (the sink cannot delete), "
+               if w.get("unsupported_left") else "")
+            + f"{w.get('left_open')} left open for the live stream, {w.get('left_alone', 0)} left alone (records "
+            f"past retention) {tail}")
+
+
 def format_report(r: ReplayReport) -> str:
     """The report for a terminal or a task log: verdict first, then counts, windows, proof, where."""
     verdict = {"ok": "OK: range replayed and proven", "proof_failed": "FAILED: the DQ proof over the range failed",
@@ -129,16 +148,7 @@ def format_report(r: ReplayReport) -> str:
         lines.append("written: " + ", ".join(f"{t} {n}" for t, n in w_tab.items())
                      + "; already present (skipped): " + ", ".join(f"{t} {n}" for t, n in skip.items()))
     for table, w in (r.aggregates or ({"windows": r.windows} if r.windows else {})).items():
-        lines.append(f"aggregates {table}: {w.get('touched', w.get('affected'))} groups touched by the range, "
-                     f"{w.get('recomputed')} recomputed from all their records (every partition, the whole window), "
-                     f"{w.get('written')} written, {w.get('unchanged')} already right, "
-                     + (f"{w.get('removed')} removed (no record makes them; copies in {w.get('removed_to')}), "
-                        if w.get("removed") else "")
-                     + (f"{w.get('unsupported_left')} that no record makes LEFT (the sink cannot delete; copies in "
-                        f"{w.get('removed_to')}), " if w.get("unsupported_left") else "")
-                     + f"{w.get('left_open')} left "
-                     f"open for the live stream, {w.get('left_alone', 0)} left alone (records past retention) "
-                     f"(closed up to {w.get('horizon')}: {w.get('horizon_source')})")
+        lines.append(f"aggregates {table}: " + _aggregate_text(w))
     if r.throughput:
         lines.append(f"time: {r.seconds.get('total')} s total, {r.seconds.get('replay')} s replaying "
                      f"({r.throughput.get('records_per_s')} records/s), {r.seconds.get('proof', 0)} s proof")
