@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
     from rewind.sink.schema import TableSpec
 
-__all__ = ["RECORD_COLUMNS", "Aggregate", "Identity", "Measure", "Transform", "TransformRefused",
-           "check_declarations", "has_expect", "identity_of", "load_transform"]
+__all__ = ["COORDS", "RECORD_COLUMNS", "Aggregate", "Identity", "Measure", "Transform", "TransformRefused",
+           "check_dead_letter", "check_declarations", "check_late_candidates", "has_expect", "identity_of",
+           "load_transform"]
 
 
 class TransformRefused(Refused, ValueError):
@@ -152,6 +153,10 @@ def load_transform(spec: Any) -> Transform:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise TransformRefused(f"{where}: cannot import module {module_name!r}: {exc}") from exc
+    except TransformRefused:
+        raise
+    except Refused as exc:  # a TableSpec refused when the module declares it (rewind.sink.schema)
+        raise TransformRefused(f"{where}: {exc}") from exc
     cls = getattr(module, attr, None)
     if cls is None:
         raise TransformRefused(f"{where}: module {module_name!r} has no {attr!r}")
@@ -164,24 +169,39 @@ def load_transform(spec: Any) -> Transform:
     except TypeError as exc:
         raise TransformRefused(f"{where}: {exc} (a transform class is created with no arguments and must "
                                "implement tables and build)") from exc
-    check_declarations(transform, where)
+    try:
+        check_declarations(transform, where)
+    except TransformRefused:
+        raise
+    except Refused as exc:  # a TableSpec refused when ``tables`` builds it
+        raise TransformRefused(f"{where}: {exc}") from exc
     return transform
 
 
 def check_declarations(transform: Transform, where: str, tables: Sequence[TableSpec] | None = None) -> None:
-    """Refuse a transform whose declarations disagree: an identity or dead-letter table it does not
-    declare, identity columns its table lacks, a version that is not the ``latest`` table's, an
-    aggregate whose table, key or columns do not match. ``tables``: the tables with their columns
-    resolved from the output (default: as declared; a table declared without columns is checked
-    once they are known, ``rewind.stream.outputs.resolved_tables``)."""
+    """Refuse a transform whose declarations disagree, or that the proofs could not use: an identity or
+    dead-letter table it does not declare, identity columns its table lacks, a version that is not the
+    ``latest`` table's, an identity table without Kafka coordinates when there is no ``expect()``, a
+    dead-letter table not keyed by the coordinates or lacking ``reason`` (or ``watermark`` where records
+    behind a watermark become dead letters), ``kinds`` that route rows nowhere, an aggregate whose
+    table, key, kind or columns do not match. ``tables``: the tables with their columns resolved from
+    the output (default: as declared; a table declared without columns is checked once they are
+    known, ``rewind.stream.outputs.resolved_tables``). Each refusal is one line naming the fix."""
     by_name = {t.name: t for t in (transform.tables if tables is None else tables)}
     ident = identity_of(transform)
     if not isinstance(ident, Identity):
         raise TransformRefused(f"{where}: identity must be a rewind.stream.contract.Identity, "
                                f"got {type(ident).__name__}")
+    if isinstance(ident.columns, str):
+        raise TransformRefused(f"{where}: identity columns must be a tuple of column names, not the string "
+                               f"{ident.columns!r}: write columns=({ident.columns!r},)")
     table = by_name.get(ident.table)
     if table is None:
         raise TransformRefused(f"{where}: identity table {ident.table!r} is not among its tables {sorted(by_name)}")
+    if ident.table == transform.dead_letter_table:
+        raise TransformRefused(f"{where}: identity table {ident.table!r} is also the dead-letter table; a valid "
+                               "record's row and a refused record's dead letter live in different tables: name "
+                               "another table in identity, or another dead_letter_table")
     lacking = [c for c in ident.columns if c not in table.column_names]
     if not ident.columns or (table.columns and lacking):
         raise TransformRefused(f"{where}: identity columns {list(ident.columns)} are not all columns of table "
@@ -191,13 +211,141 @@ def check_declarations(transform: Transform, where: str, tables: Sequence[TableS
         raise TransformRefused(f"{where}: identity version {ident.version!r} must be the version column of table "
                                f"{table.name!r} (on_conflict {table.on_conflict!r}, version {table.version!r}): "
                                "a 'latest' table needs it, other tables must not have one")
-    dead = by_name.get(transform.dead_letter_table)
-    coords = ("topic", "partition", "offset", "reason")
-    if dead is None or (dead.columns and any(c not in dead.column_names for c in coords)):
-        raise TransformRefused(f"{where}: dead-letter table {transform.dead_letter_table!r} must be among its tables "
-                               f"with columns {list(coords)} (tables: {sorted(by_name)})")
+    if table.columns and not has_expect(transform) and not set(COORDS) <= set(table.column_names):
+        raise TransformRefused(f"{where}: without expect(), the rows of identity table {table.name!r} must carry the "
+                               f"Kafka coordinates {list(COORDS)} (the proof tells each record's row by them; it has "
+                               f"{_shown(table)}): keep topic, partition and offset in what build() outputs for it "
+                               "(and in its columns), or implement expect()")
+    check_dead_letter(by_name.get(transform.dead_letter_table), transform.dead_letter_table, sorted(by_name), where,
+                      late=LATE_FROM_AGGREGATES if transform.aggregates else None)
+    check_kinds(transform, by_name, where)
+    seen: set[str] = set()
     for agg in transform.aggregates:
         check_aggregate(agg, by_name, ident, where)
+        if agg.table in seen:
+            raise TransformRefused(f"{where}: aggregate table {agg.table!r} is declared twice in aggregates; declare "
+                                   "each aggregate table once")
+        seen.add(agg.table)
+        check_aggregate_kind(transform, agg, where)
+
+
+#: The Kafka coordinates of a record: the dead-letter table's key; the proofs tell records apart by them.
+COORDS = ("topic", "partition", "offset")
+#: Why a transform that declares aggregates has records behind a watermark (``check_dead_letter``'s ``late``).
+LATE_FROM_AGGREGATES = ("it declares aggregates (a streaming aggregation keeps its state behind a watermark, and the "
+                        "records Spark drops behind it become dead letters)")
+#: Why a transform whose streaming ``build`` tags late candidates has records behind a watermark.
+LATE_FROM_CANDIDATES = "its build() outputs late candidates (LATE_CANDIDATE) in a streaming query"
+
+
+def _shown(table: TableSpec) -> list[str]:
+    return [c for c in table.column_names if c != "batch_id"]
+
+
+def check_dead_letter(dead: TableSpec | None, name: str, tables: Sequence[str], where: str,
+                      late: str | None = None) -> None:
+    """The dead-letter table as the proofs and the batch writer use it: among the tables, keyed by the
+    Kafka coordinates (one dead letter per record), with the coordinates and a string ``reason``; a
+    ``watermark`` column, if any, a timestamp. ``late``: why records behind a watermark reach it (None:
+    not known to): then it needs the ``watermark`` column too, where the batch writer writes the
+    watermark each was behind (``rewind.stream.late_routing.mark_behind``) and the proof reads it."""
+    if dead is None:
+        raise TransformRefused(f"{where}: dead-letter table {name!r} must be among its tables (tables: "
+                               f"{sorted(tables)}); declare it (key {list(COORDS)}, columns {[*COORDS, 'reason']}) "
+                               "or set dead_letter_table to one of them")
+    if set(dead.key) != set(COORDS) or len(dead.key) != len(COORDS):
+        raise TransformRefused(f"{where}: dead-letter table {name!r} must be keyed by the Kafka coordinates "
+                               f"{list(COORDS)} (one dead letter per record), not {list(dead.key)}: set "
+                               "key=('topic', 'partition', 'offset')")
+    if not dead.columns:
+        return  # columns from the output: checked once resolved
+    types = {c.name: c.type for c in dead.columns}
+    lacking = [c for c in (*COORDS, "reason") if c not in types]
+    if lacking:
+        raise TransformRefused(f"{where}: dead-letter table {name!r} must have columns {[*COORDS, 'reason']} (lacking "
+                               f"{lacking}; it has {_shown(dead)}): add them to its columns, or to what build() "
+                               "outputs for it (reason: why the record is refused)")
+    if types["reason"] != "string":
+        raise TransformRefused(f"{where}: dead-letter table {name!r}: column 'reason' must be a string, not "
+                               f"{types['reason']} (the batch writer writes {'behind_watermark'!r} there): cast it "
+                               "to string")
+    if "watermark" in types and types["watermark"] != "timestamp":
+        raise TransformRefused(f"{where}: dead-letter table {name!r}: column 'watermark' must be a timestamp, not "
+                               f"{types['watermark']} (a late record's dead letter holds the watermark it was "
+                               "behind): cast it to timestamp")
+    if late and "watermark" not in types:
+        raise TransformRefused(f"{where}: dead-letter table {name!r} has no 'watermark' column, but {late}: the batch "
+                               "writer writes each with the watermark it was behind and the proof needs it to judge "
+                               "them; add a nullable timestamp column 'watermark' (declared: Column('watermark', "
+                               "'timestamp'); from the output: F.lit(None).cast('timestamp').alias('watermark') on "
+                               "the dead letters build() returns)")
+
+
+def check_late_candidates(transform: Transform, tables: Sequence[TableSpec], fields: Sequence[tuple[str, str]],
+                          where: str) -> None:
+    """A transform whose streaming ``build`` outputs late candidates, whose columns are ``fields``
+    ((name, Spark type), ``rewind.stream.late_routing.streaming_candidates``): the batch writer keeps
+    those behind the watermark by their ``event_time`` and writes them to the dead-letter table at
+    their coordinates, with ``reason`` and ``watermark`` (``late_routing.mark_behind``)."""
+    by_name = {t.name: t for t in tables}
+    dead = by_name.get(transform.dead_letter_table)
+    check_dead_letter(dead, transform.dead_letter_table, sorted(by_name), where, late=LATE_FROM_CANDIDATES)
+    types = {name: kind for name, kind in fields}
+    if types.get("event_time", "").split("(")[0] not in ("timestamp", "timestamp_ntz"):
+        got = f"it is a Spark {types['event_time']}" if "event_time" in types else f"they have {sorted(types)}"
+        raise TransformRefused(f"{where}: its late candidates (LATE_CANDIDATE) need an 'event_time' timestamp column "
+                               f"(the batch writer keeps those behind the watermark by it; {got}): keep the "
+                               "withWatermark column, named event_time, on the rows you tag with "
+                               "late_routing.candidates()")
+    lacking = [c for c in COORDS if c not in types]
+    if lacking:
+        raise TransformRefused(f"{where}: its late candidates (LATE_CANDIDATE) lack the Kafka coordinates {lacking} "
+                               f"(they become dead letters keyed by them; they have {sorted(types)}): keep topic, "
+                               "partition and offset on the rows you tag with late_routing.candidates()")
+    filled = {*types, "reason", "watermark", "batch_id"}
+    required = [c.name for c in dead.columns if not c.nullable and c.name not in filled] if dead else []
+    if required:
+        raise TransformRefused(f"{where}: dead-letter table {transform.dead_letter_table!r}: column {required[0]!r} "
+                               "is NOT NULL, but the late candidates (LATE_CANDIDATE) that become dead letters do not "
+                               "carry it: make it nullable, or output it on the rows you tag with "
+                               "late_routing.candidates()")
+
+
+def check_kinds(transform: Transform, tables: Mapping[str, TableSpec], where: str) -> None:
+    """With the default ``split``, ``kinds`` must route to tables it has, and late candidates to the
+    dead-letter table (a row of a kind routed to no table is written nowhere)."""
+    from rewind.stream.late_routing import LATE_CANDIDATE
+
+    if type(transform).split is not Transform.split:
+        return
+    kinds = transform.kinds
+    for kind, name in kinds.items():
+        if name not in tables:
+            raise TransformRefused(f"{where}: kinds maps {kind!r} to {name!r}, which is not among its tables "
+                                   f"{sorted(tables)} (rows of that kind would be written nowhere): map it to one "
+                                   "of them")
+    if kinds.get(LATE_CANDIDATE, transform.dead_letter_table) != transform.dead_letter_table:
+        raise TransformRefused(f"{where}: kinds maps {LATE_CANDIDATE!r} to {kinds[LATE_CANDIDATE]!r}: records behind "
+                               f"the watermark are dead letters, proven in the dead-letter table "
+                               f"{transform.dead_letter_table!r}; remove that entry")
+
+
+def check_aggregate_kind(transform: Transform, agg: Aggregate, where: str) -> None:
+    """With the default ``split``, the kind a replay and a proof select an aggregate's rows by
+    (``Aggregate.kind``, default the table's name) must be a kind that is routed to its table."""
+    if type(transform).split is not Transform.split:
+        return
+    kinds = transform.kinds
+    routed = sorted({agg.table, *(k for k, name in kinds.items() if name == agg.table)})
+    if agg.kind is None and len(routed) > 1:
+        others = [k for k in routed if k != agg.table]
+        raise TransformRefused(f"{where}: aggregate table {agg.table!r}: its rows come as kind {others[0]!r} (kinds), "
+                               f"but the Aggregate names no kind, so replays and proofs would select rows of kind "
+                               f"{agg.table!r}: add kind={others[0]!r} to the Aggregate")
+    if agg.kind is not None and kinds.get(agg.kind, agg.kind) != agg.table:
+        raise TransformRefused(f"{where}: aggregate table {agg.table!r}: its kind {agg.kind!r} is not routed to it "
+                               f"(kinds routes {routed} there): add {agg.kind!r}: {agg.table!r} to kinds, or fix the "
+                               "Aggregate's kind")
 
 
 def check_aggregate(agg: Any, tables: Mapping[str, TableSpec], ident: Identity, where: str) -> None:
@@ -233,4 +381,5 @@ def check_aggregate(agg: Any, tables: Mapping[str, TableSpec], ident: Identity, 
         kind = {c.name: c.type for c in table.columns}[agg.window]
         if kind != "timestamp":
             raise TransformRefused(f"{where}: aggregate table {agg.table!r}: window column {agg.window!r} must be a "
-                                   f"timestamp (the window's start), not {kind}")
+                                   f"timestamp (the window's start), not {kind}: output F.window(...).start as it "
+                                   "(or cast it to timestamp)")

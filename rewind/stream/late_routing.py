@@ -71,6 +71,42 @@ def candidates(df: Any, kind_column: str = "kind") -> Any:
     return df.withColumn(kind_column, F.lit(LATE_CANDIDATE))
 
 
+def empty_stream(spark: Any) -> Any:
+    """A streaming DataFrame with Spark's Kafka columns that is never started: ``build`` plans on it
+    as it does in the stream (``source.isStreaming``), and nothing is read."""
+    from pyspark.sql import functions as F
+
+    return spark.readStream.format("rate").load().select(
+        F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
+        F.lit("").alias("topic"), F.lit(0).cast("int").alias("partition"), F.col("value").alias("offset"),
+        F.col("timestamp"), F.lit(0).cast("int").alias("timestampType"))
+
+
+def streaming_candidates(transform: Any, spark: Any, spec: Any) -> list[tuple[str, str]] | None:
+    """The columns (name, Spark type) of the late candidates ``build`` outputs in a streaming query, or
+    None when it outputs none (or the plan cannot be read): ``build`` planned over ``empty_stream``
+    (Spark analyses the plan; nothing runs). A dict from ``build`` has them under ``LATE_CANDIDATE``; a
+    single tagged DataFrame has them when its plan holds the kind ``LATE_CANDIDATE`` (the columns are
+    then the frame's own: every kind shares them)."""
+    try:
+        out = transform.build(empty_stream(spark), spec)
+    except Exception as exc:  # noqa: BLE001 - a check, not the stream: its own start reports a plan error
+        log.warning("%s: build() could not be planned on an empty streaming source (%s); its late candidates "
+                    "are checked when it runs", type(transform).__name__, exc)
+        return None
+    if isinstance(out, Mapping):
+        frame = out.get(LATE_CANDIDATE)
+    else:
+        try:
+            plan = str(out._jdf.queryExecution().logical().toString())
+        except Exception:  # noqa: BLE001 - a client without the JVM plan (Spark Connect): cannot tell
+            return None
+        frame = out if LATE_CANDIDATE in plan else None
+    if frame is None:
+        return None
+    return [(f.name, f.dataType.typeName()) for f in frame.schema.fields if f.name != "kind"]
+
+
 def keep_behind(df: Any, watermark_ms: int, event_time_column: str = "event_time",
                 kind_column: str = "kind") -> Any:
     """All non-candidate rows, and the candidates Spark drops as late: ``event_time <= watermark``

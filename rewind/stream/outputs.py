@@ -94,7 +94,14 @@ def resolved_tables(transform: Transform, spec: Any, spark: Any = None) -> tuple
     """The transform's tables with every column known: as declared, or from ``build``'s output schema
     (Spark plans ``build`` over an empty batch: the active session, else a local one). The
     declarations are checked again against the resolved columns (an aggregate column the output
-    lacks is refused here, naming the table and the column)."""
+    lacks is refused here, naming the table and the column), and so are the late candidates ``build``
+    outputs in a streaming query (planned over an empty stream, ``late_routing.streaming_candidates``):
+    their dead-letter table needs ``reason`` and ``watermark``, they need ``event_time`` and the
+    coordinates."""
+    from rewind.errors import Refused
+    from rewind.stream.contract import check_late_candidates
+    from rewind.stream.late_routing import streaming_candidates
+
     tables = tuple(transform.tables)
     if all(t.resolved for t in tables):
         return tables
@@ -112,8 +119,17 @@ def resolved_tables(transform: Transform, spec: Any, spark: Any = None) -> tuple
         if fields is None:
             raise TransformRefused(f"{where}: table {table.name!r} has no columns declared and build() returns no "
                                    f"DataFrame for it (it returns {sorted(schemas)}); return one or declare them")
-        out.append(columns_from_schema(table, fields, where))
+        try:
+            out.append(columns_from_schema(table, fields, where))
+        except TransformRefused:
+            raise
+        except Refused as exc:  # the resolved TableSpec refused (rewind.sink.schema), e.g. a string version
+            raise TransformRefused(f"{where}: {exc}; its columns are what build() outputs for it: cast or rename the "
+                                   "column there, or declare the table's columns") from exc
     check_declarations(transform, where, out)
+    late = streaming_candidates(transform, spark, spec)
+    if late is not None:
+        check_late_candidates(transform, out, late, where)
     transform.__dict__["_resolved_tables"] = tuple(out)  # the default split routes to these columns
     return tuple(out)
 
