@@ -250,9 +250,17 @@ class StreamSpec(_Strict):
     #: ``rewind.control``): ``s3://BUCKET/PREFIX`` or a directory. Default: beside an ``s3a://``
     #: checkpoint (``<checkpoint>.control``), else ``status_dir`` (one host).
     control: str | None = None
+    #: How often the stream starts a micro-batch (Spark's processing-time trigger).
     trigger: Duration = "2 seconds"
+    #: The length of the stream's tumbling windows, read by ``build`` (``spec.durations()["window"]``);
+    #: an ``Aggregate`` without ``size`` takes it, and the proofs and replays place its groups' windows
+    #: by it: keep it equal to the window ``build`` computes (docs/add-your-stream.md, "Durations").
     window: Duration = "10 seconds"
+    #: The delay ``build`` gives ``withWatermark`` (``spec.durations()["watermark_delay"]``); the proofs
+    #: and replays take a group as closed no later than the latest event time minus it.
     watermark_delay: Duration = "30 seconds"
+    #: For ``build``'s own rules (``spec.durations()["allowed_lateness"]``); Rewind itself does not read
+    #: it. The demo dead-letters an event whose time is more than this behind its Kafka timestamp.
     allowed_lateness: Duration = "20 seconds"
     restart: RestartSpec = Field(default_factory=RestartSpec)
     savepoints: SavepointSpec = Field(default_factory=SavepointSpec)

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from rewind.cli.main import main
-from rewind.registry import load_registry
+from rewind.registry import StreamSpec, load_registry
 from rewind.stream.scaffold import ScaffoldRefused, add_to_registry, class_name, package_files, registry_entry
 from rewind.testing.registry_templates import demo_stream
 
@@ -74,6 +74,11 @@ def test_generated_files_compile_and_the_entry_loads(tmp_path: Path) -> None:
     assert spec.transform == "orders.transform:OrdersTransform"
     assert spec.sink.url == "sqlite:////srv/rewind/sink/orders.db"
     assert spec.checkpoint == "/srv/rewind/checkpoints/orders" and spec.status_dir == "/srv/rewind/status"
+    # the durations a stream reads, shown with the registry's defaults (docs/add-your-stream.md, "Durations")
+    entry = registry_entry("orders", indent="")
+    assert "\n  window: 10 seconds  " in entry and "\n  watermark_delay: 30 seconds  " in entry
+    assert (spec.window, spec.watermark_delay) == (StreamSpec.model_fields["window"].default,
+                                                   StreamSpec.model_fields["watermark_delay"].default)
     t = import_transform(tmp_path, "orders")  # load_transform checks the declarations
     assert t.identity.table == "orders_rows" and t.identity.columns == ("id",)
     assert t.dead_letter_table == "orders_dead_letter"

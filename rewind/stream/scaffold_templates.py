@@ -300,6 +300,7 @@ __NAME__:
   checkpoint: ${REWIND_HOME}/checkpoints/__NAME__
   status_dir: ${REWIND_HOME}/status
   trigger: 2 seconds
+  window: 10 seconds            # the default; build reads spec.durations()["window"]; an Aggregate without size= too
   watermark_delay: 30 seconds   # used only by a stateful transform (withWatermark)
   restart: {strategy: exponential-backoff, max_attempts: 5, delay: 5 seconds, max_delay: 2 min}
   savepoints: {schedule: "@hourly", keep_last: 5, max_age: 7d}
