@@ -19,7 +19,19 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
-from harness.sink_data import EVENTS, STATE, T0, TABLES, counts, dead_letters, events, windows
+from harness.sink_data import (
+    EVENTS,
+    MONEY,
+    STATE,
+    T0,
+    TABLES,
+    check_money,
+    counts,
+    dead_letters,
+    events,
+    money_rows,
+    windows,
+)
 
 from rewind.errors import EXIT_FAILED, EXIT_REFUSED, Failed, Refused, exit_code_of
 from rewind.sink import contract
@@ -476,3 +488,31 @@ def test_a_collected_batch_keeps_big_integers_exact_next_to_nulls(make_sink: Any
     got = sink.read_table("stock").set_index("sku")
     assert got.loc["a", "qty"] == big and pd.isna(got.loc["b", "qty"]) and got.loc["c", "qty"] == -big
     assert got.loc["a", "version"] == big
+
+
+def test_decimals_bigints_and_microseconds_round_trip_exactly(make_sink: Any, db_url: str) -> None:
+    """decimal(18,2) and decimal(38,10) at their largest, negative, zero and with trailing zeros, bigints
+    past 2**53 and -(2**63), times 1 us apart: read back exactly (SQLite stores decimals as text, PostgreSQL
+    as NUMERIC(P,S)); a decimal that does not fit is refused before anything is written, never rounded."""
+    from decimal import Decimal
+
+    sink = make_sink(stream="money", tables=(MONEY,))
+    sink.write_batch(0, {"money": money_rows()})
+    check_money(sink.read_table("money"))
+    assert sink.column_max("money", "amount") == Decimal("9" * 28 + "." + "9" * 10)
+    got = sink.read_rows("money", lambda t: t.c.fee == Decimal("12.3"), ["id", "fee"])
+    assert got["id"].tolist() == [9_007_199_254_740_994] and got["fee"].tolist() == [Decimal("12.30")]
+    if db_url.startswith("sqlite"):
+        with sink.engine.connect() as conn:
+            stored = conn.exec_driver_sql("SELECT fee, typeof(fee), amount, at FROM money WHERE id = 7").one()
+        assert tuple(stored) == ("5.00", "text", "0.0000000001", None)
+    else:
+        with sink.engine.connect() as conn:
+            kinds = conn.exec_driver_sql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                                         "'money'::regclass AND attname IN ('fee', 'amount', 'at') ORDER BY attnum")
+            assert kinds.scalars().all() == ["numeric(18,2)", "numeric(38,10)", "timestamp with time zone"]
+    for bad, says in [(Decimal("12345678901234567.00"), "more than 16 digits before"),
+                      ("1.005", "more than 2 digits after"), (0.1 + 0.2, "more than 2 digits after")]:
+        with pytest.raises(SinkRefused, match=rf"'money', column 'fee': .*{says}"):
+            sink.write_batch(1, {"money": [{"id": 1, "fee": bad}]})
+    assert len(sink.read_table("money")) == len(money_rows()) and sink.committed_batch_ids() == [0]

@@ -16,11 +16,21 @@ same writer and SQLite sink at 125,064 rows/s, 1.49x a raw Kafka consumer; in th
 sink transaction is 2.35 s of 27 s for 500,000 events. The sink path is not the limit.
 
 Reading goes the other way (``typed_frame``): every database hands back the same dtypes.
+
+Decimals (``decimal(P,S)``) are exact end to end: a value (``decimal.Decimal``, int, a literal such
+as "12.30", a float by its shortest repr, ``Decimal(repr(f))``) becomes a ``Decimal`` at the column's
+scale, and one that would need rounding to fit the scale or has more than P-S digits before the
+point is refused (``SinkRefused``): never rounded silently. For SQLite (``sqlite_text``) it is
+written as its canonical text ("12.30", never an exponent): SQLite has no decimal type, and a
+NUMERIC column would keep it as an 8-byte float. Times are kept at microseconds on every sink
+(finer parts of a pandas Timestamp are floored, towards the past; docs/sinks.md).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,9 +41,10 @@ import pandas as pd
 
 from rewind.sink.contract import Rows
 from rewind.sink.errors import SinkRefused
-from rewind.sink.schema import Column, TableSpec
+from rewind.sink.schema import Column, TableSpec, decimal_of
 
-__all__ = ["PreparedTable", "chunks", "dedupe_index", "prepare_rows", "prepare_table", "typed_frame"]
+__all__ = ["PreparedTable", "chunks", "decimal_text", "dedupe_index", "exact_decimal", "prepare_rows",
+           "prepare_table", "read_decimal", "typed_frame"]
 
 
 # --------------------------------------------------------------------------- one value
@@ -84,6 +95,85 @@ def _conv_binary(v: Any) -> Any:
     if isinstance(v, (bytearray, memoryview)):
         return bytes(v)
     return v
+
+
+#: Quantizing to a column's scale: enough digits for any decimal(38,S) value, so a value that does not
+#: fit raises InvalidOperation (refused) instead of being rounded by the default 28-digit context.
+_DECIMAL_CONTEXT = decimal.Context(prec=100, rounding=decimal.ROUND_HALF_EVEN, traps=[decimal.InvalidOperation])
+
+
+def _as_decimal(v: Any) -> decimal.Decimal:
+    """A value -> the Decimal it stands for, exactly (floats by their shortest repr: 0.1 is 0.1)."""
+    if isinstance(v, decimal.Decimal):
+        d = v
+    elif isinstance(v, (bool, np.bool_)):
+        raise ValueError(f"{v!r} is not a decimal")
+    elif isinstance(v, (int, np.integer)):
+        d = decimal.Decimal(int(v))
+    elif isinstance(v, (float, np.floating)):
+        d = decimal.Decimal(repr(float(v)))
+    elif isinstance(v, str):
+        try:
+            d = decimal.Decimal(v.strip())
+        except decimal.InvalidOperation:
+            raise ValueError(f"{v!r} is not a decimal") from None
+    else:
+        raise ValueError(f"{v!r} is not a decimal (expected Decimal, int, float or a literal like '12.30')")
+    if not d.is_finite():
+        raise ValueError(f"{v!r} is not a finite decimal")
+    return d
+
+
+def exact_decimal(v: Any, precision: int, scale: int) -> decimal.Decimal:
+    """``v`` as a Decimal with exactly ``scale`` digits after the point; ValueError (naming the value)
+    if that needs rounding or leaves more than ``precision - scale`` digits before the point."""
+    d = _as_decimal(v)
+    kind = f"decimal({precision},{scale})"
+    try:
+        q = d.quantize(decimal.Decimal(1).scaleb(-scale), context=_DECIMAL_CONTEXT)
+    except decimal.InvalidOperation:
+        raise ValueError(f"{v!r} does not fit {kind}: more than {precision - scale} digits before the point") from None
+    if q != d:
+        raise ValueError(f"{v!r} does not fit {kind}: it has more than {scale} digits after the point "
+                         "(refused, not rounded: round it in build() if that is meant)")
+    if q.is_zero():
+        return q.copy_abs()  # -0.00 -> 0.00: one key, one text
+    if q.adjusted() >= precision - scale:
+        raise ValueError(f"{v!r} does not fit {kind}: more than {precision - scale} digits before the point")
+    return q
+
+
+def decimal_text(d: decimal.Decimal) -> str:
+    """The canonical text of a Decimal at its scale: plain notation ("0.0000001000", never "1.000E-7")."""
+    return format(d, "f")
+
+
+def read_decimal(v: Any, scale: int) -> decimal.Decimal | None:
+    """A stored decimal (Decimal, canonical text, or a number) -> a Decimal at ``scale`` (None for null)."""
+    if _is_null(v):
+        return None
+    d = v if isinstance(v, decimal.Decimal) else _as_decimal(v)
+    return d.quantize(decimal.Decimal(1).scaleb(-scale), context=_DECIMAL_CONTEXT)
+
+
+@functools.lru_cache(maxsize=256)
+def _decimal_converter(precision: int, scale: int, sqlite_text: bool) -> Callable[[Any], Any]:
+    def conv(v: Any) -> Any:
+        if _is_null(v):
+            return None
+        q = exact_decimal(v, precision, scale)
+        return decimal_text(q) if sqlite_text else q
+
+    return conv
+
+
+def _converter(col: Column, sqlite_text: bool) -> Callable[[Any], Any]:
+    """The value converter of a column (a decimal's depends on its precision, scale and the target)."""
+    found = _CONVERTERS.get(col.type)
+    if found is not None:
+        return found
+    precision, scale = decimal_of(col.type) or (0, 0)
+    return _decimal_converter(precision, scale, sqlite_text)
 
 
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
@@ -139,7 +229,7 @@ def _column_values(series: pd.Series, col: Column, sqlite_text: bool) -> list[An
     if col.type == "binary" and kind == "O":
         conv = _conv_binary
         return [v if v.__class__ is bytes else conv(v) for v in series.tolist()]
-    conv = _CONVERTERS[col.type]
+    conv = _converter(col, sqlite_text)
     return [conv(v) for v in series.tolist()]
 
 
@@ -147,6 +237,9 @@ def _list_values(values: list[Any], col: Column, sqlite_text: bool) -> list[Any]
     """One column of a list of dicts -> driver-ready Python values."""
     if col.type == "timestamp":
         return _timestamps_utc(pd.Series(values, dtype=object), sqlite_text)
+    if col.type not in _NATIVE:  # a decimal: every value is quantized to the scale
+        conv = _converter(col, sqlite_text)
+        return [conv(v) for v in values]
     conv, native = _CONVERTERS[col.type], _NATIVE[col.type]
     return [v if v.__class__ is native and v == v else conv(v) for v in values]  # v == v: NaN -> None
 
@@ -181,7 +274,7 @@ def prepare_rows(specs: Mapping[str, TableSpec], rows: Mapping[str, Rows], *,
 
 def prepare_table(spec: TableSpec, rows: Rows | None, *, sqlite_text: bool) -> PreparedTable:
     """One table's rows -> PreparedTable: columns known, keys and non-nullable columns present,
-    values converted (``sqlite_text``: timestamps as SQLite text), repeated keys deduplicated."""
+    values converted (``sqlite_text``: timestamps and decimals as SQLite text), repeated keys deduplicated."""
     columns: dict[str, list[Any]] = {}
     if rows is None:
         n = 0
@@ -280,7 +373,8 @@ def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
 # --------------------------------------------------------------------------- reading back
 def typed_frame(records: list[Any], names: Sequence[str], types: Mapping[str, str]) -> pd.DataFrame:
     """Database rows -> a frame with the same dtypes on every database: Int64 for ints, float64
-    for doubles, datetime64[ns, UTC] for timestamps (``types``: column -> portable type)."""
+    for doubles, datetime64[ns, UTC] for timestamps, object holding ``decimal.Decimal`` at the
+    column's scale (None for null) for decimals (``types``: column -> portable type)."""
     df = pd.DataFrame.from_records(records, columns=list(names))
     position = {n: i for i, n in enumerate(names)}
     for col, kind in types.items():
@@ -291,4 +385,8 @@ def typed_frame(records: list[Any], names: Sequence[str], types: Mapping[str, st
             df[col] = df[col].astype("float64")
         elif kind == "timestamp":
             df[col] = pd.to_datetime(df[col], utc=True)
+        elif (exact := decimal_of(kind)) is not None:
+            scale = exact[1]
+            df[col] = pd.Series([read_decimal(r[position[col]], scale) for r in records], index=df.index,
+                                dtype=object)
     return df

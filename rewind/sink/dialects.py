@@ -15,10 +15,17 @@ PostgreSQL, and the exactly-once proof must hold on each; only what differs live
 
 The upserts are each dialect's ``insert().on_conflict_do_*`` on the spec's key: "ignore" tables do
 nothing on conflict, "replace" tables update every non-key column.
+
+Column types (``_SA_TYPES``): a ``decimal(P,S)`` column is ``ExactDecimal``: ``NUMERIC(P,S)`` on
+PostgreSQL, ``TEXT`` holding the canonical text ("12.30") on SQLite, where a NUMERIC column would
+turn the value into an 8-byte float; both read back as ``decimal.Decimal`` at the scale. Times are
+``timestamptz`` on PostgreSQL (microseconds) and SQLAlchemy's DATETIME text on SQLite
+("YYYY-MM-DD HH:MM:SS.ffffff", UTC).
 """
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,12 +35,15 @@ from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
+from rewind.sink.convert import decimal_text, exact_decimal, read_decimal
 from rewind.sink.errors import SinkConnectionError
-from rewind.sink.schema import LEDGER_TABLE, TableSpec
+from rewind.sink.schema import LEDGER_TABLE, TableSpec, decimal_of
 
 __all__ = [
     "CHUNK_ROWS",
     "SQLITE_BUSY_TIMEOUT_MS",
+    "ExactDecimal",
+    "column_type",
     "compiled_sqlite",
     "insert_for",
     "ledger_table",
@@ -56,12 +66,56 @@ _SA_TYPES: dict[str, Callable[[], sa.types.TypeEngine[Any]]] = {
 }
 
 
+class ExactDecimal(sa.types.TypeDecorator[decimal.Decimal]):
+    """A ``decimal(P,S)`` column: ``NUMERIC(P,S)`` on PostgreSQL; on SQLite ``TEXT`` holding the
+    canonical text at the scale ("12.30"), since SQLite has no decimal type and NUMERIC affinity
+    would store an 8-byte float. Either way it reads back as a ``decimal.Decimal`` at the scale.
+
+    The sink's own SQLite writes bypass this (``rewind.sink.convert`` renders the text); the bind
+    processing here serves conditions (``read_rows(where=...)``, deletes) and other SQLAlchemy
+    writes. On SQLite a condition compares text: equality is exact, ordering is not numeric.
+    """
+
+    impl = sa.Numeric
+    cache_ok = True
+
+    def __init__(self, precision: int, scale: int) -> None:
+        super().__init__(precision=precision, scale=scale, asdecimal=True)
+        self.precision = precision
+        self.scale = scale
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(sa.Text())
+        return dialect.type_descriptor(sa.Numeric(self.precision, self.scale, asdecimal=True))
+
+    def process_bind_param(self, value: Any, dialect: sa.Dialect) -> Any:
+        if value is None:
+            return None
+        try:
+            exact = exact_decimal(value, self.precision, self.scale)
+        except ValueError:  # a condition's value that no row can hold: compared as given
+            return value if dialect.name != "sqlite" or isinstance(value, str) else str(value)
+        return decimal_text(exact) if dialect.name == "sqlite" else exact
+
+    def process_result_value(self, value: Any, dialect: sa.Dialect) -> decimal.Decimal | None:
+        return read_decimal(value, self.scale)
+
+
+def column_type(kind: str) -> sa.types.TypeEngine[Any]:
+    """The SQLAlchemy type of a portable column type (``rewind.sink.schema``)."""
+    exact = decimal_of(kind)
+    if exact is not None:
+        return ExactDecimal(*exact)
+    return _SA_TYPES[kind]()
+
+
 # --------------------------------------------------------------------------- tables
 def spec_table(spec: TableSpec, metadata: sa.MetaData, prefix: str) -> sa.Table:
     """The SQL table of ``spec``: its key is the primary key, and key columns are NOT NULL."""
     return sa.Table(
         prefix + spec.name, metadata,
-        *[sa.Column(c.name, _SA_TYPES[c.type](), nullable=c.nullable and c.name not in spec.key)
+        *[sa.Column(c.name, column_type(c.type), nullable=c.nullable and c.name not in spec.key)
           for c in spec.columns],
         sa.PrimaryKeyConstraint(*spec.key, name=f"{prefix}{spec.name}_pkey"[:63]),
     )

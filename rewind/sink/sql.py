@@ -56,7 +56,7 @@ from rewind.sink.dialects import (
     upsert_statement,
 )
 from rewind.sink.errors import SinkConnectionError, SinkRefused, SinkWriteError
-from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_resolved, check_table_name
+from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_resolved, check_table_name, decimal_of
 from rewind.sink.sql_fence import FENCE_TABLE, claim_epoch, fence_table
 from rewind.sink.sql_schema import ensure_tables
 
@@ -266,15 +266,24 @@ class ExactlyOnceSqlSink(Sink):
 
     def column_max(self, name: str, column: str) -> Any:
         """The largest value of one column of spec table `name` (None: empty or not created);
-        timestamps come back as UTC pandas Timestamps."""
+        timestamps come back as UTC pandas Timestamps, decimals as ``decimal.Decimal``."""
         table = self._table(name)
         if not self._exists(table.name):
             return None
+        kind = self.specs[name].columns[self.specs[name].column_names.index(column)].type
+        col = table.c[column]
         with self._read() as conn:
-            value = conn.execute(sa.select(sa.func.max(table.c[column]))).scalar()
+            if self.dialect == "sqlite" and decimal_of(kind) is not None:
+                # decimals are text on SQLite, whose max() would compare them as text: the values whose
+                # float is the largest float (rounding to float keeps order), then the exact largest
+                top = sa.select(sa.func.max(sa.cast(col, sa.Float))).scalar_subquery()
+                candidates = conn.execute(sa.select(col).where(sa.cast(col, sa.Float) >= top)).scalars().all()
+                value = max(candidates, default=None)
+            else:
+                value = conn.execute(sa.select(sa.func.max(col))).scalar()
         if value is None:
             return None
-        if self.specs[name].columns[self.specs[name].column_names.index(column)].type == "timestamp":
+        if kind == "timestamp":
             return pd.to_datetime(value, utc=True)
         return value
 
