@@ -142,7 +142,9 @@ def test_a_transform_must_implement_the_contract(tmp_path: Path) -> None:
         "class OtherGroup(DemoTransform):\n    aggregates = (Aggregate('window_results', keys=('merchant',)),)\n"
         "class NoTotal(DemoTransform):\n"
         "    aggregates = (Aggregate('window_results', keys=('key',), measures={'total': 'sum(amount)'}),)\n"
-        "class RawAggregate(DemoTransform):\n    aggregates = (Aggregate('dead_letter', keys=('topic',)),)\n")
+        "class RawAggregate(DemoTransform):\n    aggregates = (Aggregate('dead_letter', keys=('topic',)),)\n"
+        "class RoutesNowhere(DemoTransform):\n    kinds = {'event': 'evnts'}\n"
+        "class KindlessWindows(DemoTransform):\n    aggregates = (Aggregate('window_results', keys=('key',)),)\n")
     sys.path.insert(0, str(tmp_path))
     try:
         for ref, message in [("my_transforms:build", "is a function, not a class implementing"),
@@ -155,7 +157,10 @@ def test_a_transform_must_implement_the_contract(tmp_path: Path) -> None:
                              ("my_transforms:OtherGroup", r"aggregate table 'window_results' must be keyed by its "
                                                           r"group \['window_start', 'merchant'\]"),
                              ("my_transforms:NoTotal", "aggregate table 'window_results' has no column 'total'"),
-                             ("my_transforms:RawAggregate", "must have on_conflict 'replace'")]:
+                             ("my_transforms:RawAggregate", "must have on_conflict 'replace'"),
+                             ("my_transforms:RoutesNowhere", "kinds maps 'event' to 'evnts', which is not among its "
+                                                             "tables"),
+                             ("my_transforms:KindlessWindows", "its rows come as kind 'window' .*add kind='window'")]:
             reg = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path, transform=ref))
             with pytest.raises(TransformRefused, match=f"stream s: transform '{ref}'.*{message}"):
                 load_transform(load_registry(reg).get("s"))
