@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from harness.sink_data import DEAD_LETTER, STATE, TABLES, dead_letters, events, windows
+from harness.sink_data import DEAD_LETTER, MONEY, STATE, TABLES, check_money, dead_letters, events, money_rows, windows
 
 from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.registry import RegistryError, load_registry
@@ -129,6 +129,28 @@ def test_fresh_sink_reads_empty_and_bad_rows_are_refused_before_anything_is_sent
     with pytest.raises(SinkRefused, match="batch_id"):
         sink.write_batch(-1, {})
     assert sink.committed_batch_ids() == [] and sink.read_table(LEDGER_TABLE).empty
+
+
+def test_decimals_bigints_and_microseconds_round_trip_exactly(make_sink: Any) -> None:
+    """In the topic a decimal is a JSON string at its scale, a bigint a JSON integer (exact past 2**53), a
+    time RFC 3339 at microseconds; read back, every value is what was written (``check_money``)."""
+    import json
+    from decimal import Decimal
+
+    from rewind.kafka.reader import read_to_end
+
+    sink = make_sink(stream="money", tables=(MONEY,))
+    sink.write_batch(0, {"money": money_rows()})
+    check_money(sink.read_table("money"))
+    config = {"bootstrap.servers": sink.bootstrap, "group.id": "t", "isolation.level": "read_committed"}
+    raw = {m.key(): m.value() for msgs in read_to_end(config, [sink.table_name("money")]) for m in msgs}
+    assert raw[b"[9007199254740993]"] == (b'{"id":9007199254740993,"fee":"9999999999999999.99","amount":'
+                                          b'"9999999999999999999999999999.9999999999","at":"2024-05-01T10:00:00.000001Z",'
+                                          b'"rate":0.1}')
+    assert json.loads(raw[b"[7]"])["amount"] == "0.0000000001"
+    with pytest.raises(SinkRefused, match=r"'money', column 'fee': .*more than 16 digits before"):
+        sink.write_batch(1, {"money": [{"id": 1, "fee": Decimal("12345678901234567")}]})
+    assert sink.committed_batch_ids() == [0]
 
 
 # --------------------------------------------------------------------------- fencing and crashes
