@@ -6,8 +6,50 @@ windows the stream has closed by it, and none of them should import another to r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+
+@dataclass(frozen=True)
+class LastCommit:
+    """The stream's last committed batch as its checkpoint records it: ``commits/N`` and ``offsets/N``."""
+
+    batch: int
+    end_offsets: dict[tuple[str, int], int]
+    watermark: datetime | None
+
+
+def last_commit(spec: Any) -> LastCommit | None:
+    """The newest ``commits/N`` of the active checkpoint with its end offsets and watermark (one read of
+    each file); None when there is none or the checkpoint cannot be read."""
+    from rewind.checkpoints.logs import parse_offsets_file
+    from rewind.checkpoints.pointer import active_checkpoint
+    from rewind.checkpoints.store import is_s3_url, open_store
+
+    try:
+        location = active_checkpoint(spec)
+        client = None
+        if is_s3_url(location):
+            from rewind.s3 import s3_client
+
+            client = s3_client()
+        store = open_store(location, client)
+        _, files = store.list_dir("commits")
+        ids = [int(f) for f in files if f.isdigit()]
+        if not ids:
+            return None
+        batch = max(ids)
+        meta, sources = parse_offsets_file(store.read_bytes(f"offsets/{batch}").decode())
+    except Exception:  # noqa: BLE001 - no checkpoint (never ran), unreadable: the caller falls back to the status
+        return None
+    ends: dict[tuple[str, int], int] = {}
+    for source in sources:
+        for topic, parts in source.items():
+            for part, offset in parts.items():
+                ends[(str(topic), int(part))] = max(ends.get((str(topic), int(part)), 0), int(offset))
+    wm = meta.get("batchWatermarkMs")
+    return LastCommit(batch, ends, None if wm is None else datetime.fromtimestamp(int(wm) / 1000, UTC))
 
 
 def stream_watermark(spec: Any, batch: int | None) -> tuple[datetime | None, int | None, str | None]:

@@ -16,14 +16,17 @@ def add_parser(sub: Any) -> None:
     v = command(sub, "verify", "prove exactly-once: every Kafka record against the sink",
                 "Re-read the stream's topics with a plain consumer and check every record against the sink: each "
                 "event once, each malformed, late or behind-the-watermark record in the dead-letter table, nothing "
-                "else. While the stream runs, the proof stops at its last committed batch (--all: everything).",
+                "else. The proof answers for what the stream had committed when it began: the records below its last "
+                "committed batch's end offsets, the rows of that batch or earlier (running or not).",
                 codes={EXIT_PROOF_VIOLATION: "proof violation: duplicates, gaps or wrong rows (the JSON says which)"})
     v.add_argument("stream")
     add_registry(v)
     add_bootstrap(v)
     v.add_argument("--json", action="store_true",
                    help="the summary as one line of JSON on stdout (the verdict line then goes to stderr)")
-    v.add_argument("--all", action="store_true", help="every record in the topics, even while the stream runs")
+    v.add_argument("--all", action="store_true",
+                   help="every record from the beginning up to the last committed batch (the default range; with no "
+                        "committed batch yet, every record in the topics instead of 'nothing to prove')")
     span = v.add_mutually_exclusive_group()
     span.add_argument("--since-last-proof", action="store_true",
                       help="dq_suite contract: prove only the records after the last passed proof's end (its cursor, "
@@ -47,37 +50,44 @@ def _utc_time(text: str) -> datetime:
 
 def run(args: argparse.Namespace) -> int:
     from rewind.proof.cursor import Since
-    from rewind.proof.scope import committed_batch, nothing_to_prove
-    from rewind.proof.verify import committed_bounds, verify_stream
+    from rewind.proof.scope import committed_position, nothing_to_prove
+    from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.settings import resolve_bootstrap
-    from rewind.stream.control import stream_running
 
     spec = load_registry(args.registry).get(args.stream)
-    running, status = stream_running(spec)
+    # First, before Kafka and the sink: what the stream had committed. The proof answers for that
+    # and no more, running or not (rows of later batches are not judged: no false alarm).
+    position = committed_position(spec)
     explicit = bool(args.all or args.since or args.since_last_proof)
-    empty = nothing_to_prove(spec.name, committed_batch(spec, status), explicit)
+    empty = nothing_to_prove(spec.name, position.batch, explicit)
     if empty:  # no committed batch: no FAIL for records the stream has not reached yet
         return _print(args, spec.name, {"stream": spec.name, "ok": True, "nothing_to_prove": empty})
-    bounds = None
-    if not args.all and running and status is not None:
-        bounds = committed_bounds(status.end_offsets)
-        print(f"{spec.name} is running: proving the records below its last committed batch's offsets "
-              f"{status.end_offsets} (use --all once it has stopped)", file=sys.stderr)
+    bounds = position.end_offsets
+    if bounds is not None:
+        print(f"{position.describe(spec.name)}: the records below offsets "
+              f"{_offsets_doc(bounds)}", file=sys.stderr)
     since: Since | None = "cursor" if args.since_last_proof else "time" if args.since else None
     if spec.dq_suite == "contract":  # any stream: proven from what its transform declares
         from rewind.proof.contract_proof import verify_contract_stream
 
         report: Any = verify_contract_stream(spec, resolve_bootstrap(args.bootstrap), bounds, since=since,
-                                             since_time=args.since)
+                                             since_time=args.since, committed=position)
         for note in report.notes:
             print(f"{spec.name}: {note}", file=sys.stderr)
     elif since is not None:
         raise VerifyRefused(f"stream {spec.name}: --since-last-proof and --since are for dq_suite 'contract' streams; "
                             f"its suite {spec.dq_suite!r} proves every record from the beginning")
     else:
-        report = verify_stream(spec, resolve_bootstrap(args.bootstrap), bounds)
+        report = verify_stream(spec, resolve_bootstrap(args.bootstrap), bounds, committed=position)
     return _print(args, spec.name, report.summary())
+
+
+def _offsets_doc(bounds: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    doc: dict[str, dict[str, int]] = {}
+    for (topic, part), end in sorted(bounds.items()):
+        doc.setdefault(topic, {})[str(part)] = end
+    return doc
 
 
 def _print(args: argparse.Namespace, stream: str, summary: dict[str, Any]) -> int:

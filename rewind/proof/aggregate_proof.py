@@ -34,6 +34,7 @@ from rewind.proof.aggregates import (
     value_columns,
 )
 from rewind.proof.checks import COORDS
+from rewind.proof.values import rules_for
 
 Coord = tuple[str, int, int]
 
@@ -72,12 +73,15 @@ def counted_rows(expected: pd.DataFrame, identity_columns: Sequence[str], late: 
 def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
                      span: Mapping[Any, tuple[int, int]] | None, expected: pd.DataFrame | None = None,
                      judged: np.ndarray | None = None, span_tables: Mapping[str, pd.DataFrame] | None = None,
-                     spark: Any = None, last_batch: int | None = None) -> AggregateProof:
+                     spark: Any = None, last_batch: int | None = None,
+                     watermark: Any = "read") -> AggregateProof:
     """The aggregates frame of ``transform``'s declared aggregates over ``span`` (None: everything).
 
     ``expected``: ``expect()``'s rows of every record read, with ``judged`` marking those in the span
     (the measures path). ``span_tables``: ``build``'s tables over the span, when the caller ran it
-    (their aggregate rows name the groups a bounded proof judges).
+    (their aggregate rows name the groups a bounded proof judges). ``last_batch``: the last committed
+    batch when the proof began (rows of later batches are left out); ``watermark``: the one that
+    batch ran with (groups closed up to it), by default read from ``offsets/<last_batch>``.
     """
     from rewind.checkpoints.watermark import stream_watermark
     from rewind.proof.verify import with_duplicates
@@ -87,7 +91,8 @@ def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
     if not aggregates:
         return empty_proof()
     late = late_coordinates(sink, transform.dead_letter_table)
-    watermark = stream_watermark(spec, None)[0]
+    if watermark == "read":
+        watermark = stream_watermark(spec, last_batch)[0]
     delay = spec.durations()["watermark_delay"]
     use_measures = [a for a in aggregates if expected is not None and a.measures]
     by_build = [a for a in aggregates if a not in use_measures]
@@ -101,6 +106,7 @@ def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
     frames = []
     for agg in aggregates:
         size = agg.window_size(spec)
+        rules = rules_for(sink.specs[agg.table])
         rows = with_duplicates(sink, agg.table, sink.read_table(agg.table))
         if agg in use_measures:
             assert expected is not None
@@ -109,18 +115,18 @@ def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
             scope = None
             if span is not None and judged is not None:
                 mine = counted_rows(expected[judged], identity_of(transform).columns, late)
-                scope = set(group_text(recompute_measures(mine, agg, size), agg))
+                scope = set(group_text(recompute_measures(mine, agg, size), agg, rules))
             latest = pd.to_datetime(counted["event_time"], utc=True).max() if len(counted) else None
             values = [m.column for m in agg.measures]
         else:
             recomputed = built.get(agg.table, pd.DataFrame(columns=list(agg.group_columns)))
-            scope = None if agg.table not in scopes else set(group_text(scopes[agg.table], agg))
+            scope = None if agg.table not in scopes else set(group_text(scopes[agg.table], agg, rules))
             latest = None
             table_columns = [c.name for c in sink.specs[agg.table].columns]
             values = value_columns(table_columns, agg)
         horizon = closing_horizon(watermark, latest, delay)
         frames.append(judge_groups(rows, recomputed, agg, values=values, size=size, closed_until=horizon, scope=scope,
-                                   last_batch=last_batch))
+                                   last_batch=last_batch, rules=rules))
     frame = pd.concat(frames, ignore_index=True) if frames else empty_proof().frame
     counts: dict[str, Any] = dict(counts_of(frame))
     counts["aggregates_closed_until"] = None if watermark is None else watermark.isoformat()

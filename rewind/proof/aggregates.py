@@ -12,7 +12,8 @@ The frame (``aggregates``, one row per group, validated by the suites of ``rewin
 ``table``, ``group`` (the key as text), ``window_start``/``window_end``, ``sink`` and
 ``recomputed`` (the value columns as text), ``aggregate_state``:
 
-- ``match``: the sink row holds the recomputed values (floats within 1e-6, times as UTC instants);
+- ``match``: the sink row holds the recomputed values, compared by the column's type
+  (``rewind.proof.values``: integers and decimals exactly, doubles within their tolerance);
 - ``mismatch``: it holds others (``disagrees`` names each column with both values);
 - ``missing``: a group the stream has closed (its window ends at or before ``closed_until``, the
   watermark of the stream's last committed batch) holds records but has no row;
@@ -27,13 +28,14 @@ reflects every record read up to the committed batch, which is what the recomput
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from rewind.proof.values import ANY, ValueRule, shown
 from rewind.proof.values import equal_values as _equal
 from rewind.proof.values import text_key as _text
 
@@ -49,14 +51,16 @@ def utc(values: Any) -> pd.Series:
     return pd.to_datetime(s, utc=True).dt.as_unit("ns")
 
 
-def group_text(frame: pd.DataFrame, agg: Any) -> pd.Series:
-    """Each row's group (the window's start as a UTC instant, then the keys) as one comparable text."""
+def group_text(frame: pd.DataFrame, agg: Any, rules: Mapping[str, ValueRule] | None = None) -> pd.Series:
+    """Each row's group (the window's start as a UTC instant, then the keys) as one comparable text
+    (``rules``: the keys' column rules, so a key compares by its type)."""
     if not len(frame):
         return pd.Series([], dtype=object, index=frame.index)
     parts = frame[list(agg.keys)].copy()
     if agg.window:
         parts.insert(0, agg.window, utc(frame[agg.window]).map(lambda t: None if pd.isna(t) else t.isoformat()))
-    return _text(parts, list(parts.columns))
+    key_rules = {k: r for k, r in (rules or {}).items() if k in agg.keys}
+    return _text(parts, list(parts.columns), key_rules)
 
 
 def value_columns(table_columns: Sequence[str], agg: Any) -> list[str]:
@@ -99,24 +103,27 @@ def closing_horizon(stream_watermark: datetime | None, latest_event: Any, delay:
 
 def judge_groups(sink: pd.DataFrame, recomputed: pd.DataFrame, agg: Any, *, values: Sequence[str],
                  size: timedelta | None, closed_until: pd.Timestamp | None, scope: set[str] | None = None,
-                 last_batch: int | None = None) -> pd.DataFrame:
+                 last_batch: int | None = None, rules: Mapping[str, ValueRule] | None = None) -> pd.DataFrame:
     """One row per group of ``sink`` and ``recomputed`` (see the module docstring).
 
     ``values``: the value columns compared (``value_columns``; with measures, the measures).
     ``scope``: only these groups (``group_text``) are judged (a bounded proof: the groups its records
     fall in); None: every group. ``last_batch``: sink rows written by later batches are left out
-    (a running stream: they may hold records past the proved range).
+    (a running stream: they may hold records past the proved range). ``rules``: each column's rule
+    (``rewind.proof.values.rules_for`` of the sink table); a column without one compares by value type.
     """
+    rules = rules or {}
     s = sink.reset_index(drop=True).copy()
     if last_batch is not None and len(s) and "batch_id" in s:
         s = s[~(pd.to_numeric(s["batch_id"], errors="coerce") > last_batch).fillna(False)].reset_index(drop=True)
     r = recomputed.reset_index(drop=True).copy()
-    s["_g"], r["_g"] = group_text(s, agg), group_text(r, agg)
+    s["_g"], r["_g"] = group_text(s, agg, rules), group_text(r, agg, rules)
     if scope is not None:
         s, r = s[s["_g"].isin(scope)].reset_index(drop=True), r[r["_g"].isin(scope)].reset_index(drop=True)
     r = r.drop_duplicates("_g")
     dup = s["_g"].duplicated(keep=False).to_numpy() if len(s) else np.zeros(0, dtype=bool)
-    right = r[["_g", *[c for c in values if c in r.columns]]].copy()
+    right = _nullable_ints(r[["_g", *[c for c in values if c in r.columns]]].copy())
+    s = _nullable_ints(s)
     if agg.window:
         right["_start_re"] = utc(r[agg.window]) if len(r) else pd.Series([], dtype="datetime64[ns, UTC]")
     merged = s.merge(right, on="_g", how="outer", suffixes=("", "_re"), indicator=True)
@@ -126,7 +133,7 @@ def judge_groups(sink: pd.DataFrame, recomputed: pd.DataFrame, agg: Any, *, valu
     for j, c in enumerate(values):
         mine = merged[c] if c in merged else pd.Series([None] * len(merged))
         theirs = merged[f"{c}_re"] if f"{c}_re" in merged else pd.Series([None] * len(merged))
-        bad[:, j] = ~_equal(mine.reset_index(drop=True), theirs.reset_index(drop=True))
+        bad[:, j] = ~_equal(mine.reset_index(drop=True), theirs.reset_index(drop=True), rules.get(c, ANY))
     starts = _starts(merged, agg)
     ends = starts + pd.Timedelta(size) if size is not None else pd.Series(pd.NaT, index=merged.index)
     closed = (ends <= closed_until).fillna(False).to_numpy(dtype=bool) if closed_until is not None and size \
@@ -145,6 +152,15 @@ def judge_groups(sink: pd.DataFrame, recomputed: pd.DataFrame, agg: Any, *, valu
                                       if state[i] == "mismatch" else None for i in range(len(merged))],
                         "batch_id": merged["batch_id"] if "batch_id" in merged else None})
     return out[FRAME_COLUMNS].sort_values(["window_start", "group"], na_position="first").reset_index(drop=True)
+
+
+def _nullable_ints(frame: pd.DataFrame) -> pd.DataFrame:
+    """Integer columns as ``Int64``: an outer merge would turn int64 with a gap into float64, which
+    holds integers exactly only up to 2**53."""
+    for c in frame.columns:
+        if pd.api.types.is_integer_dtype(frame[c].dtype) and not isinstance(frame[c].dtype, pd.Int64Dtype):
+            frame[c] = frame[c].astype("Int64")
+    return frame
 
 
 def _starts(merged: pd.DataFrame, agg: Any) -> pd.Series:
@@ -172,13 +188,8 @@ def _disagrees(merged: pd.DataFrame, values: Sequence[str], bad: np.ndarray, tab
                      f"{plain_value(merged[f'{c}_re'].iat[i])!r}" for c in cols)
 
 
-def plain_value(v: Any) -> Any:
-    """A value as plain Python for a message (None for nulls, isoformat for times)."""
-    if v is None or (not isinstance(v, (str, bytes)) and pd.isna(v)):
-        return None
-    if isinstance(v, pd.Timestamp):
-        return v.isoformat()
-    return v.item() if isinstance(v, np.generic) else v
+#: A value as plain Python for a message (``rewind.proof.values.shown``).
+plain_value = shown
 
 
 def _row(merged: pd.DataFrame, group: str) -> int:

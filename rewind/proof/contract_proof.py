@@ -35,6 +35,7 @@ from rewind.errors import Refused
 from rewind.proof.checks import COORDS
 from rewind.proof.contract_frames import EXPECT_COLUMNS, ContractFrames, build_contract_frames
 from rewind.proof.cursor import Since, Span, resolve_span, write_cursor
+from rewind.proof.scope import Committed
 from rewind.proof.verify import read_records, records_frame
 from rewind.stream.contract import Transform, has_expect, identity_of, load_transform
 
@@ -94,16 +95,19 @@ def expected_frame(transform: Transform, records: pd.DataFrame, spec: Any) -> pd
 
 
 def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transform: Transform | None = None, *,
-                    spark: Any = None, last_batch: int | None = None) -> ContractFrames:
+                    spark: Any = None, last_batch: int | None = None, watermark: Any = "read") -> ContractFrames:
     """The frames of ``span`` (``[start, end)`` per partition; None: every record Kafka holds).
 
     With a span, only its records are read (and, for aggregates, the records of the groups they
     touch), and only the sink rows they touch: rows of their identities (to find each record's
     row) and rows and dead letters at coordinates in the span (judged). ``spark``: the session for
     a transform without ``expect()`` or with aggregates to recompute by ``build`` (default: the
-    active one, else a local one). ``last_batch``: aggregate rows of later batches are left out.
+    active one, else a local one). ``last_batch``: the stream's last committed batch when the proof
+    began; rows of later batches are not judged. ``watermark``: the watermark that batch ran with
+    (default: read from its checkpoint).
     """
     from rewind.proof.aggregate_proof import prove_aggregates
+    from rewind.proof.values import rules_for
     from rewind.proof.verify import with_duplicates
     from rewind.stream.late_routing import BEHIND_WATERMARK
     from rewind.stream.runner import open_sink
@@ -113,9 +117,9 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
     aggregated = {a.table for a in transform.aggregates}
     sink = open_sink(spec, transform, spark)
     judged = None
-    read: dict[tuple[str, int], tuple[int, int]] | None = None
     notes: list[str] = []
     try:
+        rules = {name: rules_for(table) for name, table in sink.specs.items()}
         span_tables = None
         if has_expect(transform):
             wide = span is not None and any(a.measures for a in transform.aggregates)
@@ -129,15 +133,13 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
                 from rewind.proof.frames import range_mask
 
                 judged = range_mask(exp, dict(span or {}))
-            not_reconciled: tuple[str, ...] = ()
         else:
             from rewind.stream.outputs import spark_for
 
             spark = spark or spark_for(spec)
-            exp, span_tables, read = expected_from_build(spark, spec, transform, bootstrap, span)
-            not_reconciled = () if tuple(ident.columns) == tuple(COORDS) else (*COORDS, "kafka_timestamp")
+            exp, span_tables, why = expected_from_build(spark, spec, transform, bootstrap, span)
             notes.append(f"no expect(): the sink is held to build() run as a bounded batch over the proved offsets "
-                         f"({len(exp)} rows and dead letters)")
+                         f"({why})")
         names = [t for t in sink.specs if t not in aggregated]
         if span is None:
             tables = {name: with_duplicates(sink, name, sink.read_table(name)) for name in names}
@@ -146,27 +148,39 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
             tables = {name: with_duplicates(sink, name, frame) for name, frame in tables.items()}
         aggregates = prove_aggregates(spec, transform, bootstrap, sink, span=span,
                                       expected=exp if has_expect(transform) else None, judged=judged,
-                                      span_tables=span_tables, spark=spark, last_batch=last_batch)
+                                      span_tables=span_tables, spark=spark, last_batch=last_batch,
+                                      watermark=watermark)
     finally:
         sink.dispose()
     frames = build_contract_frames(exp, tables, identity=ident, keys={t.name: t.key for t in transform.tables},
                                    dead_letter_table=transform.dead_letter_table, late_reason=BEHIND_WATERMARK,
-                                   row_scope=span, judged=judged, not_reconciled=not_reconciled,
-                                   records_in=None if has_expect(transform) else read)
+                                   row_scope=span, judged=judged, rules=rules, last_batch=last_batch)
     frames.aggregates = aggregates.frame
     frames.counts.update(aggregates.counts)
     frames.notes = notes + aggregates.notes
     return frames
 
 
+#: At most this many extra passes of ``build`` find the identities of records its deduplication
+#: dropped (a record sent N times needs N - 1 passes); what is left after them counts as ``filtered``.
+LEFTOVER_PASSES = 8
+
+
 def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: str, span: Span | None
-                        ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], dict[tuple[str, int], tuple[int, int]]]:
-    """What the sink must hold for ``span`` without ``expect()``: ``build`` as a bounded batch over exactly
-    those offsets, as the frame ``build_contract_frames`` reads (one row per identity row, with its
-    coordinates, and one per dead letter), the batch's tables (aggregate rows name the groups), and
-    the ranges read."""
+                        ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], str]:
+    """What the sink must hold for ``span`` without ``expect()``, one row per Kafka record (and one per
+    further identity row a record makes), as the frame ``build_contract_frames`` reads; the batch's
+    tables (aggregate rows name the groups); and a line saying how it was found.
+
+    ``build`` runs as a bounded batch over exactly those offsets. Its deduplication keeps one copy
+    of a record sent twice, so the others have no row in that batch: every record of the span is
+    also read with a plain consumer (Kafka records are counted as Kafka records), and ``build`` runs
+    again over only the records without a row, until each has one or ``build`` writes nothing for
+    it: those are ``filtered`` (its own rule drops them).
+    """
     from rewind.kafka.types import TP
-    from rewind.stream.bounded import build_batch, partitions_of, whole_span
+    from rewind.proof.contract_frames import FILTERED
+    from rewind.stream.bounded import build_batch, build_records, partitions_of, whole_span
 
     earliest, ends = partitions_of(spec, bootstrap)
     if span is None:
@@ -177,6 +191,55 @@ def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: 
     tables = build_batch(spark, spec, transform, bootstrap, ranges, earliest=earliest,
                          description=f"rewind proof of {spec.name}: build() over the proved offsets")
     ident = identity_of(transform)
+    dead_table = transform.dead_letter_table
+    parts = [_expected_part(spec, tables, ident, dead_table)]
+    live = {(tp.topic, tp.partition): r for tp, r in ranges.items() if r[1] > r[0]}
+    records = read_records(bootstrap, spec.topics, source_options=spec.source.options,
+                           upper={k: e for k, (_, e) in live.items()},
+                           lower={k: s for k, (s, _) in live.items()}) if live else []
+    records = [r for r in records if (r.topic, r.partition) in live]
+    seen = set(_coord_tuples(parts[0]))
+    left = [r for r in records if (r.topic, r.partition, r.offset) not in seen]
+    kinds = [ident.table, dead_table, *(k for k, t in transform.kinds.items() if t in (ident.table, dead_table))]
+    passes = extra = 0
+    while left and passes < LEFTOVER_PASSES:
+        more = _expected_part(spec, build_records(spark, spec, transform, left, kinds=kinds,
+                                                  description=f"rewind proof of {spec.name}: build() over the "
+                                                              f"{len(left)} records without a row"),
+                              ident, dead_table)
+        found = set(_coord_tuples(more)) & {(r.topic, r.partition, r.offset) for r in left}
+        if not found:
+            break
+        parts.append(more[[c in found for c in _coord_tuples(more)]])
+        extra += len(parts[-1])
+        left = [r for r in left if (r.topic, r.partition, r.offset) not in found]
+        passes += 1
+    if left:
+        parts.append(pd.DataFrame({"topic": [r.topic for r in left], "partition": [r.partition for r in left],
+                                   "offset": [r.offset for r in left], "reason": FILTERED, "event_time": pd.NaT}))
+    exp = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else parts[0]
+    for c in ident.columns:
+        if c not in exp:
+            exp[c] = None
+    exp["partition"] = pd.to_numeric(exp["partition"]).astype("int64")
+    exp["offset"] = pd.to_numeric(exp["offset"]).astype("int64")
+    exp["event_time"] = pd.to_datetime(exp["event_time"], utc=True)
+    exp["reason"] = exp["reason"].astype(object).where(exp["reason"].notna(), None)
+    why = (f"{len(records)} Kafka records; {len(parts[0])} rows and dead letters from one batch, "
+           f"{extra} more in {passes} pass(es) over the records "
+           f"without one, {len(left)} that build() writes nothing for")
+    return exp.sort_values(COORDS).reset_index(drop=True), tables, why
+
+
+def _coord_tuples(frame: pd.DataFrame) -> list[tuple[str, int, int]]:
+    if not len(frame):
+        return []
+    return list(zip(frame["topic"].astype(str), pd.to_numeric(frame["partition"]).astype("int64").tolist(),
+                    pd.to_numeric(frame["offset"]).astype("int64").tolist()))
+
+
+def _expected_part(spec: Any, tables: dict[str, pd.DataFrame], ident: Any, dead_table: str) -> pd.DataFrame:
+    """One batch's identity rows (valid) and dead letters as rows of the expected frame."""
     rows = tables.get(ident.table, pd.DataFrame())
     if len(rows) and not set(COORDS) <= set(rows.columns):
         raise ExpectRefused(f"stream {spec.name}: without expect(), the rows of identity table {ident.table!r} must "
@@ -185,20 +248,13 @@ def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: 
     valid = rows.drop(columns=["batch_id"], errors="ignore").assign(reason=None)
     if "event_time" not in valid:
         valid["event_time"] = pd.NaT
-    dead = tables.get(transform.dead_letter_table, pd.DataFrame(columns=[*COORDS, "reason"]))
+    dead = tables.get(dead_table, pd.DataFrame(columns=[*COORDS, "reason"]))
     dead = dead[[*COORDS, "reason"]].assign(event_time=pd.NaT) if len(dead) else \
         pd.DataFrame(columns=[*COORDS, "reason", "event_time"])
-    exp = pd.concat([frame for frame in (valid, dead) if len(frame)], ignore_index=True) \
-        if len(valid) or len(dead) else pd.DataFrame(columns=[*COORDS, *ident.columns, "reason", "event_time"])
-    for c in ident.columns:
-        if c not in exp:
-            exp[c] = None
-    exp["partition"] = pd.to_numeric(exp["partition"]).astype("int64")
-    exp["offset"] = pd.to_numeric(exp["offset"]).astype("int64")
-    exp["event_time"] = pd.to_datetime(exp["event_time"], utc=True)
-    exp["reason"] = exp["reason"].astype(object).where(exp["reason"].notna(), None)
-    read = {(tp.topic, tp.partition): r for tp, r in ranges.items()}
-    return exp.sort_values(COORDS).reset_index(drop=True), tables, read
+    frames = [frame for frame in (valid, dead) if len(frame)]
+    if not frames:
+        return pd.DataFrame(columns=[*COORDS, *ident.columns, "reason", "event_time"])
+    return pd.concat(frames, ignore_index=True)
 
 
 def touched_rows(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span,
@@ -248,20 +304,30 @@ def report_of(stream: str, frames: ContractFrames) -> ContractReport:
 
 def verify_contract_stream(spec: Any, bootstrap: str, bounds: dict[tuple[str, int], int] | None = None, *,
                            since: Since | None = None, since_time: datetime | None = None,
-                           run_id: str = "verify") -> ContractReport:
+                           run_id: str = "verify", committed: Committed | None = None) -> ContractReport:
     """``rewind verify`` for a contract stream.
 
-    ``since=None``: every record (below ``bounds``, the committed end of a running stream, when
-    given). ``since="cursor"`` / ``"beginning"`` / ``"time"``: a bounded proof of the span
-    ``rewind.proof.cursor.resolve_span`` picks; a passed bounded proof moves the cursor.
+    ``committed``: what the stream had committed when the proof began (``rewind.proof.scope``; read
+    here when not given); ``bounds``: the end offsets to prove below (default: that batch's).
+    ``since=None``: every record below them. ``since="cursor"`` / ``"beginning"`` / ``"time"``: a
+    bounded proof of the span ``rewind.proof.cursor.resolve_span`` picks; a passed bounded proof moves
+    the cursor.
     """
+    from rewind.proof.scope import committed_position
+
+    committed = committed or committed_position(spec)
+    if bounds is None:
+        bounds = committed.end_offsets
+    last_batch, watermark = committed.batch, committed.watermark
     if since is None:
         span = None if bounds is None else {k: (0, v) for k, v in bounds.items()}
-        report = report_of(spec.name, contract_frames(spec, bootstrap, span))
-        report.notes.append("proved every record Kafka holds" + (" below the last committed batch" if bounds else ""))
+        report = report_of(spec.name, contract_frames(spec, bootstrap, span, last_batch=last_batch,
+                                                      watermark=watermark))
+        report.notes.append("proved every record Kafka holds" + (
+            f" below the end of batch {last_batch}, the last committed when the proof began" if bounds else ""))
         return report
     span, notes = resolve_span(spec, bootstrap, since=since, since_time=since_time, committed=bounds)
-    report = report_of(spec.name, contract_frames(spec, bootstrap, span))
+    report = report_of(spec.name, contract_frames(spec, bootstrap, span, last_batch=last_batch, watermark=watermark))
     report.notes.extend(notes)
     report.notes.append(f"proved {sum(e - s for s, e in span.values())} offsets since "
                         + {"cursor": "the last passed proof", "beginning": "the beginning",

@@ -32,7 +32,6 @@ from typing import Any
 
 import pandas as pd
 
-from rewind.checkpoints.watermark import stream_watermark
 from rewind.proof.checks import (
     CHECKS,
     CONTRACT_CHECKS,
@@ -53,8 +52,8 @@ from rewind.proof.publish import (
     write_validation_result,
 )
 from rewind.proof.report import ProofResult
-from rewind.proof.scope import committed_batch, nothing_to_prove
-from rewind.proof.verify import committed_bounds, read_records
+from rewind.proof.scope import committed_position, nothing_to_prove
+from rewind.proof.verify import read_records
 
 
 def new_run_id() -> str:
@@ -85,27 +84,29 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     notes: list[str] = []
     t0 = time.perf_counter()
 
-    running, status = stream_position(spec)
-    last_batch = status.last_batch_id if status else None
-    empty = nothing_to_prove(spec.name, committed_batch(spec, status), bounds is not None)
+    # First, before Kafka and the sink: what the stream had committed. The proof answers for that and
+    # no more (rows of later batches are not judged), so a proof of a running stream never alarms on a
+    # correct sink.
+    position = committed_position(spec)
+    last_batch = position.batch
+    empty = nothing_to_prove(spec.name, last_batch, bounds is not None)
     if empty:  # before the first committed batch: no FAIL for records the stream has not reached
         result = ProofResult(spec.name, run_id, True, {}, {}, 0, [], local_paths(run_dir, run_dir / "data_docs"),
                              nothing_to_prove=empty, seconds={"total": round(time.perf_counter() - t0, 3)})
         write_proof(result)
         return result
     norm = normalize_bounds(bounds)
-    if norm is None and status is not None and status.end_offsets:
+    if norm is None and position.end_offsets:
         # What the stream has committed is what it answers for: a running stream is still reading,
         # a crashed one has not read the rest yet (its restart will).
-        norm = {k: (0, v) for k, v in committed_bounds(status.end_offsets).items()}
-        state = "running" if running else "stopped" if status.state == "stopped" else f"{status.state} (process gone)"
-        notes.append(f"{spec.name} is {state}: the range ends at its last committed batch ({last_batch})")
-    watermark, wm_batch, note = stream_watermark(spec, last_batch)
-    if note:
-        notes.append(note)
+        norm = {k: (0, v) for k, v in position.end_offsets.items()}
+        notes.append(f"{position.describe(spec.name)}: the range ends at that batch's offsets")
+    elif last_batch is not None:
+        notes.append(f"{position.describe(spec.name)}")
+    watermark, wm_batch = position.watermark, last_batch
 
     if spec.dq_suite == CONTRACT_SUITE:
-        frames_of: Any = _contract_frames(spec, bootstrap, bounds, norm, status, seconds, notes)
+        frames_of: Any = _contract_frames(spec, bootstrap, bounds, norm, position, seconds, notes)
         suite = (CONTRACT_CHECKS, CONTRACT_SUITE, CONTRACT_FRAME_NOTES)
     else:
         frames_of = _exactly_once_frames(spec, bootstrap, norm, seconds, notes, watermark, wm_batch, last_batch, d)
@@ -136,7 +137,7 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     return result
 
 
-def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, status: Any, seconds: dict[str, float],
+def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, position: Any, seconds: dict[str, float],
                      notes: list[str]) -> Any:
     """A contract stream's two frames (``rewind.proof.contract_proof``): explicit bounds, else since the
     last passed proof (its cursor) up to the last committed batch: the hourly run proves the last hour."""
@@ -147,11 +148,10 @@ def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, status: 
     if bounds is not None:
         span = norm
     else:
-        committed = committed_bounds(status.end_offsets) if status is not None and status.end_offsets else None
-        span, clipped = resolve_span(spec, bootstrap, since="cursor", committed=committed)
+        span, clipped = resolve_span(spec, bootstrap, since="cursor", committed=position.end_offsets)
         notes.extend(clipped)
         notes.append(f"proving {sum(e - s for s, e in span.values())} offsets since the last passed proof")
-    frames = contract_frames(spec, bootstrap, span, last_batch=status.last_batch_id if status is not None else None)
+    frames = contract_frames(spec, bootstrap, span, last_batch=position.batch, watermark=position.watermark)
     frames.span = span
     notes.extend(frames.notes)
     seconds["frames"] = time.perf_counter() - t
@@ -162,6 +162,7 @@ def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str
                          watermark: Any, wm_batch: Any, last_batch: Any, d: Any) -> Any:
     """The demo-shaped suite's four frames (events, dead letters, coverage, windows)."""
     from rewind.proof.contract_proof import records_frame
+    from rewind.proof.values import rules_for
     from rewind.proof.verify import with_duplicates
     from rewind.stream.contract import load_transform
     from rewind.stream.runner import open_sink
@@ -178,13 +179,15 @@ def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str
         t = time.perf_counter()
         events, dead = with_duplicates(sink, "events", sink.read_table("events")), sink.read_table("dead_letter")
         windows = sink.read_table("window_results") if aggregate is not None else pd.DataFrame()
+        rules = rules_for(sink.specs["window_results"]) if "window_results" in sink.specs else {}
         seconds["read_sink"] = time.perf_counter() - t
     finally:
         sink.dispose()
     t = time.perf_counter()
     kafka = kafka_frame(records, transform.expect(records_frame(records), spec))
     frames = build_frames(kafka, events, dead, windows, bounds=norm, window=d["window"], aggregate=aggregate,
-                          watermark_delay=d["watermark_delay"], stream_watermark=watermark, last_batch=last_batch)
+                          watermark_delay=d["watermark_delay"], stream_watermark=watermark, last_batch=last_batch,
+                          rules=rules)
     frames.counts["stream_watermark"] = watermark.isoformat() if watermark else None
     frames.counts["watermark_batch"] = wm_batch
     if frames.counts.get("missing"):
@@ -197,16 +200,7 @@ def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str
     return frames
 
 
-# --------------------------------------------------------------------------- where the stream stands
-def stream_position(spec: Any) -> tuple[bool, Any]:
-    """(running, status) from the stream's control store (running = a running state and its lease held)."""
-    from rewind.stream.control import stream_running
-
-    return stream_running(spec)
-
-
-
-
+# --------------------------------------------------------------------------- why records are missing
 def explain_missing_rows(spec: Any, coverage: pd.DataFrame, kafka: pd.DataFrame,
                          limit: int = 50) -> list[dict[str, Any]]:
     """Which batch read each missing record and whether it was behind that batch's watermark."""

@@ -147,7 +147,7 @@ def range_mask(frame: pd.DataFrame, bounds: dict[tuple[str, int], tuple[int, int
 def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, windows: pd.DataFrame, *,
                  bounds: dict[tuple[str, int], tuple[int, int]] | None, window: timedelta,
                  watermark_delay: timedelta, aggregate: Any, stream_watermark: datetime | None = None,
-                 last_batch: int | None = None) -> ProofFrames:
+                 last_batch: int | None = None, rules: Mapping[str, Any] | None = None) -> ProofFrames:
     """Kafka (``kafka_frame``) and sink tables -> the four frames the suites validate (pure: no I/O).
 
     ``kafka`` holds every record read (from the beginning up to the end bounds or further);
@@ -156,6 +156,7 @@ def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, 
     its measures over the events' columns); ``window``: its size unless it declares one.
     ``stream_watermark``: the watermark of the stream's last committed batch, if known.
     ``last_batch``: leave out aggregate rows written by later batches (a running stream).
+    ``rules``: the window table's column rules (``rewind.proof.values.rules_for``).
     """
     kafka = kafka.reset_index(drop=True)
     ctx = kafka[range_mask(kafka, bounds, from_start=False)]  # context: everything below the end bounds
@@ -185,7 +186,7 @@ def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, 
     size = (aggregate.size if aggregate else None) or window
     win, win_counts = _aggregates(ctx, rng, windows, aggregate, bounds=bounds, kafka=counted, size=size,
                                   watermark_delay=watermark_delay, stream_watermark=stream_watermark,
-                                  last_batch=last_batch)
+                                  last_batch=last_batch, rules=rules)
 
     landed = coverage["landed_in"].value_counts().to_dict() if len(coverage) else {}
     valid = rng[rng["verdict"] == "event"]
@@ -277,7 +278,7 @@ def _coverage(rng: pd.DataFrame, ev_all: pd.DataFrame, dead_all: pd.DataFrame, k
 def _aggregates(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, aggregate: Any, *,
                 bounds: dict[tuple[str, int], tuple[int, int]] | None, kafka: pd.DataFrame, size: timedelta,
                 watermark_delay: timedelta, stream_watermark: datetime | None,
-                last_batch: int | None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                last_batch: int | None, rules: Mapping[str, Any] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The sink's aggregate rows beside their recomputation from the valid events (``rewind.proof.aggregates``).
 
     Expected results count every valid event of a group, also those after the range's end: a
@@ -295,11 +296,11 @@ def _aggregates(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, aggreg
     recomputed = recompute_measures(every, aggregate, size)
     scope = None
     if bounds is not None:  # a bounded range judges only the groups its own events fall in
-        scope = set(group_text(recompute_measures(rng[rng["verdict"] == "event"], aggregate, size), aggregate))
+        scope = set(group_text(recompute_measures(rng[rng["verdict"] == "event"], aggregate, size), aggregate, rules))
     latest = utc_ns(valid["event_time"]).max() if len(valid) else None
     horizon = closing_horizon(stream_watermark, latest, watermark_delay)
     frame = judge_groups(sink, recomputed, aggregate, values=[m.column for m in aggregate.measures], size=size,
-                         closed_until=horizon, scope=scope, last_batch=last_batch)
+                         closed_until=horizon, scope=scope, last_batch=last_batch, rules=rules)
     agg_counts = counts_of(frame)
     counts = {**agg_counts, "windows_checked": agg_counts["aggregates_checked"],
               "windows_mismatched": agg_counts["aggregates_mismatch"] + agg_counts["aggregates_unexpected"]

@@ -14,8 +14,61 @@ no batch (a driver that has not reported yet, a status file lost), the checkpoin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a stream had committed when a proof began: everything the proof may hold it to.
+
+    ``batch``: its last committed batch (None: none yet); ``end_offsets``: where that batch ended per
+    (topic, partition); ``watermark``: the event-time watermark that batch ran with (groups whose
+    window ends at or before it are closed); ``running``: a driver holds the lease; ``source``:
+    ``checkpoint`` (``commits/N`` and ``offsets/N``), ``status`` (the control store's, when the
+    checkpoint cannot be read) or ``none``.
+    """
+
+    batch: int | None
+    end_offsets: dict[tuple[str, int], int] | None
+    watermark: datetime | None
+    running: bool
+    source: str
+    status: Any = None
+
+    def describe(self, stream: str) -> str:
+        state = "running" if self.running else "not running"
+        if self.batch is None:
+            return f"{stream} is {state} and has committed no batch"
+        return (f"{stream} is {state}: proving what it had committed when the proof began, batch {self.batch} "
+                f"(from its {self.source}; later batches' rows are not judged)")
+
+
+def committed_position(spec: Any) -> Committed:
+    """Read first, before Kafka and the sink: the last committed batch, its end offsets and watermark.
+
+    Why first: a proof of a running stream reads Kafka and the sink after this, while the stream
+    keeps committing; it must judge only records below these offsets and only rows of this batch
+    or earlier (later rows may hold records it did not read), or it alarms on a correct sink.
+    The checkpoint is the truth (Spark writes ``commits/N`` after the sink committed batch N); the
+    status in the control store stands in when the checkpoint cannot be read from here.
+    """
+    from rewind.checkpoints.watermark import last_commit
+    from rewind.stream.control import stream_running
+
+    running, status = stream_running(spec)
+    commit = last_commit(spec)
+    if commit is not None:
+        return Committed(commit.batch, commit.end_offsets, commit.watermark, running, "checkpoint", status)
+    if status is not None and status.last_batch_id is not None:
+        from rewind.checkpoints.watermark import stream_watermark
+
+        ends = {(t, int(p)): int(o) for t, parts in (status.end_offsets or {}).items() for p, o in parts.items()}
+        return Committed(int(status.last_batch_id), ends or None, stream_watermark(spec, status.last_batch_id)[0],
+                         running, "status", status)
+    return Committed(None, None, None, running, "none", status)
 
 
 def nothing_to_prove(stream: str, last_batch: int | None, explicit_range: bool) -> str | None:

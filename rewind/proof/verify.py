@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -116,12 +116,14 @@ def utc_ns(values: object) -> pd.Series:
 
 def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dead: pd.DataFrame,
                        windows: pd.DataFrame, *, expected: pd.DataFrame, aggregate: Any, window: timedelta,
-                       watermark_delay: timedelta, closed_until: datetime | None = None) -> ExactlyOnceReport:
+                       watermark_delay: timedelta, closed_until: datetime | None = None,
+                       last_batch: int | None = None, rules: Mapping[str, Any] | None = None) -> ExactlyOnceReport:
     """Compare what Kafka holds with what the sink holds (pure: no I/O).
 
     ``expected``: the transform's ``expect()`` over ``records`` (same order): ``event_id``, ``key``,
     ``amount``, ``event_time``, ``reason``. ``aggregate``: the stream's ``Aggregate`` of the window
-    table (None: no windows judged).
+    table (None: no windows judged). ``last_batch``: window rows of later batches are not judged;
+    ``rules``: the window table's column rules (``rewind.proof.values.rules_for``).
 
     A valid record may be in the dead-letter table instead of behind an event row only with reason
     ``behind_watermark`` and an event time at or before the watermark recorded with it (Spark's
@@ -188,7 +190,7 @@ def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dea
         coords_of = [(r.topic, int(r.partition), int(r.offset)) for r in records]
         counted = exp.iloc[[i for i in counted_rows if coords_of[i] not in behind]]
         _check_windows(rep, counted.drop_duplicates("event_id"), windows, aggregate, aggregate.size or window,
-                       watermark_delay, closed_until)
+                       watermark_delay, closed_until, last_batch, rules)
     return rep
 
 
@@ -203,7 +205,8 @@ def recompute_windows(events: pd.DataFrame, window: timedelta) -> pd.DataFrame:
 
 
 def _check_windows(rep: ExactlyOnceReport, counted: pd.DataFrame, windows: pd.DataFrame, aggregate: Any,
-                   window: timedelta, watermark_delay: timedelta, closed_until: datetime | None = None) -> None:
+                   window: timedelta, watermark_delay: timedelta, closed_until: datetime | None = None,
+                   last_batch: int | None = None, rules: Mapping[str, Any] | None = None) -> None:
     """Windows against their recomputation (``rewind.proof.aggregates``); a window counts as closed up to
     the raw horizon (max event time minus the delay) and, given ``closed_until`` (a running stream's
     last committed watermark), not past it: the stream emits a window in the batch after its watermark
@@ -213,7 +216,8 @@ def _check_windows(rep: ExactlyOnceReport, counted: pd.DataFrame, windows: pd.Da
     latest = utc_ns(counted["event_time"]).max() if len(counted) else None
     horizon = closing_horizon(closed_until, latest, watermark_delay)
     frame = judge_groups(windows, recompute_measures(counted, aggregate, window), aggregate,
-                         values=[m.column for m in aggregate.measures], size=window, closed_until=horizon)
+                         values=[m.column for m in aggregate.measures], size=window, closed_until=horizon,
+                         last_batch=last_batch, rules=rules)
     rep.windows_checked = int(frame["sink"].notna().sum())
     for row in frame.itertuples():
         if row.aggregate_state in ("mismatch", "unexpected", "duplicate"):
@@ -285,15 +289,21 @@ def committed_bounds(status_end_offsets: dict[str, dict[str, int]]) -> dict[tupl
 
 
 def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
-                  bounds: dict[tuple[str, int], int] | None = None) -> ExactlyOnceReport:
+                  bounds: dict[tuple[str, int], int] | None = None, *, committed: Any = None) -> ExactlyOnceReport:
     """Read Kafka and the stream's sink tables and compare (I/O edge of check_exactly_once).
 
-    ``bounds`` limits the proof to offsets below them per partition: for a running stream, the
-    end offsets of its last committed batch (later records are still in flight).
+    ``committed``: what the stream had committed when the proof began (``rewind.proof.scope``; read
+    here when not given): the proof judges records below ``bounds`` (default: that batch's end
+    offsets) and rows of that batch or earlier; windows count as closed up to its watermark.
     """
+    from rewind.proof.scope import committed_position
+    from rewind.proof.values import rules_for
     from rewind.stream.contract import load_transform
     from rewind.stream.runner import open_sink
 
+    committed = committed or committed_position(spec)
+    if bounds is None:
+        bounds = committed.end_offsets
     transform = load_transform(spec)
     sink = open_sink(spec, transform)
     try:
@@ -307,14 +317,12 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
         # Windows count as closed up to the watermark of the stream's last committed batch (as in the
         # DQ proof): the stream emits a window in the batch after its watermark passes it, so a stream
         # stopped (or killed) before that batch has not failed to write it yet; its restart will.
-        from rewind.checkpoints.watermark import stream_watermark
-
-        closed_until = stream_watermark(spec, None)[0]
         aggregate = next((a for a in transform.aggregates if a.table == "window_results"), None)
         windows = sink.read_table("window_results") if aggregate is not None else pd.DataFrame()
+        rules = rules_for(sink.specs["window_results"]) if aggregate is not None else {}
         report = check_exactly_once(records, events, dead, windows, expected=expected, aggregate=aggregate,
                                     window=d["window"], watermark_delay=d["watermark_delay"],
-                                    closed_until=closed_until)
+                                    closed_until=committed.watermark, last_batch=committed.batch, rules=rules)
         if report.missing_events:
             report.missing_explained = explain_missing(spec, records, expected, set(report.missing_events))
         return report

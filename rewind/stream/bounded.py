@@ -24,7 +24,7 @@ from rewind.kafka.types import TP
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Coord", "Ranges", "build_batch", "partitions_of", "whole_span"]
+__all__ = ["Coord", "Ranges", "build_batch", "build_records", "partitions_of", "whole_span"]
 
 Coord = tuple[str, int, int]
 Ranges = dict[TP, tuple[int, int]]
@@ -89,6 +89,40 @@ def build_batch(spark: Any, spec: Any, transform: Any, bootstrap: str, ranges: M
         if kinds is not None:
             from pyspark.sql import functions as F
 
+            out = out.filter(F.col(KIND).isin(list(kinds)))
+        frame = arrow_to_pandas(out.toArrow())
+    finally:
+        spark.sparkContext.setJobDescription(None)
+    return transform.split(frame, None)
+
+
+def build_records(spark: Any, spec: Any, transform: Any, records: Sequence[Any], *,
+                  kinds: Sequence[str] | None = None, description: str = "") -> dict[str, pd.DataFrame]:
+    """``build`` over exactly ``records`` (``rewind.proof.verify.KafkaRecord``s read with a plain consumer,
+    handed to Spark as a small batch with Kafka's columns), split into tables (``batch_id`` None).
+
+    Why: a proof without ``expect()`` must say what became of every Kafka record, also of those
+    ``build``'s own deduplication dropped from a batch over the whole range; ``build`` over only
+    them tells which identity each one carries.
+    """
+    from datetime import UTC, datetime
+
+    from pyspark.sql import functions as F
+
+    from rewind.stream.batch_writer import arrow_to_pandas
+    from rewind.stream.outputs import KIND, _empty_source, output_frame, resolved_tables
+
+    resolved_tables(transform, spec, spark)
+    if not records:
+        return transform.split(pd.DataFrame({KIND: pd.Series([], dtype=object)}), None)
+    rows = [(r.key, r.value, r.topic, int(r.partition), int(r.offset),
+             None if r.timestamp_ms is None else datetime.fromtimestamp(r.timestamp_ms / 1000, UTC), 0)
+            for r in records]
+    spark.sparkContext.setJobDescription(description or f"rewind: {spec.name} build() over {len(rows)} records")
+    try:
+        src = spark.createDataFrame(rows, _empty_source(spark).schema)
+        out = output_frame(transform, src, spec)
+        if kinds is not None:
             out = out.filter(F.col(KIND).isin(list(kinds)))
         frame = arrow_to_pandas(out.toArrow())
     finally:
