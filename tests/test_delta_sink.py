@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from harness.sink_data import STATE, TABLES, dead_letters, events, windows
+from harness.sink_data import MONEY, STATE, TABLES, check_money, dead_letters, events, money_rows, windows
 
 from rewind.registry import RegistryError, load_registry
 from rewind.sink.delta import DeltaSink
@@ -119,6 +119,26 @@ def test_fresh_sink_reads_empty_and_bad_rows_are_refused_before_anything_is_writ
         sink.write_batch(-1, {})
     assert sink.committed_batch_ids() == [] and sink.read_table(LEDGER_TABLE).empty
 
+
+
+def test_decimals_bigints_and_microseconds_round_trip_exactly(make_sink: Any) -> None:
+    """Delta stores decimal(P,S) as decimal128(P,S), bigints as int64 and times as timestamp[us, UTC]:
+    the money rows read back exactly (``check_money``), straight from Delta and through the sink."""
+    from decimal import Decimal
+
+    from deltalake import DeltaTable
+
+    sink = make_sink(stream="money", tables=(MONEY,))
+    sink.write_batch(0, {"money": money_rows()})
+    check_money(sink.read_table("money"))
+    table = DeltaTable(sink.path("money")).to_pyarrow_table()
+    assert [str(table.schema.field(c).type) for c in ("id", "fee", "amount", "at")] == \
+        ["int64", "decimal128(18, 2)", "decimal128(38, 10)", "timestamp[us, tz=UTC]"]
+    assert {r["id"]: r["fee"] for r in table.to_pylist()}[-(2**63)] == Decimal("-9999999999999999.99")
+    assert sink.column_max("money", "fee") == Decimal("9999999999999999.99")
+    with pytest.raises(SinkRefused, match=r"'money', column 'amount': .*more than 10 digits after"):
+        sink.write_batch(1, {"money": [{"id": 1, "amount": Decimal("0.00000000001")}]})
+    assert sink.committed_batch_ids() == [0]
 
 @pytest.mark.parametrize("options, says", [
     ({"txnAppId": "mine"}, "txnAppId=rewind.<stream>"),

@@ -14,7 +14,9 @@
   reader may see a batch's events before its windows; the ledger row says when the batch is whole.
 - **Reading back** (proofs, replays): each table is loaded into a temporary SQLite copy
   (``ExactlyOnceSqlSink``), reloaded when the table's Delta version moves, so ``read_rows``
-  takes the same SQLAlchemy conditions as every other sink.
+  takes the same SQLAlchemy conditions as every other sink and gives the same dtypes:
+  ``decimal(P,S)`` (Delta ``decimal128(P,S)``) back as ``decimal.Decimal`` at the scale (the copy
+  keeps it as exact text), times (``timestamp[us]``) at microseconds.
 """
 
 from __future__ import annotations

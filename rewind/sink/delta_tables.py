@@ -8,6 +8,9 @@ row of a key ("ignore"), ``WHEN MATCHED UPDATE`` the last ("replace") or the hig
 (``merge_clauses``). Every name is back-quoted: the demo's columns ``key``, ``offset`` and
 ``partition`` are SQL keywords.
 
+Column types: ``decimal(P,S)`` is Delta's decimal (Arrow ``decimal128(P, S)``), read back as
+``decimal.Decimal``; timestamps are ``timestamp[us, UTC]`` (Delta's timestamp: microseconds).
+
 The ledger is a Delta table too (``rewind_batches``: stream, batch_id, committed_at, rows_json,
 source_offsets), merged on (stream, batch_id) after the batch's tables: the manifest written last.
 """
@@ -24,10 +27,10 @@ import pyarrow as pa
 from rewind.sink.convert import PreparedTable
 from rewind.sink.errors import SinkRefused
 from rewind.sink.kafka_ledger import LedgerEntry
-from rewind.sink.schema import TableSpec
+from rewind.sink.schema import TableSpec, decimal_of
 
-__all__ = ["LEDGER_SCHEMA", "arrow_schema", "arrow_table", "ledger_entries", "ledger_table", "merge_clauses",
-           "quote"]
+__all__ = ["LEDGER_SCHEMA", "arrow_schema", "arrow_table", "arrow_type", "ledger_entries", "ledger_table",
+           "merge_clauses", "quote"]
 
 _TYPES: dict[str, pa.DataType] = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64(),
                                   "double": pa.float64(), "timestamp": pa.timestamp("us", tz="UTC"),
@@ -38,13 +41,20 @@ LEDGER_SCHEMA = pa.schema([pa.field("stream", pa.string(), False), pa.field("bat
 LEDGER_KEY = ("stream", "batch_id")
 
 
+def arrow_type(kind: str) -> pa.DataType:
+    """The Arrow (Delta) type of a portable column type."""
+    exact = decimal_of(kind)
+    return pa.decimal128(*exact) if exact is not None else _TYPES[kind]
+
+
 def quote(name: str) -> str:
     return f"`{name}`"
 
 
 def arrow_schema(spec: TableSpec) -> pa.Schema:
     """The Delta schema of a sink table (nullability as declared; keys are never null)."""
-    return pa.schema([pa.field(c.name, _TYPES[c.type], c.nullable and c.name not in spec.key) for c in spec.columns])
+    return pa.schema([pa.field(c.name, arrow_type(c.type), c.nullable and c.name not in spec.key)
+                      for c in spec.columns])
 
 
 def arrow_table(prepared: PreparedTable) -> pa.Table:

@@ -46,7 +46,8 @@ def _col(index: int, name: str) -> str:
 
 def split_schema(specs: list[TableSpec]) -> str:
     """The tasks' output: table name, place in the batch, then every table's columns (t<i>__<column>)."""
-    cols = [f"`{_col(i, c.name)}` {_SPARK_TYPES[c.type]}" for i, s in enumerate(specs) for c in s.columns]
+    cols = [f"`{_col(i, c.name)}` {_SPARK_TYPES.get(c.type, c.type)}"  # decimal(P,S) is Spark's own name too
+            for i, s in enumerate(specs) for c in s.columns]
     return ", ".join(["`__table` string", "`__seq` bigint", *cols])
 
 
