@@ -20,7 +20,11 @@ __all__ = ["BatchWriter", "arrow_to_pandas"]
 
 def arrow_to_pandas(table: Any) -> Any:
     """A collected batch as pandas, integers kept exact: Arrow's default turns an integer column holding
-    a null into float64, and a bigint past 2**53 (a version, an id) would come back rounded."""
+    a null into float64, and a bigint past 2**53 (a version, an id) would come back rounded.
+
+    Decimals need no mapping: Spark's ``toArrow()`` gives a ``decimal(P,S)`` column as Arrow
+    ``decimal128(P,S)``, which pandas holds as an object column of ``decimal.Decimal`` at the scale
+    (None for null), never float (tests/test_sink_types.py)."""
     import pandas as pd
     import pyarrow as pa
 

@@ -6,8 +6,9 @@ take that code as it is. So ``build`` may return one DataFrame with a ``kind`` c
 transaction per batch); rows are routed to tables by their ``kind`` (``route_by_kind``, the
 default ``split``); and a table declared without columns (``output_table``) takes the columns
 ``build`` gives it (``resolved_tables``: ``build`` over an empty batch, so Spark plans but reads
-nothing). Spark types map to the sink's portable ones (``PORTABLE``); a type the sinks cannot
-store, or an aggregate column the output lacks, is refused naming the table and the column.
+nothing). Spark types map to the sink's portable ones (``PORTABLE``; a Spark ``decimal(P,S)`` stays
+``decimal(P,S)``, exact); a type the sinks cannot store, or an aggregate column the output lacks, is
+refused naming the table and the column.
 """
 
 from __future__ import annotations
@@ -15,22 +16,33 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from rewind.sink.schema import Column, TableSpec
+from rewind.sink.schema import Column, TableSpec, decimal_of
 from rewind.stream.contract import Transform, TransformRefused, check_declarations
 from rewind.stream.routing import KIND, route_by_kind
 
 __all__ = ["KIND", "output_frame", "output_table", "resolved_tables", "route_by_kind", "spark_for"]
 
-#: Spark SQL type names (``DataType.typeName()``) -> the sink's portable column types.
+#: Spark SQL type names (``DataType.typeName()``) -> the sink's portable column types; ``decimal``
+#: keeps Spark's precision and scale (``decimal(P,S)``, from ``spark_type_name``), never a double.
 PORTABLE = {"string": "string", "integer": "int", "short": "int", "byte": "int", "long": "bigint",
-            "double": "double", "float": "double", "decimal": "double", "timestamp": "timestamp",
+            "double": "double", "float": "double", "decimal": "decimal(P,S)", "timestamp": "timestamp",
             "timestamp_ntz": "timestamp", "binary": "binary"}
 
 
+def spark_type_name(data_type: Any) -> str:
+    """A Spark type's name as ``columns_from_schema`` takes it: ``typeName()`` (``long``, ``integer``),
+    with precision and scale for a decimal (``decimal(18,2)``: its typeName() is only ``decimal``)."""
+    name = str(data_type.typeName())
+    return str(data_type.simpleString()) if name == "decimal" else name
+
+
 def output_table(name: str, key: Sequence[str], on_conflict: Literal["ignore", "replace", "latest"] = "ignore",
-                 version: str | None = None) -> TableSpec:
-    """A table whose columns are the ones ``build`` outputs for it (filled in by ``resolved_tables``)."""
-    return TableSpec(name=name, columns=(), key=tuple(key), on_conflict=on_conflict, version=version)
+                 version: str | None = None, tolerance: Mapping[str, float] | None = None) -> TableSpec:
+    """A table whose columns are the ones ``build`` outputs for it (filled in by ``resolved_tables``);
+    ``tolerance``: relative tolerances of its double columns (``TableSpec.tolerance``), checked once
+    the columns are known."""
+    return TableSpec(name=name, columns=(), key=tuple(key), on_conflict=on_conflict, version=version,
+                     tolerance=dict(tolerance or {}))
 
 
 def output_frame(transform: Transform, source: Any, spec: Any) -> Any:
@@ -66,7 +78,7 @@ def output_schemas(transform: Transform, spark: Any, spec: Any) -> dict[str, lis
     """Per table (or ``*`` for a single tagged DataFrame), ``build``'s output columns as (name, Spark type)."""
     out = transform.build(_empty_source(spark), spec)
     frames = out if isinstance(out, Mapping) else {"*": out}
-    return {str(k): [(f.name, f.dataType.typeName()) for f in frame.schema.fields if f.name != KIND]
+    return {str(k): [(f.name, spark_type_name(f.dataType)) for f in frame.schema.fields if f.name != KIND]
             for k, frame in frames.items()}
 
 
@@ -76,18 +88,25 @@ def columns_from_schema(table: TableSpec, fields: Sequence[tuple[str, str]], whe
     for name, spark_type in fields:
         if name == "batch_id":
             continue
-        portable = PORTABLE.get(spark_type.split("(")[0])
+        portable = PORTABLE.get(spark_type.split("(")[0].strip())
+        if portable == PORTABLE["decimal"]:  # Spark's own precision and scale: exact in every sink
+            exact = decimal_of(spark_type.strip())
+            if exact is None:
+                raise TransformRefused(f"{where}: table {table.name!r}: column {name!r} is a Spark {spark_type}: "
+                                       "name it with its precision and scale, decimal(P,S) (spark_type_name)")
+            portable = f"decimal({exact[0]},{exact[1]})"
         if portable is None:
             raise TransformRefused(f"{where}: table {table.name!r}: column {name!r} is a Spark {spark_type}, which no "
                                    f"sink stores; cast it in build() to one of {sorted(set(PORTABLE))}")
-        columns.append(Column(name, portable, name not in table.key and name != table.version))  # type: ignore[arg-type]
+        columns.append(Column(name, portable, name not in table.key and name != table.version))
     columns.append(Column("batch_id", "bigint"))
     names = [c.name for c in columns]
     lacking = [k for k in (*table.key, *([table.version] if table.version else [])) if k not in names]
     if lacking:
         raise TransformRefused(f"{where}: table {table.name!r}: build() outputs no column {lacking[0]!r} (its key or "
                                f"version); it outputs {names[:-1]}")
-    return TableSpec(table.name, tuple(columns), table.key, table.on_conflict, table.version)
+    return TableSpec(table.name, tuple(columns), table.key, table.on_conflict, table.version,
+                     tolerance=table.tolerance)
 
 
 def resolved_tables(transform: Transform, spec: Any, spark: Any = None) -> tuple[TableSpec, ...]:
