@@ -289,11 +289,18 @@ def equal_values(a: pd.Series, b: pd.Series, rule: ValueRule = ANY) -> np.ndarra
             close = (x == y) | (np.abs(x - y) <= tol * np.maximum(1.0, np.maximum(np.abs(x), np.abs(y))))
         return both | (~a_null & ~b_null & close)
     if kind in ("time", "any") and _time_dtype(a) and _time_dtype(b):
-        x = pd.to_datetime(a, utc=True).dt.floor(TIME_UNIT).astype("int64").to_numpy()
-        y = pd.to_datetime(b, utc=True).dt.floor(TIME_UNIT).astype("int64").to_numpy()
+        x = _time_ns(a)
+        y = _time_ns(b)
         return both | (~a_null & ~b_null & (x == y))
     out = np.fromiter((same_value(x, y, rule) for x, y in zip(a.tolist(), b.tolist())), dtype=bool, count=n)
     return (out & ~one) | both
+
+
+def _time_ns(s: pd.Series) -> np.ndarray:
+    """UTC nanoseconds at the sinks' precision (whatever unit the column holds: a sink reads ns,
+    Arrow hands Spark's rows in us; an int64 view of either would count in its own unit)."""
+    t = pd.to_datetime(s, utc=True).dt.as_unit("ns").dt.floor(TIME_UNIT)
+    return t.array.asi8.copy()
 
 
 def _int_dtype(s: pd.Series) -> bool:

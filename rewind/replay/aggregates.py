@@ -256,12 +256,15 @@ def refusals(tables: Sequence[Any], aggregates: Sequence[Any], earliest: Mapping
     return problems
 
 
-def changed_rows(fresh: pd.DataFrame, current: pd.DataFrame, agg: Any, values: Sequence[str]
-                 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+def changed_rows(fresh: pd.DataFrame, current: pd.DataFrame, agg: Any, values: Sequence[str],
+                 rules: Mapping[str, Any] | None = None) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """The recomputed rows that are missing from ``current`` or differ from it (pure), and a few
-    examples (before -> after)."""
+    examples (before -> after). ``rules``: the table's column rules (``rewind.proof.values.rules_for``),
+    the proofs' own: a total off by one is rewritten, as the proof would fail it."""
     from rewind.proof.aggregates import group_text, plain_value
-    from rewind.proof.values import equal_values
+    from rewind.proof.values import ANY, equal_values
+
+    rules = rules or {}
 
     f = fresh.reset_index(drop=True).copy()
     f["_g"] = group_text(f, agg)
@@ -272,7 +275,7 @@ def changed_rows(fresh: pd.DataFrame, current: pd.DataFrame, agg: Any, values: S
     differs = (merged["_merge"] == "left_only").to_numpy()
     for v in values:
         now = merged[f"{v}_now"] if f"{v}_now" in merged else pd.Series([None] * len(merged))
-        differs |= ~equal_values(merged[v].reset_index(drop=True), now.reset_index(drop=True))
+        differs |= ~equal_values(merged[v].reset_index(drop=True), now.reset_index(drop=True), rules.get(v, ANY))
     examples = []
     for i in [i for i, d in enumerate(differs) if d][:EXAMPLES]:
         before = None if merged["_merge"].iat[i] == "left_only" else {v: plain_value(merged[f"{v}_now"].iat[i])
@@ -312,7 +315,7 @@ class Decision:
 def decide(touched: Mapping[str, pd.Timestamp | None], present: Iterable[str], fresh: pd.DataFrame,
            current: pd.DataFrame, agg: Any, values: Sequence[str], *, size: timedelta | None,
            horizon: pd.Timestamp | None, retained_from: pd.Timestamp | None, last_batch: int | None,
-           can_delete: bool) -> Decision:
+           can_delete: bool, rules: Mapping[str, Any] | None = None) -> Decision:
     """The class of every ``touched`` group (group -> window start) and the rows that follow (pure).
 
     ``present``: the touched groups the sink held when the replay chose what to recompute
@@ -321,7 +324,7 @@ def decide(touched: Mapping[str, pd.Timestamp | None], present: Iterable[str], f
     from rewind.proof.aggregates import group_text
 
     have = set(present)
-    changed, examples = changed_rows(fresh, current, agg, values) if len(fresh) else (fresh, [])
+    changed, examples = changed_rows(fresh, current, agg, values, rules) if len(fresh) else (fresh, [])
     made, differs = set(group_text(fresh, agg)), set(group_text(changed, agg))
     held, settled = sink_rows(current, agg, last_batch=last_batch)
     facts = {g: GroupFacts(start, in_sink=g in have, made=g in made, differs=g in differs, rows=held.get(g, 0),

@@ -97,6 +97,7 @@ def recompute_touched(setup: Any, bootstrap: str, spark: Any, target: Any, main:
     Every touched group ends in one class (``rewind.replay.aggregates.group_fate``)."""
     from rewind.checkpoints.watermark import committed_end_offsets, stream_watermark
     from rewind.proof.aggregates import group_text, value_columns
+    from rewind.proof.values import rules_for
     from rewind.sink.deletes import supports_delete
     from rewind.stream.bounded import build_batch, whole_span
 
@@ -134,7 +135,7 @@ def recompute_touched(setup: Any, bootstrap: str, spark: Any, target: Any, main:
             current = target.read_table(agg.table)  # read again: the live stream may have written meanwhile
         decision = decide(touched.get(agg.table, {}), present, rows, current, agg, values,
                           size=agg.window_size(spec), horizon=horizon, retained_from=cut_from, last_batch=last_batch,
-                          can_delete=can_delete)
+                          can_delete=can_delete, rules=rules_for(target.specs[agg.table]))
         outcome = AggregateOutcome.of(agg.table, decision.fates, horizon=None if horizon is None else
                                       horizon.isoformat(), horizon_source=source, examples=decision.examples)
         outcomes[agg.table] = outcome

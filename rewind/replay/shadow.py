@@ -79,11 +79,12 @@ def compare_dead_letters(main: Any, shadow: Any, where: Any) -> dict[str, Any]:
 
 
 def compare_aggregate(main: Any, shadow: Any, agg: Any) -> dict[str, Any]:
-    """The shadow's rows of one aggregate table against main's rows of the same groups (values within
-    ``rewind.proof.values``' tolerance)."""
+    """The shadow's rows of one aggregate table against main's rows of the same groups (values by
+    ``rewind.proof.values``' rule for each column's type)."""
     from rewind.proof.aggregates import group_text, value_columns
-    from rewind.proof.values import equal_values
+    from rewind.proof.values import ANY, equal_values, rules_for
 
+    rules = rules_for(shadow.specs[agg.table])
     sh = shadow.read_table(agg.table)
     mn = main.read_table(agg.table)
     sh["_g"], mn["_g"] = group_text(sh, agg), group_text(mn, agg)
@@ -94,7 +95,8 @@ def compare_aggregate(main: Any, shadow: Any, agg: Any) -> dict[str, Any]:
     both = merged[merged["_merge"] == "both"].reset_index(drop=True)
     differs = pd.Series(False, index=both.index)
     for v in values:
-        differs |= ~pd.Series(equal_values(both[f"{v}_shadow"], both[f"{v}_main"]), index=both.index)
+        differs |= ~pd.Series(equal_values(both[f"{v}_shadow"], both[f"{v}_main"], rules.get(v, ANY)),
+                              index=both.index)
     cols = [*agg.group_columns, *(f"{v}_{w}" for v in values for w in ("shadow", "main"))]
     return {"shadow": int(len(sh)), "only_in_shadow": int(len(only_shadow)), "differing": int(differs.sum()),
             "same": int(len(both) - differs.sum()),

@@ -41,6 +41,14 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
 
     transform = load_transform(spec)
     sink = open_sink(spec, transform, spark)
+    if all(t.resolved for t in transform.tables):  # else resolved_tables (in open_sink) checked them
+        from rewind.stream.contract import check_late_candidates
+        from rewind.stream.late_routing import streaming_candidates
+
+        late_fields = streaming_candidates(transform, spark, spec)
+        if late_fields is not None:  # refused before the first batch, not when a late record arrives
+            check_late_candidates(transform, tuple(sink.specs.values()), late_fields,
+                                  f"stream {spec.name}: transform {spec.transform!r}")
     sink.create_tables()
     if lease is not None:
         fence_sink(sink, lease)
