@@ -229,7 +229,11 @@ def run(tmp_path_factory: pytest.TempPathFactory, platform: Any, spark: Any) -> 
                                      f'copy.db", table_prefix: pay_}}', "checkpoint": f"{work}/checkpoints/pay"}),
                          demo_stream("pay_undeclared", topic, work, **{
                              **WINDOW_KEYS, "transform": "payments_stream:Undeclared",
-                             "sink": f'{{url: "sqlite:///{work}/sink-pay.db", table_prefix: pay_}}'}))
+                             "sink": f'{{url: "sqlite:///{work}/sink-pay.db", table_prefix: pay_}}'}),
+                         demo_stream("pay_expect", topic, work, **{  # the same sink, proven through expect()
+                             **WINDOW_KEYS, "transform": "payments_stream:PaymentsWithExpect",
+                             "sink": f'{{url: "sqlite:///{work}/sink-pay.db", table_prefix: pay_}}',
+                             "checkpoint": f"{work}/checkpoints/pay"}))
     spec = load_registry(reg).get("pay")
     env = {**os.environ, **platform.env(), "PYSPARK_PYTHON": sys.executable,
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(STREAMS)])}
@@ -382,6 +386,92 @@ def test_a_total_off_by_one_fails_the_dq_proof(run: dict[str, Any], tmp_path: Pa
     text = format_proof(result)
     assert not result.ok and {f.name for f in result.failures} == {"aggregates_reconcile"}, text
     assert "merchant_totals [" in text and "total: sink" in text
+
+
+def test_the_same_report_with_and_without_expect(run: dict[str, Any]) -> None:
+    """Kafka records are Kafka records: without expect() (build as a bounded batch, then again over the
+    records its deduplication dropped) the report counts and classes every record as expect() does,
+    and its classes add up to the range."""
+    got = {}
+    for name in ("pay", "pay_expect"):
+        code, out, err = cli("verify", name, "--json", "--registry", run["reg"], "--bootstrap", run["bootstrap"])
+        assert code == 0, out
+        got[name] = {k: v for k, v in json.loads(out).items() if k not in ("stream", "notes")}
+        assert ("no expect()" in err) == (name == "pay"), err
+    assert got["pay"] == got["pay_expect"], {k: (got["pay"].get(k), got["pay_expect"].get(k))
+                                             for k in set(got["pay"]) | set(got["pay_expect"])
+                                             if got["pay"].get(k) != got["pay_expect"].get(k)}
+    report = got["pay"]
+    kafka = sum(int(o) for parts in report["range"].values() for _, o in parts.values())
+    classes = {k: v for k, v in report.items() if k.startswith("landed_") and isinstance(v, int)}
+    assert report["records_in_range"] == kafka == sum(classes.values()), (kafka, classes)
+    # the classes from an oracle of this test's own: json over a plain consumer's records, and the sink's
+    # late dead letters (every 37th payment was sent twice; a copy the stream routed late is late, not a re-send)
+    from rewind.proof.verify import read_records
+
+    with sqlite3.connect(db(run["spec"])) as conn:
+        late = set(conn.execute("SELECT topic, partition, \"offset\" FROM pay_dead_letter "
+                                "WHERE reason = 'behind_watermark'").fetchall())
+    copies: dict[str, int] = {}
+    malformed = 0
+    for r in read_records(run["bootstrap"], [run["topic"]]):
+        try:
+            pid = json.loads(r.value or b"")["payment_id"]
+        except ValueError:
+            malformed += 1
+            continue
+        if (r.topic, r.partition, r.offset) not in late:
+            copies[pid] = copies.get(pid, 0) + 1
+    assert classes["landed_row"] == len(copies) and classes["landed_dead_letter"] == malformed > 0, classes
+    assert classes["landed_duplicate_send"] == sum(n - 1 for n in copies.values()) > 0, classes
+    assert classes["landed_behind_watermark"] == len(late) >= LATE, classes
+    assert report["dead_letters_by_reason"] == {"malformed": malformed}
+
+
+def test_a_total_above_a_million_off_by_one_fails_verify_the_dq_proof_and_a_replays_proof(
+        run: dict[str, Any], tmp_path: Path) -> None:
+    """30,190,708 -> 30,190,709 passed the old proof (float64 within 1e-6). Totals here are billions of
+    micro-dollars (a bigint); one of them is changed by 1."""
+    from rewind.proof.dq import run_proof
+    from rewind.proof.report import format_proof
+    from rewind.registry import load_registry
+
+    with sqlite3.connect(db(run["spec"])) as conn:
+        start, merchant, micros = conn.execute(
+            "SELECT window_start, merchant, total_micros FROM pay_merchant_totals WHERE total_micros > 1000000 "
+            "ORDER BY window_start LIMIT 1").fetchone()
+    assert micros > 10 ** 6
+    shutil.copy(db(run["spec"]), run["work"] / "copy.db")  # pay_copy's sink, keys and all (a replay writes it)
+    with sqlite3.connect(run["work"] / "copy.db") as conn:
+        conn.execute("UPDATE pay_merchant_totals SET total_micros = total_micros + 1 WHERE window_start = ? AND "
+                     "merchant = ?", (start, merchant))
+    said = f"total_micros: sink {micros + 1}, recomputed {micros}"
+    code, out, _ = cli("verify", "pay_copy", "--json", "--registry", run["reg"], "--bootstrap", run["bootstrap"])
+    report = json.loads(out)
+    assert code == 4 and report["aggregates_mismatch"]["count"] == 1, report
+    assert said in report["aggregates_mismatch"]["examples"][0]["disagrees"] and merchant in out
+    spec = load_registry(run["reg"]).get("pay_copy")
+    result = run_proof(spec, run["bootstrap"], run_dir=tmp_path / "dq")
+    assert not result.ok and said in format_proof(result), format_proof(result)
+    # a replay's proof: the DQ proof over the replayed range (here every partition from the start)
+    parts = {str(p): [0, e] for (t, p), e in _ends(run).items()}
+    replayed = run_proof(spec, run["bootstrap"], bounds={run["topic"]: parts}, run_dir=tmp_path / "replay-proof")
+    assert not replayed.ok and said in format_proof(replayed), format_proof(replayed)
+    # and the replay itself rewrites the total whole, then its proof passes
+    code, out, _ = cli("replay", "run", "pay_copy", "--from", "earliest", "--to", "latest", "--registry", run["reg"],
+                       "--bootstrap", run["bootstrap"], "--no-s3", "--json", "--no-progress")
+    fixed = json.loads(out)
+    assert code == 0 and fixed["proof"]["ok"], out
+    assert fixed["aggregates"]["merchant_totals"]["rewritten"] == 1, fixed["aggregates"]
+    with sqlite3.connect(run["work"] / "copy.db") as conn:
+        assert conn.execute("SELECT total_micros FROM pay_merchant_totals WHERE window_start = ? AND merchant = ?",
+                            (start, merchant)).fetchone()[0] == micros
+
+
+def _ends(run: dict[str, Any]) -> dict[tuple[str, int], int]:
+    from rewind.kafka.lookups import true_end_offsets
+
+    return {(tp.topic, int(tp.partition)): int(e) for tp, e in true_end_offsets(run["bootstrap"], run["topic"]).items()}
 
 
 def test_a_replace_table_not_declared_an_aggregate_is_refused(run: dict[str, Any]) -> None:

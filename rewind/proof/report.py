@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from rewind.errors import ProofViolation
+from rewind.proof.verdict import classes_text
 
 
 @dataclass
@@ -103,14 +104,18 @@ def format_proof(result: ProofResult) -> str:
     c = result.counts
     verdict = ("PASS: every Kafka data record in the range is in the sink exactly once, and the windows reconcile"
                if result.ok else f"FAIL: {len(result.failures)} of {result.expectations} expectations failed")
+    classes = classes_text(c)
+    counts = (f"counts: {c.get('records_in_range'):,} Kafka records in the range = {classes}; sink rows "
+              f"{c.get('sink_rows')}, dead letters {c.get('sink_dead_letters')}" if classes else
+              f"counts: records in range {c.get('records_in_range')}, events {c.get('sink_events')} "
+              f"(distinct ids in Kafka {c.get('distinct_events')}), dead letters {c.get('sink_dead_letters')} "
+              f"(expected {c.get('expected_dead_letters')}), duplicate sends collapsed {c.get('duplicate_sends')}, "
+              f"duplicate rows {c.get('duplicate_event_rows', 0) + c.get('duplicate_coordinate_rows', 0)}, "
+              f"missing {c.get('missing')}, misplaced {c.get('misplaced')}, unexpected sink rows "
+              f"{c.get('unexpected_sink_rows')}")
     lines = [f"DQ proof {result.stream} run {result.run_id}: {verdict}",
              f"range: {_fmt_range(result.range)}",
-             f"counts: records in range {c.get('records_in_range')}, events {c.get('sink_events')} "
-             f"(distinct ids in Kafka {c.get('distinct_events')}), dead letters {c.get('sink_dead_letters')} "
-             f"(expected {c.get('expected_dead_letters')}), duplicate sends collapsed {c.get('duplicate_sends')}, "
-             f"duplicate rows {c.get('duplicate_event_rows', 0) + c.get('duplicate_coordinate_rows', 0)}, "
-             f"missing {c.get('missing')}, misplaced {c.get('misplaced')}, unexpected sink rows "
-             f"{c.get('unexpected_sink_rows')}",
+             counts,
              f"aggregates: {c.get('aggregates_checked', 0)} groups checked by value, "
              f"{c.get('aggregates_mismatch', 0)} mismatched, {c.get('aggregates_missing', 0)} missing, "
              f"{c.get('aggregates_duplicate', 0)} duplicated, {c.get('aggregates_unexpected', 0)} unexpected, "

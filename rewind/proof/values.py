@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import decimal
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -33,6 +32,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from rewind.sink.schema import decimal_of
+
 #: The relative tolerance of a ``double`` column a table does not declare one for (sums of doubles
 #: differ in their last bits with the order of summation; 1e-9 is far above that, far below a cent).
 DEFAULT_FLOAT_TOLERANCE = 1e-9
@@ -40,7 +41,6 @@ DEFAULT_FLOAT_TOLERANCE = 1e-9
 TIME_UNIT = "us"
 
 Kind = Literal["int", "decimal", "float", "time", "text", "bytes", "any"]
-_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,9 @@ def rule_of(column_type: str | None, tolerance: float | None = None) -> ValueRul
         return ValueRule("text")
     if column_type == "binary":
         return ValueRule("bytes")
-    m = _DECIMAL.match(column_type)
-    if m:
-        return ValueRule("decimal", scale=int(m.group(2)))
+    decimal_type = decimal_of(column_type)
+    if decimal_type is not None:
+        return ValueRule("decimal", scale=decimal_type[1])
     return ANY
 
 

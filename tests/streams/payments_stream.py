@@ -3,7 +3,11 @@
 No ``split`` (rows are routed by the dict's keys), no ``expect`` (the proofs run ``build`` as a
 bounded batch), no ``identity`` (the first plain table's key), no columns (they come from what
 ``build`` returns). Records: ``{"payment_id": str, "merchant": str, "amount": number, "ts": ISO time}``;
-a per-merchant, per-window total is an aggregate over the registry's ``window``.
+a per-merchant, per-window total is an aggregate over the registry's ``window``, in dollars (a double)
+and in micro-dollars (a bigint: totals of billions, which a proof must compare exactly).
+
+``PaymentsWithExpect`` is the same stream with an ``expect()``: the proofs then judge each record by
+an independent pandas recomputation instead of running ``build``; its reports must be the same.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ class PaymentsTransform(Transform):
         payments = (valid.dropDuplicatesWithinWatermark(["payment_id"]) if source.isStreaming
                     else valid.dropDuplicates(["payment_id"]))
         totals = (payments.groupBy(F.window("event_time", f"{int(d['window'].total_seconds())} seconds"), "merchant")
-                  .agg(F.sum("amount").alias("total"), F.count("*").alias("payments"))
+                  .agg(F.sum("amount").alias("total"), F.count("*").alias("payments"),
+                       F.sum((F.col("amount") * 1_000_000).cast("long")).alias("total_micros"))
                   .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                          "merchant", "total", "payments"))
+                          "merchant", "total", "payments", "total_micros"))
         dead = rows.filter(~ok).select("topic", "partition", "offset", "kafka_timestamp",
                                        F.lit("malformed").alias("reason"),
                                        F.lit(None).cast("timestamp").alias("watermark"))
@@ -53,3 +58,29 @@ class Undeclared(PaymentsTransform):
     """The same stream with its totals not declared an aggregate (how the old contract let one write it)."""
 
     aggregates = ()
+
+
+class PaymentsWithExpect(PaymentsTransform):
+    """The same stream with ``expect()``: each record recomputed in pandas, as ``build`` reads it."""
+
+    def expect(self, records: Any, spec: Any) -> Any:
+        import json
+
+        import pandas as pd
+
+        out = []
+        for value in records["value"]:
+            try:
+                doc = json.loads(value)
+                pid, merchant, amount = doc.get("payment_id"), doc.get("merchant"), doc.get("amount")
+                at = pd.Timestamp(doc.get("ts"))
+                ok = (isinstance(pid, str) and isinstance(merchant, str) and isinstance(amount, (int, float))
+                      and not isinstance(amount, bool) and at.tzinfo is not None)
+            except (ValueError, TypeError, AttributeError):
+                ok = False
+            out.append({"payment_id": pid, "merchant": merchant, "amount": float(amount), "event_time": at,
+                        "reason": None} if ok else {"payment_id": None, "merchant": None, "amount": None,
+                                                    "event_time": pd.NaT, "reason": "malformed"})
+        frame = pd.DataFrame(out, columns=["payment_id", "merchant", "amount", "event_time", "reason"])
+        frame["event_time"] = pd.to_datetime(frame["event_time"], utc=True)
+        return frame
