@@ -1,7 +1,7 @@
 """Checkpoint inspection time at 10 batches vs a long history (default 2,000 batches), same run.
 
 Prints one JSON object. Both checkpoints are written by a real stateful query with a short
-trigger (rewind.testing.checkpoint_history.generate_checkpoint) with every batch retained; each is then
+trigger (tests.harness.checkpoint_history.generate_checkpoint) with every batch retained; each is then
 inspected ``--runs`` times, interleaved, and the medians are compared with the target: the long
 history may cost at most 2x the short one. Spark start-up and generation are reported separately.
 """
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rewind.checkpoints.inspection import inspect_checkpoint  # noqa: E402
-from rewind.testing.checkpoint_history import generate_checkpoint, time_calls  # noqa: E402
+from tests.harness.checkpoint_history import generate_checkpoint, time_calls  # noqa: E402
 
 TARGET_RATIO = 2.0
 SMALL = 10
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the checkpoints (the path is in the JSON)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-inspect-"))
-    from rewind.stream.spark_session import build_session
+    from rewind.driver.spark_session import build_session
 
     t0 = time.perf_counter()
     spark = build_session("rewind-bench-inspect")

@@ -22,7 +22,7 @@ def keep_stdout_for_json(log: Path) -> IO[str]:
 
 def broker_description() -> str:
     """Which broker the embedded platform runs, from its jar's name (``kafka_2.13-4.1.1.jar``)."""
-    from rewind.platform.jars import jars_dir
+    from rewind.runtime.jars import jars_dir
 
     jars = sorted((jars_dir() / "kafka").glob("kafka_2.13-*.jar"))
     version = jars[-1].stem.split("-", 1)[1] if jars else "?"

@@ -3,9 +3,9 @@
 Prints one JSON object. 1,000,000 demo events (``--events``) are produced once to a 4-partition
 topic; then, for each batch size (``--batches``, default 100,000 and 1,000,000 offsets per batch,
 as ``maxOffsetsPerTrigger``) and each ``sink.write_from`` (``driver``: ``toArrow()`` and the sink
-write in the driver; ``executors``: ``rewind.stream.staged_writer``), the demo stream runs
+write in the driver; ``executors``: ``rewind.driver.staged_writer``), the demo stream runs
 ``--available-now`` over the whole topic into a fresh sink, in a fresh process: SQLite, or Delta
-tables with ``--sinks delta`` (``executors``: ``rewind.stream.delta_writer``, delta-spark's MERGE).
+tables with ``--sinks delta`` (``executors``: ``rewind.driver.delta_writer``, delta-spark's MERGE).
 
 Measured per run: the Python driver's peak RSS (its own ``VmHWM``, read as it exits), the peak
 RSS of the JVM (sampled every 0.2 s; in ``local[2]`` it is driver and executor at once, with a
@@ -82,8 +82,8 @@ class Sampler(threading.Thread):
 
 def child(registry: str, stream: str, bootstrap: str) -> None:
     """The measured process: the stream, available-now, then its own peak RSS on stdout."""
+    from rewind.driver.driver import run_stream
     from rewind.registry import load_registry
-    from rewind.stream.driver import run_stream
 
     code = run_stream(load_registry(registry).get(stream), bootstrap, available_now=True)
     print(json.dumps({"exit": code, "python_driver_peak_mb": round(rss_mb(os.getpid(), "VmHWM"), 1)}))
@@ -116,11 +116,11 @@ def main() -> None:
     out = keep_stdout_for_json(work / "bench.log")
 
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.platform.services import EmbeddedPlatform
+    from rewind.embedded.services import EmbeddedPlatform
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.settings import python_path
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     sizes = [int(s) for s in args.batches.split(",")]
     runs = []

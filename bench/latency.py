@@ -11,7 +11,7 @@ events for ``--seconds`` into a fresh topic created with ``message.timestamp.typ
 so each record's Kafka timestamp is the moment the broker appended it. One query at a time reads
 that topic, started (and past its start-up) before the producer starts:
 
-- ``demo``: the demo stream (``rewind.stream.runner.build_query``: Spark's connector, ``format:
+- ``demo``: the demo stream (``rewind.driver.runner.build_query``: Spark's connector, ``format:
   kafka``, the registry's source options, the real transform and the SQLite exactly-once sink; not
   ``run_stream``'s status listener and lag probe), once per trigger in ``--triggers`` (``default`` =
   the registry's ``trigger`` for ``demo`` in ``streams.yaml``). Latency per record = ``committed_at``
@@ -326,8 +326,8 @@ def finish(out: dict[str, Any]) -> dict[str, Any]:
 def run_demo(spark: Any, spec: Any, run: Run) -> dict[str, Any]:
     import numpy as np
 
-    from rewind.sink.schema import LEDGER_TABLE
-    from rewind.stream.runner import build_query, open_sink
+    from rewind.api.tables import LEDGER_TABLE
+    from rewind.driver.runner import build_query, open_sink
 
     phases: list[dict[str, Any]] = []
     query = build_query(spark, spec, run.bootstrap, phases=phases)
@@ -375,7 +375,7 @@ def run_floor(spark: Any, spec: Any, run: Run) -> dict[str, Any]:
     the time: the micro-batch engine's own latency, no transform, no sink."""
     import numpy as np
 
-    from rewind.stream.runner import source_options
+    from rewind.driver.runner import source_options
 
     batches: list[tuple[int, float, Any]] = []
 
@@ -457,7 +457,7 @@ def run_realtime(spark: Any, spec: Any, run: Run) -> dict[str, Any]:
     reaches it (``foreach``). On refusal, the error text."""
     import numpy as np
 
-    from rewind.stream.runner import source_options
+    from rewind.driver.runner import source_options
 
     out_dir = run.work / f"arrivals-{run.name}"
     out_dir.mkdir()
@@ -510,7 +510,7 @@ def warm_up(spark: Any, spec: Any, bootstrap: str, records: int = 5000) -> float
     """Not measured: the demo stream once over a few thousand records, so the first measured query
     does not pay the session's Python workers and JIT; returns its seconds."""
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     t0 = time.perf_counter()
     produce(bootstrap, ProduceSpec(topic=spec.topics[0], count=records, partitions=3, id_prefix="warmup"))
@@ -524,8 +524,8 @@ def warm_up(spark: Any, spec: Any, bootstrap: str, records: int = 5000) -> float
 def realtime_demo_refusal(spark: Any, spec: Any, bootstrap: str, batch: str) -> dict[str, str]:
     """Try to start the demo stream's own plan (``DemoTransform.build``) in real-time mode, into a
     ``foreachBatch`` (as Rewind writes its sink) and into a ``foreach`` writer: what Spark answers."""
-    from rewind.stream.contract import load_transform
-    from rewind.stream.runner import source_options
+    from rewind.api.contract import load_transform
+    from rewind.driver.runner import source_options
 
     transform = load_transform(spec)
     options = {k: v for k, v in source_options(spec, bootstrap).items() if k != "maxOffsetsPerTrigger"}
@@ -598,10 +598,10 @@ def main() -> None:
     out = keep_stdout_for_json(work / "bench.log")
     load_start = round(os.getloadavg()[0], 2)
 
-    from rewind.platform.services import EmbeddedPlatform
+    from rewind.driver.spark_session import build_session
+    from rewind.embedded.services import EmbeddedPlatform
     from rewind.registry import load_registry
-    from rewind.stream.spark_session import build_session
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     demo = load_registry(ROOT / "streams.yaml").get("demo")
     default_trigger = demo.trigger

@@ -32,10 +32,10 @@ PARTITIONS = 4
 
 def fill(spec: Any, bootstrap: str, ends: dict[tuple[str, int], int], step: int = 250_000) -> float:
     """Write the events and dead letters a correct stream would, a slice of offsets at a time."""
+    from rewind.api.contract import load_transform
+    from rewind.driver.runner import open_sink
     from rewind.proof.contract_proof import expected_frame, records_frame
     from rewind.proof.verify import read_records
-    from rewind.stream.contract import load_transform
-    from rewind.stream.runner import open_sink
 
     t0 = time.perf_counter()
     transform = load_transform(spec)
@@ -92,11 +92,11 @@ def main() -> None:
     out = keep_stdout_for_json(work / "bench.log")
 
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.embedded.services import EmbeddedPlatform
     from rewind.kafka.lookups import true_end_offsets
-    from rewind.platform.services import EmbeddedPlatform
     from rewind.proof.cursor import write_cursor
     from rewind.registry import load_registry
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     names = {n: f"p{n}" for n in sizes}
     registry = write_registry(work / "streams.yaml", *(demo_stream(names[n], f"bench-proof-{n}", work,

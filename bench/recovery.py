@@ -36,8 +36,8 @@ from common import SteadyProducer, keep_stdout_for_json  # noqa: E402
 
 
 def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
+    from rewind.control.status import read_status
     from rewind.paths import status_path
-    from rewind.stream.status import read_status
 
     while True:
         st = read_status(status_path(spec.status_dir, spec.name))
@@ -68,8 +68,8 @@ def watching(dag_id: str) -> bool:
 def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any], dag_id: str) -> None:
     """Wait for progress past `after_batch` and for the supervisor to watch, SIGKILL the driver, then
     time the recovery."""
+    from rewind.control.status import read_status
     from rewind.paths import status_path
-    from rewind.stream.status import read_status
 
     path = status_path(spec.status_dir, spec.name)
     deadline = time.monotonic() + 600
@@ -114,12 +114,12 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, timeout=600)
 
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.platform.services import EmbeddedPlatform
+    from rewind.embedded.services import EmbeddedPlatform
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
-    from rewind.stream.control import stop_stream, wait_caught_up
     from rewind.supervision.failures import read_failures
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from rewind.supervision.process_control import stop_stream, wait_caught_up
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     with EmbeddedPlatform(work / "services") as plat:
         info = plat.info()

@@ -125,11 +125,11 @@ def main() -> None:
     load_start = round(os.getloadavg()[0], 2)
 
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.platform.services import EmbeddedPlatform
+    from rewind.embedded.services import EmbeddedPlatform
     from rewind.registry import load_registry
     from rewind.replay.planner import plan_replay
     from rewind.replay.request import ReplayRequest
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     order = [list(source_order(rep, sources)) for rep in range(args.repeat)]
     raw_runs: list[dict[str, Any]] = []
@@ -156,7 +156,7 @@ def main() -> None:
             if {p.tp: (p.start, p.end) for p in plan.partitions} != ranges:
                 raise RuntimeError(f"the plan of {name} differs from the plan of {names[0]}")
 
-        from rewind.stream.spark_session import build_session
+        from rewind.driver.spark_session import build_session
 
         t0 = time.perf_counter()
         spark = build_session("rewind-bench-replay", conf={"spark.ui.showConsoleProgress": "false"})

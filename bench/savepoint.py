@@ -8,7 +8,7 @@ partitions as in Rewind's streams. Rounds of "produce a chunk, run the query wit
 go on until the files a resume needs (``checkpoint.resume_files``: metadata, offsets, commits,
 RocksDB ``N.zip`` + the SST files they name) reach the size; every batch ends committed.
 
-Then, against the embedded S3 (SeaweedFS via ``rewind.platform.services.EmbeddedPlatform``), interleaved
+Then, against the embedded S3 (SeaweedFS via ``rewind.embedded.services.EmbeddedPlatform``), interleaved
 and ``--runs`` times each (medians reported):
 
 - create: ``rewind.checkpoints.savepoints.create_savepoint`` (what ``rewind savepoint create`` calls): inspect,
@@ -194,11 +194,11 @@ def main() -> None:
     out = keep_stdout_for_json(work / "bench.log")
     load_start = round(os.getloadavg()[0], 2)
 
-    from rewind.platform.services import EmbeddedPlatform
+    from rewind.driver.spark_session import build_session
+    from rewind.embedded.services import EmbeddedPlatform
     from rewind.registry import load_registry
     from rewind.s3 import S3Config, S3Store
-    from rewind.stream.spark_session import build_session
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     labels = [f"{s:g}MB" for s in sizes]
     topics = [f"bench-sp-{i}" for i in range(len(sizes))]

@@ -174,7 +174,7 @@ def main() -> None:
     out = keep_stdout_for_json(work / "bench.log")
 
     from rewind.demo.tables import TABLES
-    from rewind.platform.services import EmbeddedPlatform
+    from rewind.embedded.services import EmbeddedPlatform
 
     parts = batches(demo_rows(args.rows), args.batch)
     results: dict[str, Any] = {}

@@ -54,7 +54,7 @@ class Driver:
         self.proc.wait(timeout=60)
 
     def stop(self) -> None:
-        from rewind.platform.processes import terminate_group
+        from rewind.runtime.processes import terminate_group
 
         if self.proc.poll() is None:
             terminate_group(self.proc.pid, grace=40.0)
@@ -78,15 +78,15 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-standby-"))
     out = keep_stdout_for_json(work / "bench.log")
+    from rewind.control.driver_lease import read_standby
+    from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.embedded.services import EmbeddedPlatform
     from rewind.paths import status_path
-    from rewind.platform.services import EmbeddedPlatform
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
-    from rewind.stream.control import wait_caught_up
-    from rewind.stream.driver_lease import read_standby
-    from rewind.stream.status import read_status
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from rewind.supervision.process_control import wait_caught_up
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     with EmbeddedPlatform(work / "services") as plat:
         info = plat.info()

@@ -140,7 +140,7 @@ def breakdown(progress: list[dict[str, Any]], writer: list[dict[str, Any]]) -> d
 
 def run_demo(spark: Any, spec: Any, bootstrap: str, records: int) -> dict[str, Any]:
     """The demo stream over the whole topic with ``spec``'s source, on its own checkpoint and sink."""
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     writer: list[dict[str, Any]] = []
     cpu0 = tree_cpu()
@@ -163,9 +163,9 @@ def run_rate(spark: Any, spec: Any, rows: int, rows_per_batch: int) -> dict[str,
     """Spark's rate source -> the demo's output shape -> the same writer and sink, ``rows`` rows."""
     from pyspark.sql import functions as F
 
+    from rewind.api.contract import load_transform
     from rewind.demo.transform import _shape
-    from rewind.stream.contract import load_transform
-    from rewind.stream.runner import BatchWriter, open_sink
+    from rewind.driver.runner import BatchWriter, open_sink
 
     transform = load_transform(spec)
     sink = open_sink(spec, transform)
@@ -255,10 +255,10 @@ def main() -> None:
     load_start = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure: say how much
 
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.platform.services import EmbeddedPlatform
+    from rewind.driver.spark_session import build_session
+    from rewind.embedded.services import EmbeddedPlatform
     from rewind.registry import load_registry
-    from rewind.stream.spark_session import build_session
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     order = [list(source_order(rep, sources)) for rep in range(args.repeat)]
     raw_runs: list[dict[str, Any]] = []

@@ -56,3 +56,9 @@ class ProofViolation(RewindError):
 def exit_code_of(exc: BaseException) -> int:
     """The command line's exit code for ``exc`` (``EXIT_FAILED`` for anything unforeseen)."""
     return exc.exit_code if isinstance(exc, RewindError) else EXIT_FAILED
+
+
+class SinkRefused(Refused, ValueError):
+    """Bad input to a sink (a table spec, rows, a batch id, a database URL, a table without its columns):
+    nothing was written; the message says what to change. Here, not in ``rewind.sink``, because a
+    stream author's table declarations (``rewind.api.tables``) raise it and import nothing of the sink."""

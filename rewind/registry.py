@@ -94,8 +94,8 @@ class SinkSpec(_Strict):
     table_prefix: str = ""
     options: dict[str, str] = Field(default_factory=dict)
     #: ``driver``: each batch is collected and written by the driver; ``executors`` (SQL and Delta
-    #: sinks): the executors write the rows and the driver commits (``rewind.stream.staged_writer``,
-    #: ``rewind.stream.delta_writer``).
+    #: sinks): the executors write the rows and the driver commits (``rewind.driver.staged_writer``,
+    #: ``rewind.driver.delta_writer``).
     write_from: Literal["driver", "executors"] = "driver"
 
     @field_validator("options", mode="before")
@@ -160,7 +160,7 @@ class SupervisionSpec(_Strict):
     startup_grace: Duration = "3 min"  # a starting stream is left alone this long
     max_lag: int | None = Field(None, ge=1)  # records behind that raise an alarm (no restart)
     alert_every: Duration = "10 min"  # an alert that lasts (lag) is raised again after this long
-    # Keep a warm standby driver beside the running one (rewind.stream.standby): a second Spark
+    # Keep a warm standby driver beside the running one (rewind.driver.standby): a second Spark
     # driver's memory, for a takeover in seconds instead of a relaunch's start-up.
     standby: bool = False
 
@@ -269,7 +269,7 @@ class StreamSpec(_Strict):
     #: Alerts through an Airflow notifier (``AlertsSpec``); default: the registry's top-level ``alerts``.
     alerts: AlertsSpec | None = None
     #: Spark settings for this stream's driver, its standby and its replays, over Rewind's defaults
-    #: (``rewind.stream.spark_session.build_session``). E.g. ``spark.sql.shuffle.partitions``: the
+    #: (``rewind.driver.spark_session.build_session``). E.g. ``spark.sql.shuffle.partitions``: the
     #: state partitions of a NEW checkpoint (Rewind's default is 2, for 2 cores; Spark keeps a
     #: checkpoint's own number when it resumes, so changing it later changes nothing).
     spark_conf: Annotated[dict[str, str], AfterValidator(_check_spark_conf)] = Field(default_factory=dict)

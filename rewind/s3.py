@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from rewind.checkpoints.store import parse_s3_url
+from rewind.embedded.services import DEFAULT_REGION
 from rewind.errors import Failed
-from rewind.platform.services import DEFAULT_REGION
 
 __all__ = ["ObjectInfo", "S3Config", "S3Error", "S3Store", "S3Unreachable", "format_s3_url", "parse_s3_url",
            "resolve_s3_config", "s3_client"]
@@ -58,7 +58,7 @@ class S3Config:
 
     @classmethod
     def from_platform(cls, info: Any) -> "S3Config":
-        """From a rewind.platform.services.PlatformInfo (the embedded SeaweedFS)."""
+        """From a rewind.embedded.services.PlatformInfo (the embedded SeaweedFS)."""
         return cls(info.bucket, info.s3_endpoint, info.s3_access_key, info.s3_secret_key, info.s3_region)
 
     def client(self) -> Any:
@@ -78,7 +78,7 @@ def resolve_s3_config(bucket: str | None = None, env: Mapping[str, str] | None =
                       services_dir: Path | None = None, *, require_bucket: bool = True) -> S3Config:
     """Per setting: the argument, else the environment (as PlatformInfo.env() sets it), else the
     embedded platform's services.json (like cli.resolve_bootstrap); fails naming all three."""
-    from rewind.platform.services import read_platform
+    from rewind.embedded.services import read_platform
 
     env = os.environ if env is None else env
     if services_dir is None:

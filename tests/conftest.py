@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rewind.platform.processes import PORT_CLASS_ENV  # noqa: E402
-from rewind.platform.services import EmbeddedPlatform, PlatformInfo  # noqa: E402
+from rewind.embedded.services import EmbeddedPlatform, PlatformInfo  # noqa: E402
+from rewind.runtime.processes import PORT_CLASS_ENV  # noqa: E402
 
 # -- the whole run ---------------------------------------------------------------------------------
 # `make test` runs the suite in 2 pytest-xdist workers (a module never splits: --dist loadfile). The
@@ -68,8 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 if TYPE_CHECKING:
-    from rewind.platform.airflow_local import LocalAirflow
-    from rewind.platform.kafka_broker import KafkaCluster
+    from rewind.embedded.airflow_local import LocalAirflow
+    from rewind.embedded.kafka_broker import KafkaCluster
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +95,7 @@ def airflow_factory(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFac
     platform's connections and variables, ``PYTHONPATH`` = the repo; ``env`` is added (e.g.
     ``REWIND_REGISTRY``, read when the DAGs are parsed). Every Airflow started is stopped at the end.
     """
-    from rewind.platform.airflow_local import LocalAirflow
+    from rewind.embedded.airflow_local import LocalAirflow
 
     started: list[LocalAirflow] = []
 
@@ -124,7 +124,7 @@ def kafka_bootstrap(platform: PlatformInfo) -> str:
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["KafkaCluster"]:
     """Three KRaft nodes on localhost (each broker and voter; replication factor 3, min ISR 2), for
     failover tests; one per test module that asks for it."""
-    from rewind.platform.kafka_broker import KafkaCluster
+    from rewind.embedded.kafka_broker import KafkaCluster
 
     cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), nodes=3)
     cluster.start()
@@ -152,7 +152,7 @@ def new_topic(kafka_bootstrap: str) -> Callable[..., str]:
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] session shared by all tests in the run (start-up costs ~10 s)."""
-    from rewind.stream.spark_session import build_session
+    from rewind.driver.spark_session import build_session
 
     session = build_session("rewind-tests")
     yield session
@@ -170,8 +170,8 @@ def postgres_url() -> Iterator[str]:
     Skipped locally when PostgreSQL is not installed; in CI (CI=true) that is a failure, so the
     PostgreSQL tests can never pass by not running.
     """
-    from rewind.testing.pg import LocalPostgres
-    from rewind.testing.pg_install import postgres_available
+    from tests.harness.pg import LocalPostgres
+    from tests.harness.pg_install import postgres_available
 
     external = os.environ.get("REWIND_POSTGRES_URL")
     if external:
@@ -192,7 +192,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'sink' / 'rewind.db'}"  # 'sink/' does not exist yet: the sink creates it
         return
-    from rewind.testing.pg_databases import create_database, drop_database
+    from tests.harness.pg_databases import create_database, drop_database
 
     server = request.getfixturevalue("postgres_url")
     name = f"t_{uuid.uuid4().hex[:12]}"

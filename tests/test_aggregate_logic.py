@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rewind.api.contract import Aggregate, Identity
+from rewind.api.tables import Column, TableSpec
 from rewind.kafka.types import TP
 from rewind.proof.aggregates import closing_horizon, counts_of, group_text, judge_groups, recompute_measures
-from rewind.sink.schema import Column, TableSpec
-from rewind.stream.contract import Aggregate, Identity
 
 T0 = pd.Timestamp("2026-11-27T10:00:00Z")
 MINUTE = timedelta(minutes=1)
@@ -160,8 +160,8 @@ def test_rows_no_record_makes_are_the_ones_removed() -> None:
 
 
 def test_default_split_routes_by_kind_and_columns_come_from_the_schema() -> None:
-    from rewind.stream.outputs import columns_from_schema, output_table
-    from rewind.stream.routing import route_by_kind
+    from rewind.api.routing import route_by_kind
+    from rewind.driver.outputs import columns_from_schema, output_table
 
     declared = output_table("pay", key=("payment_id",))
     assert not declared.resolved
@@ -189,9 +189,9 @@ def test_default_split_routes_by_kind_and_columns_come_from_the_schema() -> None
 
 
 def test_a_sink_refuses_tables_without_columns() -> None:
+    from rewind.driver.outputs import output_table
     from rewind.sink.errors import SinkRefused
     from rewind.sink.sql import ExactlyOnceSqlSink
-    from rewind.stream.outputs import output_table
 
     with pytest.raises(SinkRefused, match=r"tables \['pay'\] have no columns yet"):
         ExactlyOnceSqlSink("sqlite:///:memory:", "s", [output_table("pay", key=("id",))])
@@ -227,7 +227,7 @@ def test_kafka_sink_settings_the_producer_would_refuse_are_refused_at_load(tmp_p
     from rewind.registry import RegistryError, load_registry
     from rewind.sink.kafka import LEDGER_TOPIC_CONFIG
     from rewind.sink.kafka_ledger import LedgerEntry
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     for option in ("kafka.request.required.acks: '1'", "kafka.acks: '1'"):
         sink = f'{{url: "kafka://127.0.0.1:9092/out.", options: {{{option}}}}}'

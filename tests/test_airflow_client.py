@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rewind.platform.airflow_client import AirflowApiError, AirflowClient
+from rewind.runtime.airflow_client import AirflowApiError, AirflowClient
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

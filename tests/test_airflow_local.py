@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rewind.platform.airflow_connections import connections_env
-from rewind.platform.airflow_local import LocalAirflow
-from rewind.platform.services import PlatformInfo
+from rewind.embedded.airflow_connections import connections_env
+from rewind.embedded.airflow_local import LocalAirflow
+from rewind.embedded.services import PlatformInfo
 
 
 def test_connections_env_is_json_per_connection() -> None:

@@ -34,12 +34,12 @@ import httpx
 import psutil
 import pytest
 
+from rewind.control.status import StreamStatus, append_history, write_status
+from rewind.embedded.services import PlatformInfo
 from rewind.paths import status_path
-from rewind.platform.airflow_client import AirflowApiError, AirflowClient
-from rewind.platform.services import PlatformInfo
 from rewind.registry import load_registry
-from rewind.stream.status import StreamStatus, append_history, write_status
-from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.runtime.airflow_client import AirflowApiError, AirflowClient
+from tests.harness.registry_templates import demo_stream, write_registry
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,7 +344,7 @@ def test_restore_path_of_the_savepoint_dag_runs_in_airflow(stack: dict[str, Any]
     states = {t["task_id"]: t["state"] for t in admin.task_instances(SAVEPOINT_DAG, run_id)}
     assert states == {"choose": "success", "restore": "failed", "take_savepoint": "skipped",
                       "apply_retention": "skipped"}, states
-    from rewind.platform.airflow_client import _path
+    from rewind.runtime.airflow_client import _path
 
     log = json.dumps(admin._send("GET", _path("dags", SAVEPOINT_DAG, "dagRuns", run_id, "taskInstances", "restore",
                                              "logs", "1"), params={"full_content": "true"}))

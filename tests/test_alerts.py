@@ -13,7 +13,7 @@ import pytest
 
 from rewind.alerts import TaskOutcome, alert_for, event_of
 from rewind.registry import RegistryError, load_registry
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 
 # --------------------------------------------------------------------------- which outcomes are events

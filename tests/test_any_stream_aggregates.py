@@ -96,8 +96,8 @@ class Driver:
 
 
 def committed(spec: Any) -> tuple[int, int]:
+    from rewind.control.status import read_status
     from rewind.paths import status_path
-    from rewind.stream.status import read_status
 
     st = read_status(status_path(spec.status_dir, spec.name))
     done = sum(int(o) for parts in (st.end_offsets if st and st.end_offsets else {}).values() for o in parts.values())
@@ -207,7 +207,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, platform: Any, spark: Any) -> 
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from rewind.registry import load_registry
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     t0 = time.perf_counter()
     work = tmp_path_factory.mktemp("payments")
@@ -300,10 +300,10 @@ def test_the_old_partial_replay_fails_every_proof_and_a_replay_repairs_it(run: d
     """What the old replay did (partition 2's own sums, its late records counted, upserted over the totals)
     fails verify, naming the table, the group and both values; a replay of that partition writes every
     total back whole, and removes the rows of groups that only late records make (kept in its run dir)."""
+    from rewind.api.contract import load_transform
+    from rewind.driver.bounded import build_batch, partitions_of
+    from rewind.driver.runner import open_sink
     from rewind.kafka.types import TP
-    from rewind.stream.bounded import build_batch, partitions_of
-    from rewind.stream.contract import load_transform
-    from rewind.stream.runner import open_sink
 
     spec, bootstrap = run["spec"], run["bootstrap"]
     transform = load_transform(spec)
@@ -509,9 +509,9 @@ def test_a_record_resent_into_a_kafka_sink_topic_fails_verify(run: dict[str, Any
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, ConfigResource
 
+    from rewind.driver.runner import build_query, open_sink
     from rewind.registry import load_registry
-    from rewind.stream.runner import build_query, open_sink
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     bootstrap, topic = run["bootstrap"], run["topic"]
     reg = write_registry(tmp_path / "k.yaml", demo_stream("payk", topic, tmp_path, max_offsets=1500,

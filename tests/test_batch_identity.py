@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rewind.stream.runner import BatchWriter
+from rewind.driver.runner import BatchWriter
 
 
 def _offsets(cp: Path, batch: int, ends: dict[str, int], watermark_ms: int) -> None:

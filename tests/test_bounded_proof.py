@@ -37,10 +37,10 @@ def test_choose_span_is_pure_and_clips_with_notes() -> None:
 
 def fill_sink_from_expect(spec: Any, bootstrap: str, lower: dict[tuple[str, int], int] | None = None) -> int:
     """Write what a correct stream would: the demo's events and dead letters, from its expect()."""
+    from rewind.api.contract import load_transform
+    from rewind.driver.runner import open_sink
     from rewind.proof.contract_proof import expected_frame, records_frame
     from rewind.proof.verify import read_records
-    from rewind.stream.contract import load_transform
-    from rewind.stream.runner import open_sink
 
     transform = load_transform(spec)
     records = read_records(bootstrap, spec.topics, source_options=spec.source.options, lower=lower)
@@ -62,10 +62,10 @@ def test_each_proof_reads_only_what_came_after_the_last(tmp_path: Path, platform
     import sqlalchemy as sa
 
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.driver.runner import open_sink
     from rewind.proof.contract_proof import verify_contract_stream
     from rewind.registry import load_registry
-    from rewind.stream.runner import open_sink
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     topic = new_topic(partitions=partitions, prefix="bounded")
     spec = load_registry(write_registry(tmp_path / "r.yaml", demo_stream("b", topic, tmp_path, dq_suite="contract"))
@@ -117,14 +117,14 @@ def test_the_dq_proof_of_a_contract_stream_proves_since_its_cursor(tmp_path: Pat
     """The hourly DQ run of a contract stream: Great Expectations over the two frames, the last span only."""
     import sqlalchemy as sa
 
+    from rewind.control.status import StreamStatus, write_status
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.driver.runner import open_sink
     from rewind.paths import status_path
     from rewind.proof.dq import run_proof
     from rewind.proof.report import format_proof
     from rewind.registry import load_registry
-    from rewind.stream.runner import open_sink
-    from rewind.stream.status import StreamStatus, write_status
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     topic = new_topic(partitions=3, prefix="dqc")
     spec = load_registry(write_registry(tmp_path / "r.yaml", demo_stream("q", topic, tmp_path, dq_suite="contract"))

@@ -34,14 +34,14 @@ from confluent_kafka.admin import AdminClient
 from harness.crash import crash_registry
 from harness.processes import StreamProcess, wait_for
 
+from rewind.control.status import StreamStatus, read_history, read_status
 from rewind.demo.producer import ProduceSpec, plan_record
+from rewind.driver.runner import open_sink
+from rewind.embedded.kafka_broker import KafkaCluster
 from rewind.kafka.lookups import true_end_offsets
 from rewind.paths import status_path
-from rewind.platform.kafka_broker import KafkaCluster
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
-from rewind.stream.runner import open_sink
-from rewind.stream.status import StreamStatus, read_history, read_status
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE = float(os.environ.get("REWIND_FAILOVER_RATE", "400"))  # events/s while the producer writes

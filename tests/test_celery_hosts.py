@@ -1,7 +1,7 @@
 """Rewind under Airflow with the CeleryExecutor, its two workers on two hosts.
 
 The control node (api-server, scheduler, dag-processor, triggerer; PostgreSQL, Redis) runs here;
-each Celery worker runs on its own host (``rewind.testing.hosts``: own PID, mount and UTS
+each Celery worker runs on its own host (``tests.harness.hosts``: own PID, mount and UTS
 namespaces, a private tmpfs home with its own ``REWIND_HOME``). The hosts share only Kafka, S3
 (the stream's control store), the checkpoint directory and the sink. The tests run in order on one
 stream, as an operator's week would:
@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.platform.services import PlatformInfo
-from rewind.testing import hosts
-from rewind.testing.celery_airflow import CeleryAirflow, redis_available
-from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.embedded.services import PlatformInfo
+from tests.harness import hosts
+from tests.harness.celery_airflow import CeleryAirflow, redis_available
+from tests.harness.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "fleet"
@@ -55,9 +55,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, poll: float = 
 
 @pytest.fixture(scope="module")
 def fleet(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from rewind.platform.jvm import rewind_jar
     from rewind.registry import load_registry
-    from rewind.testing.pg_install import postgres_available
+    from rewind.runtime.jvm import rewind_jar
+    from tests.harness.pg_install import postgres_available
 
     if not redis_available() or not postgres_available():
         message = "the Celery stack needs redis-server and PostgreSQL (apt-get install redis-server postgresql)"
@@ -136,7 +136,7 @@ def watching(fleet: dict[str, Any]) -> bool:
 
 
 def status(fleet: dict[str, Any]) -> Any:
-    from rewind.stream.status_store import read_stream_status
+    from rewind.control.status_store import read_stream_status
 
     return read_stream_status(fleet["spec"])
 
@@ -214,10 +214,10 @@ def test_launch_and_recovery_run_on_different_workers_and_a_lost_worker_loses_no
 
 def test_a_zombie_driver_is_fenced_when_supervision_relaunched_on_the_other_host(
         fleet: dict[str, Any], platform: PlatformInfo) -> None:
+    from rewind.api.tables import LEDGER_TABLE
     from rewind.checkpoints.files import read_text
     from rewind.checkpoints.logs import parse_offsets_file
-    from rewind.sink.schema import LEDGER_TABLE
-    from rewind.stream.runner import open_sink
+    from rewind.driver.runner import open_sink
 
     zombie_host, other = fleet["driver_host"], fleet["idle_host"]
     stack, cp = fleet["stack"], Path(fleet["spec"].checkpoint)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rewind.stream.checkpoint_fence import FENCED_MANAGER, use_fenced_file_manager
+from rewind.driver.checkpoint_fence import FENCED_MANAGER, use_fenced_file_manager
 
 
 def manager(spark: Any, root: Path) -> Any:
@@ -124,8 +124,8 @@ def test_on_s3a_a_planned_batch_is_created_only_if_absent(platform: Any, tmp_pat
     (Hadoop's conditional create), so a second planner of a batch is refused at the write itself."""
     import subprocess
 
-    from rewind.platform.jars import java_binary, s3a_jars
-    from rewind.platform.jvm import _pyspark_jars, _tool, rewind_jar
+    from rewind.runtime.jars import java_binary, s3a_jars
+    from rewind.runtime.jvm import _pyspark_jars, _tool, rewind_jar
 
     (tmp_path / "S3aProbe.java").write_text(S3A_PROBE)
     compile_path = ":".join([str(_pyspark_jars() / "*"), rewind_jar()])

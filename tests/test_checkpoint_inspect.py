@@ -14,7 +14,7 @@ from rewind.checkpoints.inspection import NotACheckpoint, inspect_checkpoint
 from rewind.checkpoints.logs import parse_commit_file, parse_offsets_file
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import load_registry
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def real_checkpoint(tmp_path_factory, platform, spark) -> Path:  # type: ignore[no-untyped-def]
     """A checkpoint of the demo transform (three RocksDB operators) after several batches."""
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     work = tmp_path_factory.mktemp("cp")
     topic = "cp-inspect"
@@ -105,9 +105,9 @@ def test_a_launch_that_finds_the_driver_died_unseen_repairs_its_checkpoint(cp: P
     relaunch, as the watch's path does (``recover_checkpoint``)."""
     import time
 
+    from rewind.control.status import StreamStatus, write_status
     from rewind.paths import status_path
     from rewind.registry import RestartSpec, StreamSpec
-    from rewind.stream.status import StreamStatus, write_status
     from rewind.supervision.failures import read_failures
     from rewind.supervision.reconcile import recover_unseen_death
 

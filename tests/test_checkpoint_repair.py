@@ -16,7 +16,7 @@ from rewind.checkpoints.repair import RepairRefused, plan_repair, repair_checkpo
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.proof.verify import verify_stream
 from rewind.registry import StreamSpec, load_registry
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "cp-repair"
@@ -31,7 +31,7 @@ def _registry(work: Path) -> StreamSpec:
 @pytest.fixture(scope="module")
 def original(tmp_path_factory, platform, spark) -> Path:  # type: ignore[no-untyped-def]
     """A demo checkpoint and its sink after several batches (malformed, late and duplicate records too)."""
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     work = tmp_path_factory.mktemp("repair-orig")
     produce(platform.kafka_bootstrap, ProduceSpec(topic=TOPIC, count=2500, partitions=2, malformed_every=40,
@@ -68,7 +68,7 @@ DAMAGE: dict[str, Callable[[Path, int], None]] = {
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(DAMAGE))
 def test_repair_rolls_back_and_resumed_stream_is_exactly_once(kind: str, copy, platform, spark) -> None:  # type: ignore[no-untyped-def]
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     spec, cp = copy
     last = inspect_checkpoint(cp).last_complete

@@ -25,10 +25,10 @@ from rewind.checkpoints.savepoint_errors import SavepointCorrupt
 from rewind.checkpoints.savepoints import create_savepoint, restore_savepoint
 from rewind.checkpoints.store import open_store, parse_s3_url
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.platform.services import PlatformInfo
+from rewind.embedded.services import PlatformInfo
 from rewind.registry import StreamSpec, load_registry
 from rewind.s3 import S3Config, S3Store
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def original(tmp_path_factory: pytest.TempPathFactory, platform: PlatformInfo, s
              new_topic_module: str) -> dict[str, Any]:
     """The demo stream's checkpoint after 5 batches (its deduplications and window on RocksDB), written locally
     by Spark once and uploaded under a prefix."""
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     home = tmp_path_factory.mktemp("s3a-original")
     produce(platform.kafka_bootstrap, ProduceSpec(topic=new_topic_module, count=1500, partitions=2,

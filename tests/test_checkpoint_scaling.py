@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from rewind.checkpoints.inspection import CheckpointReport, inspect_checkpoint
-from rewind.testing.checkpoint_history import generate_checkpoint, time_calls
+from tests.harness.checkpoint_history import generate_checkpoint, time_calls
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rewind.api.contract import Identity
 from rewind.proof.contract_frames import build_contract_frames
-from rewind.stream.contract import Identity
 
 T0 = pd.Timestamp("2026-11-24T08:00:00Z")
 

@@ -18,7 +18,7 @@ from rewind.registry import StreamSpec
 
 @pytest.fixture(scope="module")
 def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from rewind.platform.services import SeaweedS3
+    from rewind.embedded.services import SeaweedS3
 
     s3 = SeaweedS3(tmp_path_factory.mktemp("s3"))
     s3.start()

@@ -140,7 +140,7 @@ def _supervised_registry(tmp_path: Path, topic: str, platform: Any, monkeypatch:
                                                                 "delay: 1 seconds}", **extra: str) -> Path:
     """A one-stream registry (`sup`) in tmp_path, and the env dag.test() tasks need (platform,
     Spark and Kafka connections) set for this test."""
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     registry = write_registry(tmp_path / "streams.yaml", demo_stream(
         "sup", topic, tmp_path, max_offsets=max_offsets, trigger="1 second", restart=restart, **extra))
@@ -158,7 +158,7 @@ def _states(run: Any) -> dict[str, str]:
 
 def _kill_hard(pid: int) -> None:
     """SIGKILL the driver and everything in its session (the spark-submit JVM too), and wait."""
-    from rewind.platform.processes import pid_alive
+    from rewind.runtime.processes import pid_alive
 
     try:
         os.killpg(os.getpgid(pid), signal.SIGKILL)
@@ -177,13 +177,13 @@ def test_a_driver_killed_between_supervisor_runs_is_found_by_the_next_launch(
     launch, recorded as a failure that counts towards the restart strategy, and relaunched; then every
     Kafka record is checked against the sink. (A kill the watch sees, healed through a real Airflow:
     tests/test_airflow_stack.py.)"""
+    from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.paths import status_path
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
-    from rewind.stream.control import stop_stream, wait_caught_up
-    from rewind.stream.status import read_status
     from rewind.supervision.failures import read_failures
+    from rewind.supervision.process_control import stop_stream, wait_caught_up
 
     topic = "sup-demo"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch)
@@ -225,12 +225,12 @@ def test_checkpoint_corrupted_while_down_is_repaired(airflow_env: dict[str, str]
     Kafka record is in the sink exactly once. (Every offsets file emptied, so that the supervisor's steps
     restore the newest savepoint: tests/test_chaos.py.)"""
     from rewind.checkpoints.inspection import inspect_checkpoint
+    from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.paths import status_path
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
-    from rewind.stream.control import stop_stream, wait_caught_up
-    from rewind.stream.status import read_status
+    from rewind.supervision.process_control import stop_stream, wait_caught_up
 
     topic = "corrupt-repair"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=400)
@@ -291,8 +291,8 @@ def test_crash_loop_stops_after_configured_attempts_and_skips_nothing(
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
-    from rewind.stream.control import stop_stream, wait_caught_up
     from rewind.supervision.failures import read_failures
+    from rewind.supervision.process_control import stop_stream, wait_caught_up
 
     topic = "crash-loop"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=300,
@@ -346,9 +346,9 @@ def test_replay_dag_restores_lost_rows_and_proves_them(airflow_env: dict[str, st
     import sqlalchemy as sa
 
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.driver.runner import open_sink
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
-    from rewind.stream.runner import open_sink
 
     topic = "replay-dag"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=2000)
@@ -387,12 +387,12 @@ def test_lag_over_the_threshold_alerts_and_never_starts_a_second_driver(
     visibly (no retry), the alert is recorded (not a failure), and the one driver keeps running: no
     relaunch, no second spark-submit on its checkpoint (before the fix, the lag was recorded as a
     failure and `relaunch` started a second driver). A second run within alert_every stays quiet."""
+    from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.paths import status_path
     from rewind.registry import load_registry
-    from rewind.stream.control import stop_stream
-    from rewind.stream.status import read_status
     from rewind.supervision.failures import read_failures
+    from rewind.supervision.process_control import stop_stream
 
     topic = "sup-lag"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=50,

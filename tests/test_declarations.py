@@ -1,6 +1,6 @@
 """Declarations the proofs cannot use are refused when the stream loads or its tables resolve, in one line
-naming the stream, the class, the table or column and the fix (``rewind.stream.contract.check_declarations``,
-``check_late_candidates``, ``rewind.stream.outputs.resolved_tables``).
+naming the stream, the class, the table or column and the fix (``rewind.api.contract.check_declarations``,
+``check_late_candidates``, ``rewind.driver.outputs.resolved_tables``).
 
 Pure: tables with declared columns, columns resolved with ``columns_from_schema``, and ``resolved_tables``
 with ``build``'s schemas given; one test plans real ``build`` functions on the session's Spark.
@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from rewind.sink.schema import Column, TableSpec
-from rewind.stream.contract import (
+from rewind.api.contract import (
     Aggregate,
     Identity,
     Transform,
@@ -27,8 +26,9 @@ from rewind.stream.contract import (
     check_late_candidates,
     load_transform,
 )
-from rewind.stream.late_routing import LATE_CANDIDATE
-from rewind.stream.outputs import columns_from_schema, output_table
+from rewind.api.late import LATE_CANDIDATE
+from rewind.api.tables import Column, TableSpec
+from rewind.driver.outputs import columns_from_schema, output_table
 
 WHERE = "stream s: transform 'm:T'"
 COORD_COLUMNS = (Column("topic", "string", False), Column("partition", "int", False), Column("offset", "bigint", False))
@@ -210,8 +210,8 @@ def spec_of(transform: str = "m:T") -> Any:
 
 def resolve(monkeypatch: pytest.MonkeyPatch, transform: Transform, schemas: dict[str, list[tuple[str, str]]],
             late: list[tuple[str, str]] | None) -> Any:
-    import rewind.stream.late_routing as late_routing
-    import rewind.stream.outputs as outputs
+    import rewind.driver.late_routing as late_routing
+    import rewind.driver.outputs as outputs
 
     monkeypatch.setattr(outputs, "output_schemas", lambda t, spark, spec: schemas)
     monkeypatch.setattr(late_routing, "streaming_candidates", lambda t, spark, spec: late)
@@ -249,8 +249,8 @@ def test_a_resolved_latest_table_needs_an_orderable_version(monkeypatch: pytest.
 
 def test_a_table_spec_refused_at_import_names_the_stream(tmp_path: Path) -> None:
     (tmp_path / "bad_tables.py").write_text(
-        "from rewind.sink.schema import Column, TableSpec\n"
-        "from rewind.stream.contract import Transform\n"
+        "from rewind.api.tables import Column, TableSpec\n"
+        "from rewind.api.contract import Transform\n"
         "STOCK = TableSpec('stock', (Column('sku', 'string', False), Column('version', 'string', False)), ('sku',),\n"
         "                  'latest', version='version')\n"
         "class T(Transform):\n    tables = (STOCK,)\n    def build(self, source, spec):\n        return source\n")
@@ -275,8 +275,8 @@ def test_late_candidates_are_found_in_the_streaming_plan(spark: Any) -> None:
         from streams.payments_stream import PaymentsTransform, Undeclared
     finally:
         sys.path.remove(str(Path(__file__).parent))
-    from rewind.stream.late_routing import streaming_candidates
-    from rewind.stream.outputs import resolved_tables
+    from rewind.driver.late_routing import streaming_candidates
+    from rewind.driver.outputs import resolved_tables
 
     late = streaming_candidates(PaymentsTransform(), spark, spec_of())
     assert late is not None and ("event_time", "timestamp") in late and ("offset", "long") in late

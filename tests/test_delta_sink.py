@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 from harness.sink_data import MONEY, STATE, TABLES, check_money, dead_letters, events, money_rows, windows
 
+from rewind.api.tables import LEDGER_TABLE, TableSpec
 from rewind.registry import RegistryError, load_registry
 from rewind.sink.delta import DeltaSink
 from rewind.sink.delta_target import DeltaSinkTarget, parse_delta_sink
 from rewind.sink.errors import SinkRefused
-from rewind.sink.schema import LEDGER_TABLE, TableSpec
 
 
 @pytest.fixture
@@ -177,9 +177,9 @@ def test_the_demo_stream_into_delta(spark: Any, platform: Any, tmp_path: Path, w
     from deltalake import DeltaTable
 
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.driver.runner import build_query, open_sink
     from rewind.proof.verify import verify_stream
-    from rewind.stream.runner import build_query, open_sink
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     topic = f"dlt-{uuid.uuid4().hex[:8]}"
     sent = produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=5000, rate=1000, partitions=5,

@@ -1,7 +1,7 @@
 """The demo stream's physical plan on a real micro-batch: each Kafka record is read and parsed once.
 
 Spark plans one source scan and one parse per output branch (dead letters, events, windows, and the
-late candidates of ``rewind.stream.late_routing``) unless
+late candidates of ``rewind.driver.late_routing``) unless
 the branches share the parse's exchange (``rewind.demo.transform._shared_by_every_branch``); this
 guards that sharing, and that the stream's output stays exactly-once with it; and that the windows
 close and the ids expire when the watermark passes them (a plan whose watermark sat below the shared
@@ -16,13 +16,13 @@ from pathlib import Path
 
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.registry import load_registry
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 
 def test_each_record_is_read_and_parsed_once(  # type: ignore[no-untyped-def]
         tmp_path: Path, platform, spark, new_topic) -> None:
+    from rewind.driver.runner import build_query
     from rewind.proof.verify import verify_stream
-    from rewind.stream.runner import build_query
 
     topic = new_topic(partitions=3, prefix="plan")
     sent = produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=3000, partitions=3, malformed_every=40,
@@ -61,8 +61,8 @@ def test_each_record_is_read_and_parsed_once(  # type: ignore[no-untyped-def]
 
 def test_windows_close_and_ids_expire_when_the_watermark_passes_them(  # type: ignore[no-untyped-def]
         tmp_path: Path, platform, spark, new_topic) -> None:
+    from rewind.driver.runner import build_query
     from rewind.proof.verify import verify_stream
-    from rewind.stream.runner import build_query
 
     topic = new_topic(partitions=3, prefix="close")
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=3, malformed_every=40,
@@ -100,12 +100,12 @@ def test_a_replays_plan_has_no_window_branch_and_its_events_name_the_same_window
 
     import pandas as pd
 
+    from rewind.api.tables import TableSpec
     from rewind.demo.events import make_event, malformed_payload
     from rewind.demo.transform import DemoTransform
     from rewind.proof.aggregates import group_text
     from rewind.replay.chunks import without_kinds
     from rewind.replay.recompute import from_identity_rows, touched_groups
-    from rewind.sink.schema import TableSpec
 
     spec = load_registry(write_registry(tmp_path / "s.yaml", demo_stream(
         "rplan", "t", tmp_path, window="3 seconds", watermark_delay="1 second"))).get("rplan")

@@ -249,9 +249,9 @@ def demo_run(tmp_path_factory, platform, spark):  # type: ignore[no-untyped-def]
     second batch closes the first second's windows, so some window results exist to reconcile.
     """
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.driver.runner import build_query
     from rewind.registry import load_registry
-    from rewind.stream.runner import build_query
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     t0 = time.perf_counter()
     work = tmp_path_factory.mktemp("dq")
@@ -313,8 +313,8 @@ def test_proof_passes_and_stores_data_docs(demo_run, platform, tmp_path: Path) -
 def test_running_stream_is_proven_up_to_its_last_committed_batch(demo_run, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A status file saying the stream runs (a live pid) at batch 0: only batch 0's range is judged."""
     from rewind.checkpoints.logs import parse_offsets_file
+    from rewind.control.status import StreamStatus, write_status
     from rewind.paths import status_path
-    from rewind.stream.status import StreamStatus, write_status
 
     spec = demo_run["spec"]
     _, sources = parse_offsets_file((Path(spec.checkpoint) / "offsets" / "0").read_text())

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from harness.crash import run_crash_scenario
 
-from rewind.platform.services import PlatformInfo
+from rewind.embedded.services import PlatformInfo
 
 pytestmark = pytest.mark.slow
 

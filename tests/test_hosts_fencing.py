@@ -1,6 +1,6 @@
 """One driver per stream across hosts, a warm standby on another host, and a zombie that commits nothing.
 
-Two "hosts" (``rewind.testing.hosts``: own PID, mount and UTS namespaces, a private tmpfs over the
+Two "hosts" (``tests.harness.hosts``: own PID, mount and UTS namespaces, a private tmpfs over the
 status directory) share only Kafka, S3 (the control store, ``control: s3://...``), the checkpoint
 directory and the SQLite sink. The driver on host-a runs; a second ``rewind stream run`` on host-b
 is refused naming host-a, its epoch and its lease's expiry; a standby (``--standby``) on host-b warms
@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.platform.services import PlatformInfo
-from rewind.testing import hosts
-from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.embedded.services import PlatformInfo
+from tests.harness import hosts
+from tests.harness.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 TTL_S = 8.0
@@ -56,8 +56,8 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, *watch: hosts.
 @pytest.fixture
 def world(platform: PlatformInfo, new_topic: Callable[..., str], tmp_path: Path,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    from rewind.platform.jvm import rewind_jar
     from rewind.registry import load_registry
+    from rewind.runtime.jvm import rewind_jar
 
     for k, v in platform.env().items():  # the test reads the shared store as every host does
         monkeypatch.setenv(k, v)
@@ -112,14 +112,14 @@ def pause_mid_batch(driver: hosts.HostProcess, cp: Path, timeout: float = 120) -
 
 def test_a_zombie_driver_commits_nothing_and_the_checkpoint_stays_whole(world: dict[str, Any],
                                                                          platform: PlatformInfo) -> None:
+    from rewind.api.tables import LEDGER_TABLE
     from rewind.checkpoints.files import read_text
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.checkpoints.logs import parse_offsets_file
+    from rewind.control.driver_lease import read_standby, request_stop
+    from rewind.control.status_store import read_stream_status
+    from rewind.driver.runner import open_sink
     from rewind.proof.verify import verify_stream
-    from rewind.sink.schema import LEDGER_TABLE
-    from rewind.stream.driver_lease import read_standby, request_stop
-    from rewind.stream.runner import open_sink
-    from rewind.stream.status_store import read_stream_status
 
     spec, cp = world["spec"], Path(world["spec"].checkpoint)
     events = 9_000

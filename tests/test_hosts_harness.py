@@ -1,4 +1,4 @@
-"""The two-host harness (``rewind.testing.hosts``) itself: a program paused and resumed on a host is reaped.
+"""The two-host harness (``tests.harness.hosts``) itself: a program paused and resumed on a host is reaped.
 
 Why: ``nsenter`` mirrors job control (it stops itself when its child stops and continues the child only
 when it is continued). Resumed in the wrong order, a fenced zombie exited but stayed unreaped, and
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rewind.testing import hosts
+from tests.harness import hosts
 
 pytestmark = pytest.mark.skipif(not hosts.available(), reason="needs root and unshare")
 PROGRAM = "import sys, time; print('up', flush=True); time.sleep(float(sys.argv[1])); print('done', flush=True)"

@@ -20,11 +20,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from rewind.api.contract import RECORD_COLUMNS
 from rewind.inventory.catalog import CATALOG_FILE, generate_catalog, load_catalog
 from rewind.inventory.producer import plan_record, produce_inventory
 from rewind.inventory.tables import DEAD_LETTER, STOCK, TABLES
 from rewind.inventory.transform import InventoryTransform
-from rewind.stream.contract import RECORD_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 T = InventoryTransform()
@@ -159,8 +159,8 @@ def test_producer_versions_rise_per_key_and_faults_come_as_asked() -> None:
 
 
 def test_registry_ships_the_inventory_stream() -> None:
+    from rewind.api.contract import load_transform
     from rewind.registry import load_registry
-    from rewind.stream.contract import load_transform
 
     spec = load_registry(ROOT / "streams.yaml", env={"REWIND_HOME": "/h"}).get("inventory")
     assert spec.topics == ["inventory-updates"] and spec.partitions == 3 and spec.dq_suite == "contract"
@@ -280,8 +280,8 @@ KILLS = 2
 
 
 def write_registry(path: Path, name: str, topic: str, home: Path, sink_url: str | None = None) -> Path:
-    from rewind.testing.registry_templates import demo_stream
-    from rewind.testing.registry_templates import write_registry as write
+    from tests.harness.registry_templates import demo_stream
+    from tests.harness.registry_templates import write_registry as write
 
     return write(path, demo_stream(name, topic, home, max_offsets=400, sink_url=sink_url or f"sqlite:///{home}/sink.db",
                                    transform="rewind.inventory.transform:InventoryTransform", partitions="5",
@@ -295,12 +295,12 @@ def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topi
     rule under re-runs and kills: tests/test_sink.py and tests/test_sink_commit_points.py."""
     from harness.processes import StreamProcess, wait_for
 
+    from rewind.control.status import read_status
+    from rewind.driver.runner import open_sink
     from rewind.kafka.lookups import true_end_offsets
     from rewind.paths import status_path
     from rewind.proof.contract_proof import verify_contract_stream
     from rewind.registry import load_registry
-    from rewind.stream.runner import open_sink
-    from rewind.stream.status import read_status
 
     name, topic, home = "inv_crash", new_topic(5, "invcrash"), tmp_path / "home"
     sink_url = f"kafka://{platform.kafka_bootstrap}/{topic}-out."

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from importlib.metadata import version
 from pathlib import Path
 
-from rewind.platform.jars import connector_jars, jars_dir
+from rewind.runtime.jars import connector_jars, jars_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = {"m": "http://maven.apache.org/POM/4.0.0"}
@@ -49,7 +49,7 @@ def test_fetched_jars_are_the_pinned_ones() -> None:
 def test_missing_jars_name_the_fix(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import pytest
 
-    from rewind.platform.jars import JarsMissing, broker_classpath
+    from rewind.runtime.jars import JarsMissing, broker_classpath
 
     monkeypatch.setenv("REWIND_JARS", str(tmp_path))
     with pytest.raises(JarsMissing, match=r"make jars.*Maven"):

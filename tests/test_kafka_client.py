@@ -32,7 +32,7 @@ from rewind.kafka.types import (
     OffsetRange,
     UnknownTopicError,
 )
-from rewind.platform.processes import free_port
+from rewind.runtime.processes import free_port
 
 
 def offsets_read(conf: dict[str, Any], rng: OffsetRange, timeout_s: float = 10.0,

@@ -25,17 +25,17 @@ from pathlib import Path
 
 import pytest
 
+from rewind.control.status import read_status
 from rewind.demo.producer import ProduceSpec, plan_record
+from rewind.embedded.kafka_broker import KafkaBroker
 from rewind.kafka.lookups import check_reachable, true_end_offsets
 from rewind.kafka.types import KafkaUnreachable
 from rewind.paths import status_path
-from rewind.platform.kafka_broker import KafkaBroker
-from rewind.platform.processes import terminate_group
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
-from rewind.stream.status import read_status
-from rewind.testing.registry_templates import demo_stream
-from rewind.testing.registry_templates import write_registry as write
+from rewind.runtime.processes import terminate_group
+from tests.harness.registry_templates import demo_stream
+from tests.harness.registry_templates import write_registry as write
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = "rewind"

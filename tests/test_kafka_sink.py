@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from harness.sink_data import DEAD_LETTER, MONEY, STATE, TABLES, check_money, dead_letters, events, money_rows, windows
 
+from rewind.api.tables import LEDGER_TABLE, Column, TableSpec
 from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.registry import RegistryError, load_registry
 from rewind.sink.errors import SinkRefused, SinkWriteError
 from rewind.sink.kafka import TransactionalKafkaSink
 from rewind.sink.kafka_target import KafkaSinkTarget, parse_kafka_sink
-from rewind.sink.schema import LEDGER_TABLE, Column, TableSpec
 
 
 @pytest.fixture

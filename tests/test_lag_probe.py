@@ -7,11 +7,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rewind.control.status import StreamStatus, read_status
 from rewind.demo.producer import ProduceSpec, produce
+from rewind.driver.lag_probe import LagProbe
 from rewind.kafka.client_config import base_consumer_config
 from rewind.kafka.lookups import KafkaOffsetClient
-from rewind.stream.lag_probe import LagProbe
-from rewind.stream.status import StreamStatus, read_status
 from rewind.supervision.health import Thresholds, diagnose
 
 

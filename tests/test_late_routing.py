@@ -20,15 +20,15 @@ import pytest
 from confluent_kafka import Producer
 from harness.processes import StreamProcess, wait_for
 
+from rewind.control.status import read_status
 from rewind.demo.events import make_event
+from rewind.driver.late_routing import BEHIND_WATERMARK, late_events_watermark_ms
+from rewind.driver.runner import open_sink
 from rewind.kafka.lookups import true_end_offsets
 from rewind.paths import late_checks_path, status_path
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
-from rewind.stream.late_routing import BEHIND_WATERMARK, late_events_watermark_ms
-from rewind.stream.runner import open_sink
-from rewind.stream.status import read_status
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 pytestmark = pytest.mark.slow
 
@@ -179,7 +179,7 @@ def test_catch_up_after_an_outage_with_unequal_backlogs(tmp_path: Path, platform
 
 def test_late_events_watermark_is_the_previous_batch_s(tmp_path: Path) -> None:
     """Spark judges lateness in batch N by the watermark of batch N-1 (offsets/N-1)."""
-    from rewind.stream.late_routing import WatermarkUnknown
+    from rewind.driver.late_routing import WatermarkUnknown
 
     offsets = tmp_path / "offsets"
     offsets.mkdir()

@@ -9,9 +9,9 @@ import os
 import time
 from typing import Any
 
+from rewind.control.status import StreamStatus
 from rewind.ops.metrics import render
 from rewind.ops.view import Inputs
-from rewind.stream.status import StreamStatus
 
 
 def parsed(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -29,10 +29,10 @@ from typing import Any
 import httpx
 import pytest
 
+from rewind.control.status import StreamStatus, read_status, write_status
 from rewind.paths import status_path
 from rewind.registry import load_registry
-from rewind.stream.status import StreamStatus, read_status, write_status
-from rewind.testing.registry_templates import demo_stream
+from tests.harness.registry_templates import demo_stream
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ class Inbox:
     def __init__(self) -> None:
         from aiosmtpd.controller import Controller
 
-        from rewind.platform.processes import free_port
+        from rewind.runtime.processes import free_port
 
         self.messages: list[Message] = []
         self._lock = threading.Lock()
@@ -79,7 +79,7 @@ def body_of(message: Message) -> str:
 def ops(airflow_factory: Callable[..., Any], platform: Any, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[dict[str, Any]]:
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.stream.control import stop_stream
+    from rewind.supervision.process_control import stop_stream
 
     home = tmp_path_factory.mktemp("ops")
     conf_dir = home / "spark-conf"
@@ -219,7 +219,7 @@ def test_a_failed_proof_and_a_crash_loop_are_mailed(ops: dict[str, Any]) -> None
 
 def consumer_groups(bootstrap: str, group: str) -> dict[str, dict[str, int]]:
     """``kafka-consumer-groups --describe --group GROUP`` (Apache Kafka's tool), as partition -> columns."""
-    from rewind.platform.jars import java_binary, kafka_tools_classpath
+    from rewind.runtime.jars import java_binary, kafka_tools_classpath
 
     done = subprocess.run([java_binary(), "-Xmx256m", "-cp", kafka_tools_classpath(),
                            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
@@ -238,7 +238,7 @@ def test_kafka_consumer_groups_sees_the_streams_lag(ops: dict[str, Any]) -> None
     """Last: it stops the stream, with a backlog, and reads the group with Kafka's own tool."""
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.kafka.group_offsets import consumer_group
-    from rewind.stream.control import stop_stream
+    from rewind.supervision.process_control import stop_stream
 
     spec, bootstrap = ops["spec"], ops["platform"].kafka_bootstrap
     produce(bootstrap, ProduceSpec(topic="ops-events", count=6000, partitions=3, id_prefix="o2"))

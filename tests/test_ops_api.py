@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 STREAM = "uitest"
 SAVEPOINT_DAG = f"rewind_{STREAM}_savepoint"
@@ -48,7 +48,7 @@ def test_local_airflow_extra_users_get_generated_private_passwords(tmp_path: Pat
     import configparser
     import stat
 
-    from rewind.platform.airflow_local import LocalAirflow
+    from rewind.embedded.airflow_local import LocalAirflow
 
     def make(**kw: Any) -> LocalAirflow:
         return LocalAirflow(tmp_path / "home", tmp_path / "dags", tmp_path / "plugins", port=8999, **kw)

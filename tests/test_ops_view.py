@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rewind.control.status import StreamStatus, append_history, read_history, write_status
 from rewind.ops.view import (
     Inputs,
     build_stream_view,
@@ -19,9 +20,8 @@ from rewind.ops.view import (
 )
 from rewind.paths import status_path
 from rewind.registry import load_registry
-from rewind.stream.status import StreamStatus, append_history, read_history, write_status
 from rewind.supervision.health import Thresholds
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 NOW = 1_800_000_000.0
 NO_FAILURES = {"failures": [], "gave_up": None}

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from rewind.control.status import StreamStatus, write_status
 from rewind.paths import status_path
 from rewind.proof.scope import committed_batch, nothing_to_prove
 from rewind.proof.verdict import verdict_line
 from rewind.registry import load_registry
-from rewind.stream.status import StreamStatus, write_status
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 NO_KAFKA = "127.0.0.1:9"  # discard port: nothing listens
 

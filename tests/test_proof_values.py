@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rewind.api.tables import Column, TableSpec
 from rewind.proof.values import (
     ANY,
     DEFAULT_FLOAT_TOLERANCE,
@@ -27,7 +28,6 @@ from rewind.proof.values import (
     same_value,
     text_key,
 )
-from rewind.sink.schema import Column, TableSpec
 
 INT = rule_of("bigint")
 MAGNITUDES = [1, 10 ** 6, 30_190_708, 10 ** 12, 2 ** 53 + 1, 2 ** 63 - 2, -(2 ** 63)]

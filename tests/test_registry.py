@@ -101,7 +101,7 @@ def test_supervision_thresholds(tmp_path: Path) -> None:
     ("savepoints", "{max_age: soon}"), ("savepoints", "{schedule: banana}"), ("supervision", "{poll: fast}")])
 def test_bad_durations_and_schedules_are_refused_at_load(tmp_path: Path, key: str, value: str) -> None:
     """Every duration of the registry is checked at load, naming the file and the key (not at 3 a.m.)."""
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     path = write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path, **{key: value}))
     field = value.strip("{}").split(":")[0]
@@ -113,7 +113,7 @@ def test_bad_durations_and_schedules_are_refused_at_load(tmp_path: Path, key: st
 def test_schedules_accept_presets_cron_and_durations(tmp_path: Path) -> None:
     from datetime import timedelta
 
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     for value, expected in [("'@daily'", "@daily"), ("'*/30 * * * *'", "*/30 * * * *"),
                             ("30 min", timedelta(minutes=30)), ("null", None)]:
@@ -125,20 +125,20 @@ def test_a_transform_must_implement_the_contract(tmp_path: Path) -> None:
     """A function, a missing class or an incomplete class is refused naming the stream and what is missing."""
     import sys
 
-    from rewind.stream.contract import TransformRefused, load_transform
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from rewind.api.contract import TransformRefused, load_transform
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     (tmp_path / "my_transforms.py").write_text(
-        "from rewind.stream.contract import Transform\n"
+        "from rewind.api.contract import Transform\n"
         "def build(source, spec):\n    return source\n"
         "class Half(Transform):\n    def build(self, source, spec):\n        return source\n"
         "from rewind.demo.transform import DemoTransform\n"
-        "from rewind.stream.contract import Identity\n"
+        "from rewind.api.contract import Identity\n"
         "class ElsewhereId(DemoTransform):\n    identity = Identity('nowhere', ('event_id',))\n"
         "class LackingId(DemoTransform):\n    identity = Identity('events', ('order_id',))\n"
         "class VersionedId(DemoTransform):\n    identity = Identity('events', ('event_id',), version='offset')\n"
         "class NoDeadLetters(DemoTransform):\n    dead_letter_table = 'window_results'\n"
-        "from rewind.stream.contract import Aggregate\n"
+        "from rewind.api.contract import Aggregate\n"
         "class OtherGroup(DemoTransform):\n    aggregates = (Aggregate('window_results', keys=('merchant',)),)\n"
         "class NoTotal(DemoTransform):\n"
         "    aggregates = (Aggregate('window_results', keys=('key',), measures={'total': 'sum(amount)'}),)\n"

@@ -18,10 +18,10 @@ import pytest
 from harness.crash import run_crash_scenario
 from harness.processes import StreamProcess, wait_for
 
+from rewind.control.status import read_status
+from rewind.embedded.services import PlatformInfo
 from rewind.paths import status_path
-from rewind.platform.services import PlatformInfo
 from rewind.registry import load_registry
-from rewind.stream.status import read_status
 
 pytestmark = pytest.mark.slow
 
@@ -69,8 +69,8 @@ def test_exactly_once_under_sigkill_sql_sink_written_from_the_executors(tmp_path
 
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.testing.pg_databases import create_database, drop_database
     from rewind.upgrade.history import read_history
+    from tests.harness.pg_databases import create_database, drop_database
 
     db = f"crash_{uuid.uuid4().hex[:10]}"
     url = create_database(postgres_url, db)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rewind.api.contract import Aggregate
 from rewind.proof.aggregates import group_text, recompute_measures
 from rewind.replay.aggregates import (
     ALL_LATE,
@@ -39,7 +40,6 @@ from rewind.replay.aggregates import (
     to_recompute,
 )
 from rewind.replay.report import ReplayReport, format_report
-from rewind.stream.contract import Aggregate
 
 T0 = pd.Timestamp("2026-11-27T10:00:00Z")
 MINUTE = timedelta(minutes=1)

@@ -27,8 +27,8 @@ BASE = datetime(2026, 1, 1, tzinfo=UTC)   # record timestamps: BASE + i seconds
 
 
 def write_registry(tmp_path: Path, topics: list[str], name: str = "rp") -> Path:
-    from rewind.testing.registry_templates import demo_stream
-    from rewind.testing.registry_templates import write_registry as write
+    from tests.harness.registry_templates import demo_stream
+    from tests.harness.registry_templates import write_registry as write
 
     return write(tmp_path / "streams.yaml", demo_stream(name, topics, tmp_path, sink_url=f"sqlite:///{tmp_path}/sink.db"))
 

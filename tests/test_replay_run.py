@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from rewind.driver.source import bounded_options
 from rewind.kafka.types import TP
 from rewind.proof.verify import recompute_windows, verify_stream
 from rewind.registry import load_registry
@@ -38,9 +39,8 @@ from rewind.replay.report import ReplayReport
 from rewind.replay.request import ReplayRequest
 from rewind.replay.run import run_replay
 from rewind.replay.setup import plan_chunks, prepare_replay
-from rewind.stream.source import bounded_options
-from rewind.testing.registry_templates import demo_stream, write_registry
 from spark_jobs import REPLAY_JOB
+from tests.harness.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("events", "dead_letter", "window_results")
@@ -159,7 +159,7 @@ def test_batch_options_drop_the_streams_position_and_pace(tmp_path: Path) -> Non
 def sink_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/s.db"
-    from rewind.testing.pg_databases import create_database
+    from tests.harness.pg_databases import create_database
 
     server = request.getfixturevalue("postgres_url")
     name = f"rr_{uuid.uuid4().hex[:8]}"
@@ -278,7 +278,7 @@ def done_stream(tmp_path_factory: pytest.TempPathFactory, platform: Any, spark: 
     later batches close the first windows, the last ones stay open (pending) in the checkpoint.
     """
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     work = tmp_path_factory.mktemp("replay")
     topic = f"rr-{uuid.uuid4().hex[:8]}"
@@ -363,7 +363,7 @@ def test_lost_data_is_restored_exactly_once_and_windows_recomputed(done_stream: 
     after = verify_stream(spec, bootstrap)
     assert after.ok, after  # every record exactly once; every window equals the recomputation
     # window results equal a recomputation from the raw events, not a sum of partial counts
-    from rewind.stream.runner import open_sink
+    from rewind.driver.runner import open_sink
 
     sink = open_sink(spec)
     try:
@@ -430,12 +430,12 @@ def test_spark_submit_entry_with_a_plan_file(done_stream: dict[str, Any], platfo
 @pytest.mark.slow
 def test_overlap_with_a_live_stream_finds_no_duplicates(tmp_path: Path, platform: Any, spark: Any) -> None:
     """Replay what the running stream already wrote while it keeps running and the producer keeps sending."""
+    from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.kafka.lookups import true_end_offsets
     from rewind.paths import status_path
-    from rewind.platform.processes import pid_alive, terminate_group
-    from rewind.stream.control import launch_stream, stop_stream, wait_caught_up
-    from rewind.stream.status import read_status
+    from rewind.runtime.processes import pid_alive, terminate_group
+    from rewind.supervision.process_control import launch_stream, stop_stream, wait_caught_up
 
     bootstrap = platform.kafka_bootstrap
     topic = f"ro-{uuid.uuid4().hex[:8]}"
@@ -499,7 +499,7 @@ def test_replay_of_a_complete_range_into_the_kafka_sink_writes_nothing_new(platf
     replay reads back (read_committed) to find what is already there; replaying the whole range
     adds no record to them."""
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.stream.runner import build_query, open_sink
+    from rewind.driver.runner import build_query, open_sink
 
     topic = f"rk-{uuid.uuid4().hex[:8]}"
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1500, rate=1000, partitions=3, id_prefix="rk",
@@ -532,7 +532,7 @@ def test_rows_lost_from_a_delta_sink_are_restored_by_a_replay(platform: Any, spa
     from deltalake import DeltaTable
 
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.stream.runner import build_query, open_sink
+    from rewind.driver.runner import build_query, open_sink
 
     topic = f"rd-{uuid.uuid4().hex[:8]}"
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1500, rate=1000, partitions=4, id_prefix="rd",
@@ -573,7 +573,7 @@ def test_a_record_sent_twice_across_a_chunk_boundary_is_counted_once(platform: A
 
     from rewind.demo.events import make_event
     from rewind.demo.producer import ensure_topic
-    from rewind.stream.runner import build_query, open_sink
+    from rewind.driver.runner import build_query, open_sink
 
     topic = f"rsplit-{uuid.uuid4().hex[:8]}"
     ensure_topic(platform.kafka_bootstrap, topic, 1)

@@ -35,11 +35,11 @@ from rewind.checkpoints.logs import parse_offsets_file
 from rewind.checkpoints.pointer import active_checkpoint
 from rewind.checkpoints.savepoints import create_savepoint, restore_savepoint
 from rewind.demo.events import make_event
-from rewind.platform.services import PlatformInfo
+from rewind.embedded.services import PlatformInfo
 from rewind.proof.verify import ExactlyOnceReport, verify_stream
 from rewind.registry import StreamSpec, load_registry
 from rewind.s3 import S3Config, S3Store
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 OLD_LIMIT, NEW_LIMIT = 100, 10_000  # maxOffsetsPerTrigger before and after the restore
 WINDOW_S, DELAY_S = 10, 10
@@ -88,7 +88,7 @@ def no_data_batches(spark: Any, enabled: bool) -> Iterator[None]:
 
 def run_available_now(spark: Any, spec: StreamSpec, bootstrap: str) -> list[int]:
     """Run the stream (build_query) with Trigger.AvailableNow to the end; the batch ids it ran."""
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     query = build_query(spark, spec, bootstrap, available_now=True, checkpoint=active_checkpoint(spec))
     try:
@@ -110,7 +110,7 @@ def offsets_of(checkpoint: str | Path, batch: int) -> tuple[dict[str, Any], dict
 
 
 def ledger(spec: StreamSpec) -> dict[int, dict[str, Any]]:
-    from rewind.stream.runner import open_sink
+    from rewind.driver.runner import open_sink
 
     sink = open_sink(spec)
     try:
@@ -184,7 +184,7 @@ def run_restore_scenario(tmp_path: Path, platform: PlatformInfo, spark: Any, top
     assert meta3["batchWatermarkMs"] == ms(event_time(base, 399)) - DELAY_S * 1000
     assert not (restored.path / "offsets" / "4").exists()
 
-    from rewind.stream.runner import open_sink
+    from rewind.driver.runner import open_sink
 
     sink = open_sink(new)
     try:
@@ -242,7 +242,7 @@ def test_end_offsets_only_identity_loses_the_windows(  # type: ignore[no-untyped
         tmp_path: Path, platform: PlatformInfo, spark, new_topic, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same scenario under the old identity: the regression test above would fail, naming the
     32 window rows (2 windows x 16 keys) that only the skipped batch 3 would have written."""
-    from rewind.stream.runner import BatchWriter
+    from rewind.driver.runner import BatchWriter
 
     monkeypatch.setattr(BatchWriter, "source_offsets", end_offsets_only)
     out = run_restore_scenario(tmp_path, platform, spark, new_topic(1, "replan-old"), "replan_old")

@@ -25,10 +25,10 @@ from rewind.checkpoints.pointer import PointerError, active_checkpoint, point_to
 from rewind.checkpoints.retention import plan_prune, select_for_pruning, select_leftovers
 from rewind.checkpoints.savepoint_errors import InvalidSavepointId, SavepointCorrupt, SavepointRefused
 from rewind.checkpoints.savepoints import restore_destination, verify_tree
+from rewind.control.status import StreamStatus
 from rewind.registry import StreamSpec
 from rewind.s3 import S3Config, format_s3_url, parse_s3_url, resolve_s3_config
-from rewind.stream.control import liveness
-from rewind.stream.status import StreamStatus
+from rewind.supervision.process_control import liveness
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -253,7 +253,7 @@ def test_liveness() -> None:
 
 # --------------------------------------------------------------------------- S3 config
 def test_s3_config_resolution(tmp_path: Path) -> None:
-    from rewind.platform.services import PlatformInfo
+    from rewind.embedded.services import PlatformInfo
 
     env = {"REWIND_S3_BUCKET": "b1", "AWS_ENDPOINT_URL": "http://s3:9000", "AWS_ACCESS_KEY_ID": "k",
            "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "eu-west-1"}
@@ -279,7 +279,7 @@ class _Store:
 def test_stop_savepoint_always_restarts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copy_fails: bool,
                                         restart_fails: bool) -> None:
     import rewind.checkpoints.savepoints as sp
-    import rewind.stream.control as sc
+    import rewind.supervision.process_control as sc
     from rewind.s3 import S3Unreachable
 
     calls: list[str] = []
@@ -313,7 +313,7 @@ def test_stop_savepoint_always_restarts(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_stop_savepoint_does_not_restart_what_was_not_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import rewind.checkpoints.savepoints as sp
-    import rewind.stream.control as sc
+    import rewind.supervision.process_control as sc
 
     monkeypatch.setattr(sc, "stop_stream", lambda spec, timeout: False)
     monkeypatch.setattr(sp, "create_savepoint", lambda *a, **k: manifest())

@@ -37,17 +37,17 @@ from rewind.checkpoints.savepoints import (
     restore_savepoint,
     savepoint_with_stop,
 )
+from rewind.control.status import read_status
 from rewind.demo.producer import ProduceSpec, produce
+from rewind.embedded.services import PlatformInfo
 from rewind.kafka.lookups import true_end_offsets
 from rewind.paths import status_path
-from rewind.platform.processes import free_port, pid_alive, terminate_group
-from rewind.platform.services import PlatformInfo
 from rewind.proof.verify import verify_stream
 from rewind.registry import StreamSpec, load_registry
+from rewind.runtime.processes import free_port, pid_alive, terminate_group
 from rewind.s3 import S3Config, S3Store, S3Unreachable
-from rewind.stream.control import launch_stream, stop_stream, stream_liveness, wait_running
-from rewind.stream.status import read_status
-from rewind.testing.registry_templates import demo_stream
+from rewind.supervision.process_control import launch_stream, stop_stream, stream_liveness, wait_running
+from tests.harness.registry_templates import demo_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def wait(cond: Any, timeout: float, what: str) -> None:
 
 
 def committed(spec: StreamSpec) -> list[int]:
-    from rewind.stream.runner import open_sink
+    from rewind.driver.runner import open_sink
 
     sink = open_sink(spec)
     try:
@@ -166,7 +166,7 @@ class TcpProxy:
 @pytest.fixture(scope="module")
 def online(tmp_path_factory: pytest.TempPathFactory, platform: PlatformInfo, spark) -> Iterator[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """Run the demo query in this process while events arrive; savepoint it online; stop it later."""
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     home = tmp_path_factory.mktemp("sp-online")
     bootstrap = platform.kafka_bootstrap
@@ -201,7 +201,7 @@ def online(tmp_path_factory: pytest.TempPathFactory, platform: PlatformInfo, spa
 
 
 def test_online_savepoint_restore_resume_exactly_once(online: dict[str, Any], spark) -> None:  # type: ignore[no-untyped-def]
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     spec, store, manifest = online["spec"], online["store"], online["manifest"]
     assert manifest.mode == "online" and manifest.config_hash == spec.config_hash()
@@ -352,7 +352,7 @@ import os, signal, sys, time
 from pathlib import Path
 from rewind.control.directory import DirectoryStore
 from rewind.control.leases import LeaseKeeper, acquire, me
-from rewind.stream.status import StreamStatus, write_status
+from rewind.control.status import StreamStatus, write_status
 path, stop = Path(sys.argv[1]), []
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
 store = DirectoryStore(path.parent, sys.argv[2])

@@ -26,9 +26,9 @@ import pandas as pd
 import pytest
 
 from rewind.cli.main import main
+from rewind.cli.scaffold import ScaffoldRefused, add_to_registry, class_name, package_files, registry_entry
 from rewind.registry import StreamSpec, load_registry
-from rewind.stream.scaffold import ScaffoldRefused, add_to_registry, class_name, package_files, registry_entry
-from rewind.testing.registry_templates import demo_stream
+from tests.harness.registry_templates import demo_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "# my streams: one entry per stream\n# (this comment must survive)\n"
@@ -42,7 +42,7 @@ def scaffold_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple
 
 def import_transform(directory: Path, name: str) -> Any:
     """The generated transform, loaded as the registry entry names it (PYTHONPATH=directory)."""
-    from rewind.stream.contract import load_transform
+    from rewind.api.contract import load_transform
 
     sys.path.insert(0, str(directory))
     try:

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.platform.processes import pid_alive
-from rewind.platform.services import EmbeddedPlatform, read_platform
+from rewind.embedded.services import EmbeddedPlatform, read_platform
 from rewind.proof.verify import read_records
+from rewind.runtime.processes import pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def test_failed_start_names_the_cause_and_log(tmp_path: Path) -> None:
 
     import pytest
 
-    from rewind.platform.processes import ServiceError
+    from rewind.runtime.processes import ServiceError
 
     plat = EmbeddedPlatform(tmp_path / "svc")
     with socket.socket() as squatter:
@@ -57,8 +57,8 @@ def test_broker_log_names_the_cause(tmp_path: Path) -> None:
     """Too large a heap: the JVM refuses, and the error says which setting to change and where the log is."""
     import pytest
 
-    from rewind.platform.kafka_broker import KafkaBroker
-    from rewind.platform.processes import ServiceError
+    from rewind.embedded.kafka_broker import KafkaBroker
+    from rewind.runtime.processes import ServiceError
 
     broker = KafkaBroker(tmp_path / "k", heap="100000g")
     try:
@@ -99,7 +99,7 @@ def test_services_die_with_their_owner(tmp_path: Path) -> None:
         "import sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "from pathlib import Path\n"
-        "from rewind.platform.services import EmbeddedPlatform\n"
+        "from rewind.embedded.services import EmbeddedPlatform\n"
         f"info = EmbeddedPlatform(Path({str(tmp_path / 'svc')!r})).start()\n"
         "print(' '.join(str(p) for p in info.pids.values()), flush=True)\n"
         "time.sleep(120)\n")

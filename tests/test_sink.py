@@ -2,7 +2,7 @@
 
 Every behaviour test runs on both backends (`db_url` is parametrized); the
 PostgreSQL ones carry the `postgres` marker and use a throwaway server started
-by `rewind.testing.pg.LocalPostgres` (or the server named by $REWIND_POSTGRES_URL), one
+by `tests.harness.pg.LocalPostgres` (or the server named by $REWIND_POSTGRES_URL), one
 fresh database per test.
 """
 
@@ -33,14 +33,14 @@ from harness.sink_data import (
     windows,
 )
 
+from rewind.api.tables import LEDGER_TABLE, Column, TableSpec
 from rewind.errors import EXIT_FAILED, EXIT_REFUSED, Failed, Refused, exit_code_of
 from rewind.sink import contract
 from rewind.sink.contract import BatchResult, Sink
 from rewind.sink.errors import SinkConnectionError, SinkError, SinkRefused, SinkWriteError
-from rewind.sink.schema import LEDGER_TABLE, Column, TableSpec
 from rewind.sink.sql import ExactlyOnceSqlSink
-from rewind.testing.pg import LocalPostgres
-from rewind.testing.pg_install import postgres_available
+from tests.harness.pg import LocalPostgres
+from tests.harness.pg_install import postgres_available
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -472,11 +472,11 @@ def _running(pid: int) -> bool:
 
 
 def test_a_collected_batch_keeps_big_integers_exact_next_to_nulls(make_sink: Any) -> None:
-    """Arrow -> pandas (rewind.stream.runner.arrow_to_pandas) -> sink: a bigint past 2**53 beside a null
+    """Arrow -> pandas (rewind.driver.runner.arrow_to_pandas) -> sink: a bigint past 2**53 beside a null
     comes back as written (Arrow's default would make the column float64 and round it)."""
     import pyarrow as pa
 
-    from rewind.stream.runner import arrow_to_pandas
+    from rewind.driver.runner import arrow_to_pandas
 
     big = 2**62 + 1
     batch = pa.table({"sku": ["a", "b", "c"], "qty": pa.array([big, None, -big], pa.int64()),

@@ -49,7 +49,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
     if base == "sqlite":
         yield "sql", f"sqlite:///{tmp_path / 'sink.db'}", staged
     elif base == "postgres":
-        from rewind.testing.pg_databases import create_database, drop_database
+        from tests.harness.pg_databases import create_database, drop_database
 
         server = request.getfixturevalue("postgres_url")
         name = f"cp_{uuid.uuid4().hex[:12]}"

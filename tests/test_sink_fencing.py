@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rewind.api.tables import LEDGER_TABLE, Column, TableSpec
 from rewind.sink.errors import SinkFenced
-from rewind.sink.schema import LEDGER_TABLE, Column, TableSpec
 
 EVENTS = TableSpec("events", (Column("id", "string", nullable=False), Column("v", "bigint")), key=("id",),
                    on_conflict="ignore")
@@ -40,7 +40,7 @@ def make_sink(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[n
         return lambda: _sql(f"sqlite:///{tmp_path}/sink.db")
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres_url")
-        from rewind.testing.pg_databases import create_database
+        from tests.harness.pg_databases import create_database
 
         db = create_database(url, f"fence_{abs(hash(tmp_path.name)) % 10**8}")
         return lambda: _sql(db)
@@ -89,7 +89,7 @@ def test_a_stream_moved_to_another_control_store_raises_its_epoch_past_the_sinks
     is raised to 4 and fences the sink; a driver whose lease is no longer its own raises nothing."""
     from rewind.control.directory import DirectoryStore
     from rewind.control.leases import LeaseKeeper, LeaseLost, acquire, me
-    from rewind.stream.runner import fence_sink
+    from rewind.driver.runner import fence_sink
 
     old = _sql(f"sqlite:///{tmp_path}/m.db")
     old.fence(3)  # written under the old store's epochs 1..3

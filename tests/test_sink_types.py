@@ -21,13 +21,13 @@ import sqlalchemy as sa
 from harness.sink_data import MONEY, money_rows
 from sqlalchemy.dialects import postgresql, sqlite
 
+from rewind.api.contract import TransformRefused
+from rewind.api.tables import COLUMN_TYPES, Column, TableSpec, decimal_of
 from rewind.sink.convert import exact_decimal, prepare_table, typed_frame
 from rewind.sink.delta_tables import arrow_schema
 from rewind.sink.dialects import spec_table
 from rewind.sink.errors import SinkRefused
 from rewind.sink.kafka_codec import decode_key, decode_value, encode_key, encode_table
-from rewind.sink.schema import COLUMN_TYPES, Column, TableSpec, decimal_of
-from rewind.stream.contract import TransformRefused
 
 UTC = dt.UTC
 
@@ -105,7 +105,7 @@ def test_prepared_rows_name_table_column_and_value_and_sqlite_gets_canonical_tex
 def test_a_collected_spark_decimal_column_arrives_as_decimals_not_floats() -> None:
     """Spark's toArrow() gives decimal(P,S) as Arrow decimal128(P,S) (checked on Spark 4.2);
     arrow_to_pandas keeps Decimal objects, and the sink takes them as they are."""
-    from rewind.stream.batch_writer import arrow_to_pandas
+    from rewind.driver.batch_writer import arrow_to_pandas
 
     batch = pa.table({"id": pa.array([1, None], pa.int64()),
                       "fee": pa.array([Decimal("9999999999999999.99"), None], pa.decimal128(18, 2)),
@@ -140,7 +140,7 @@ def test_sql_arrow_and_spark_types_of_a_decimal_column() -> None:
     schema = arrow_schema(MONEY)
     assert schema.field("fee").type == pa.decimal128(18, 2) and schema.field("amount").type == pa.decimal128(38, 10)
     assert schema.field("at").type == pa.timestamp("us", tz="UTC")
-    from rewind.stream.delta_writer import split_schema
+    from rewind.driver.delta_writer import split_schema
 
     assert "`t0__fee` decimal(18,2)" in split_schema([MONEY])
 
@@ -216,7 +216,7 @@ def test_tolerance_on_a_key_column_is_refused() -> None:
 
 
 def test_tolerance_of_an_output_table_is_checked_and_kept_when_build_gives_its_columns() -> None:
-    from rewind.stream.outputs import columns_from_schema, output_table
+    from rewind.driver.outputs import columns_from_schema, output_table
 
     declared = output_table("rates", key=("id",), tolerance={"rate": 1e-6, "n": 1e-3})  # columns unknown yet
     assert declared.tolerance_of("n") == 1e-3
@@ -229,7 +229,7 @@ def test_tolerance_of_an_output_table_is_checked_and_kept_when_build_gives_its_c
 
 
 def test_spark_decimals_become_decimal_columns_with_their_precision() -> None:
-    from rewind.stream.outputs import columns_from_schema, output_table, spark_type_name
+    from rewind.driver.outputs import columns_from_schema, output_table, spark_type_name
 
     class Dec:  # pyspark's DecimalType(38, 10) as output_schemas sees it, without a Spark session
         def typeName(self) -> str:

@@ -27,9 +27,9 @@ from harness.crash import crash_registry, run_crash_scenario
 from harness.processes import StreamProcess, assert_no_open_transaction
 
 from rewind.demo.producer import ProduceSpec, produce
-from rewind.platform.processes import pid_alive
-from rewind.platform.services import PlatformInfo
-from rewind.testing.spark_cluster import Executor, StandaloneCluster, spark_home
+from rewind.embedded.services import PlatformInfo
+from rewind.runtime.processes import pid_alive
+from tests.harness.spark_cluster import Executor, StandaloneCluster, spark_home
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = int(os.environ.get("REWIND_CLUSTER_EVENTS", "16000"))
@@ -56,7 +56,7 @@ def test_python_apps_need_client_deploy_mode(cluster: StandaloneCluster, tmp_pat
 
 SMOKE = """
 import json, os, time
-from rewind.stream.spark_session import build_session
+from rewind.driver.spark_session import build_session
 
 def where(_):
     import psutil
@@ -233,7 +233,7 @@ def test_s3a_conf_carries_no_secret(platform: PlatformInfo) -> None:
     """The s3a conf goes on spark-submit's command line (visible in ``ps``): endpoint and jars only;
     the keys go on the running session's Hadoop conf (apply_credentials). An s3:// checkpoint is
     refused naming the s3a:// spelling (Hadoop has no s3:// file system here)."""
-    from rewind.platform.s3a import s3a_conf
+    from rewind.runtime.s3a import s3a_conf
 
     conf = s3a_conf("s3a://rewind/cp/x", env=platform.env())
     assert conf["spark.hadoop.fs.s3a.endpoint"] == platform.s3_endpoint

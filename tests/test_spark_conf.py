@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rewind.stream.spark_conf import (
+from rewind.driver.spark_conf import (
     DEFAULTS,
     REQUIRED,
     driver_defaults,
@@ -66,7 +66,7 @@ def test_a_stream_driver_gets_its_ui_and_an_event_log_beside_the_checkpoint() ->
 def test_spark_defaults_conf_wins_over_rewinds_defaults_in_a_real_session(tmp_path: Path) -> None:
     """``rewind stream run``'s way: plain Python starts the JVM; the file's settings stand, Rewind fills the rest."""
     (tmp_path / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 5\nspark.driver.memory 768m\n")
-    probe = ("import json\nfrom rewind.stream.spark_session import build_session\n"
+    probe = ("import json\nfrom rewind.driver.spark_session import build_session\n"
              "s = build_session('conf-probe', conf={'spark.default.parallelism': '3'})\n"
              "c = s.sparkContext.getConf()\n"
              "print(json.dumps({k: c.get(k) for k in ('spark.sql.shuffle.partitions', 'spark.driver.memory',"

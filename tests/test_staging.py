@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from harness.sink_data import STATE, TABLES, dead_letters, events, windows
 
+from rewind.api.tables import LEDGER_TABLE
 from rewind.sink.errors import SinkRefused, SinkWriteError
-from rewind.sink.schema import LEDGER_TABLE
 from rewind.sink.sql import ExactlyOnceSqlSink
 from rewind.sink.staging import SqlStaging, _copy_text
 
@@ -150,15 +150,15 @@ def test_the_demo_stream_writes_from_the_executors(spark: Any, platform: Any, tm
     import uuid
 
     from rewind.demo.producer import ProduceSpec, produce
+    from rewind.driver.runner import build_query, open_sink
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
-    from rewind.stream.runner import build_query, open_sink
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     if backend == "sqlite":
         url = f"sqlite:///{tmp_path}/sink.db"
     else:
-        from rewind.testing.pg_databases import create_database, drop_database
+        from tests.harness.pg_databases import create_database, drop_database
 
         server, name = request.getfixturevalue("postgres_url"), f"t_{uuid.uuid4().hex[:12]}"
         url = create_database(server, name)

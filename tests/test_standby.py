@@ -25,16 +25,16 @@ from harness.crash import crash_registry as write_registry
 from harness.processes import StreamProcess, wait_for
 
 from rewind.control.directory import DirectoryStore
+from rewind.control.driver_lease import read_standby
 from rewind.control.leases import DriverBusy, acquire, me
+from rewind.control.status import read_status
 from rewind.demo.producer import ProduceSpec, produce
+from rewind.embedded.services import PlatformInfo
 from rewind.kafka.lookups import true_end_offsets
 from rewind.paths import status_path
-from rewind.platform.services import PlatformInfo
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
-from rewind.stream.control import stop_stream
-from rewind.stream.driver_lease import read_standby
-from rewind.stream.status import read_status
+from rewind.supervision.process_control import stop_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -212,7 +212,7 @@ def test_the_supervisor_learns_of_a_driver_exit_from_the_kernel() -> None:
     not when its timeout runs out; a live process keeps it waiting the whole timeout."""
     import asyncio
 
-    from rewind.platform.processes import wait_exit
+    from rewind.runtime.processes import wait_exit
 
     proc = subprocess.Popen(["sleep", "60"])
     try:
@@ -238,9 +238,9 @@ def test_a_dead_driver_with_a_live_standby_is_a_takeover_not_a_failure(tmp_path:
     its first status) as a live driver: a takeover must not start a restart beside it; and a
     checkpoint repair (or restore) is refused while either is there."""
     from rewind.checkpoints.repair import stream_running
+    from rewind.control.driver_lease import mark_standby, take_driver_lease
     from rewind.control.location import control_store
-    from rewind.stream.driver_lease import mark_standby, take_driver_lease
-    from rewind.stream.status import StreamStatus, write_status
+    from rewind.control.status import StreamStatus, write_status
     from rewind.supervision.observe import observe
 
     registry = write_registry(tmp_path / "s.yaml", "obs", "t", f"sqlite:///{tmp_path}/x.db", tmp_path)

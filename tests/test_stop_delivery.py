@@ -14,7 +14,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from rewind.stream.status import await_last_progress
+from rewind.control.status import await_last_progress
 
 
 def ran(batch: int) -> Any:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from rewind.control.status import StreamStatus
 from rewind.registry import RestartSpec
-from rewind.stream.status import StreamStatus
 from rewind.supervision.health import Thresholds, diagnose
 from rewind.supervision.restart_policy import Failure, decide, same_batch_run
 
@@ -97,9 +97,9 @@ def test_relaunch_loop_records_each_failure_and_gives_up_on_a_poison_batch(tmp_p
     restarts (max_attempts 2), then CrashLoop naming the batch and offsets; delays as decided."""
     import os
 
+    from rewind.control.status import write_status
     from rewind.paths import status_path
     from rewind.registry import StreamSpec
-    from rewind.stream.status import write_status
     from rewind.supervision.failures import CrashLoop, read_failures
     from rewind.supervision.reconcile import fail, relaunch_until_progress
 
@@ -136,11 +136,11 @@ def test_a_launch_is_refused_while_a_driver_holds_the_checkpoint(tmp_path) -> No
 
     from rewind.control.leases import acquire, me
     from rewind.control.location import control_store
+    from rewind.control.status import StreamStatus, write_status
     from rewind.paths import status_path
     from rewind.registry import load_registry
-    from rewind.stream.control import DriverRunning, ensure_no_driver, launch_stream
-    from rewind.stream.status import StreamStatus, write_status
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from rewind.supervision.process_control import DriverRunning, ensure_no_driver, launch_stream
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     spec = load_registry(write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path))).get("s")
     driver = subprocess.Popen(["sleep", "60"])
@@ -158,7 +158,7 @@ def test_a_launch_is_refused_while_a_driver_holds_the_checkpoint(tmp_path) -> No
 
 
 def test_lag_alerts_once_per_period_and_never_restarts() -> None:
-    from rewind.stream.status import StreamStatus
+    from rewind.control.status import StreamStatus
     from rewind.supervision.health import Thresholds, evaluate
     from rewind.supervision.observe import Observation
 
@@ -219,9 +219,9 @@ def test_a_launch_records_a_death_no_watch_saw_and_a_crash_loop_of_them_gives_up
     import sys
     import time
 
+    from rewind.control.status import write_status
     from rewind.paths import status_path
     from rewind.registry import StreamSpec
-    from rewind.stream.status import write_status
     from rewind.supervision.failures import CrashLoop, read_failures, reset
     from rewind.supervision.reconcile import recover_unseen_death
 
@@ -261,11 +261,11 @@ def test_a_launch_records_a_death_no_watch_saw_and_a_crash_loop_of_them_gives_up
 def test_the_supervisor_chains_past_a_lost_driver_but_not_past_a_stop_or_a_verdict(tmp_path: Path) -> None:
     """A driver whose lease lapsed after its run's tasks (killed, or paused on a host cut off) is the
     next run's to record and bring back; a stopped stream or a crash-loop verdict ends the chain."""
+    from rewind.control.status import StreamStatus, write_status
     from rewind.paths import status_path
-    from rewind.stream.status import StreamStatus, write_status
     from rewind.supervision.failures import record_failure
-    from rewind.testing.registry_templates import demo_stream, write_registry
     from rewind_airflow.operators.supervision import chain_enabled
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     registry = write_registry(tmp_path / "r.yaml", demo_stream(
         "s", "t", tmp_path, restart="{strategy: fixed-delay, max_attempts: 1, delay: 1 seconds}"))

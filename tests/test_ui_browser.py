@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import pytest
 from harness.rewind_up import CHROMIUM, ROOT, RewindUp, check_the_newcomers_promises
 
-from rewind.stream.status import read_status
+from rewind.control.status import read_status
 
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

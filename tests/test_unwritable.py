@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from rewind.demo.tables import TABLES
+from rewind.driver.batch_writer import BatchWriter
 from rewind.sink.delta import DeltaSink
 from rewind.sink.delta_target import DeltaSinkTarget
 from rewind.sink.errors import SinkRefused
 from rewind.sink.sql import ExactlyOnceSqlSink
-from rewind.stream.batch_writer import BatchWriter
 
 
 def events(n: int, partitions: int = 4) -> pd.DataFrame:
@@ -70,7 +70,7 @@ def test_the_executor_writer_routes_the_same_rows_in_its_tasks() -> None:
     """``delta_writer._prepared`` is what every Spark task of a Delta batch runs on its rows."""
     from types import SimpleNamespace
 
-    from rewind.stream.delta_writer import _prepared
+    from rewind.driver.delta_writer import _prepared
 
     batch = events(12)
     batch.loc[4, "amount"] = "n/a"
@@ -87,8 +87,8 @@ def test_the_staging_tasks_stage_the_same_rows_as_dead_letters(tmp_path: Path) -
     """``staged_writer._stage`` is what a task of ``write_from: executors`` on SQL runs per table."""
     from types import SimpleNamespace
 
+    from rewind.driver.staged_writer import StageTask, _stage
     from rewind.sink.staging import SqlStaging
-    from rewind.stream.staged_writer import StageTask, _stage
 
     sink = ExactlyOnceSqlSink(f"sqlite:///{tmp_path}/st.db", "u", TABLES)
     staging = SqlStaging(sink)

@@ -28,18 +28,18 @@ import pytest
 from harness.processes import wait_for
 
 from rewind.checkpoints.pointer import active_checkpoint
+from rewind.control.status import read_status
 from rewind.paths import status_path
-from rewind.platform.processes import pid_alive, terminate_group
 from rewind.registry import load_registry
+from rewind.runtime.processes import pid_alive, terminate_group
 from rewind.s3 import S3Config, S3Store
-from rewind.stream.control import launch_stream, stop_stream, wait_running
-from rewind.stream.status import read_status
-from rewind.testing.registry_templates import demo_stream, inventory_stream, write_registry
+from rewind.supervision.process_control import launch_stream, stop_stream, wait_running
 from rewind.upgrade.history import read_history
 from rewind.upgrade.run import UpgradeRequest, upgrade
+from tests.harness.registry_templates import demo_stream, inventory_stream, write_registry
 
 pytestmark = pytest.mark.slow
-VARIANTS = "rewind.testing.upgrade_variants"
+VARIANTS = "tests.harness.upgrade_variants"
 
 
 @dataclass
@@ -95,7 +95,7 @@ class Live:
 
 
 def rows(spec: Any, table: str) -> Any:
-    from rewind.stream.runner import open_sink
+    from rewind.driver.runner import open_sink
 
     sink = open_sink(spec)
     try:
@@ -173,7 +173,7 @@ def test_a_version_that_crashes_on_its_first_batch_is_rolled_back(demo: Live, sp
 
     from rewind.demo.events import Event
     from rewind.supervision.failures import read_failures
-    from rewind.testing.upgrade_variants import POISON_KEY
+    from tests.harness.upgrade_variants import POISON_KEY
 
     def poison(step: str, _detail: str) -> None:
         if step == "stopped":

@@ -12,20 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from rewind.api.tables import Column, TableSpec
 from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.repair import plan_repair, repair_checkpoint
 from rewind.checkpoints.repartition import CheckpointFacts, refusal
 from rewind.checkpoints.state_files import list_state
 from rewind.checkpoints.store import LocalStore
 from rewind.registry import RestartSpec, load_registry
-from rewind.sink.schema import Column, TableSpec
-from rewind.testing.registry_templates import demo_stream, write_registry
 from rewind.upgrade import guard, history
 from rewind.upgrade.entry import EntryRefused, entry_text, load_candidate, with_entry
 from rewind.upgrade.entry import write_registry as write_reg
 from rewind.upgrade.rules import Facts, contract_changes, incompatible, refusals, spark_verdict, table_changes
 from rewind.upgrade.views import history_rows
 from rewind.upgrade.watch import Attempt, next_step
+from tests.harness.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF2 = {"spark.sql.streaming.stateStore.providerClass":
@@ -48,7 +48,7 @@ def entry_file(tmp_path: Path, transform: str, name: str = "e.yaml", **extra: st
 def facts(tmp_path: Path, mode: str = "savepoint", force: bool = False, committed: int | None = 3,
           operators: tuple[str, ...] = ("0", "1"), **new: str) -> Facts:
     old = load_registry(registry(tmp_path)).get("demo")
-    changed = load_registry(registry(tmp_path, "rewind.testing.upgrade_variants:DemoWithCents", "new.yaml",
+    changed = load_registry(registry(tmp_path, "tests.harness.upgrade_variants:DemoWithCents", "new.yaml",
                                      **new)).get("demo")
     return Facts(mode, force, old, changed, committed, operators)
 
@@ -99,7 +99,7 @@ def test_columns_added_with_a_default_pass_keys_and_types_changed_do_not() -> No
 
 def test_the_test_versions_are_judged_as_their_docstrings_say() -> None:
     from rewind.demo.transform import DemoTransform
-    from rewind.testing import upgrade_variants as v
+    from tests.harness import upgrade_variants as v
 
     assert incompatible(contract_changes(DemoTransform(), v.DemoWithCents())) == []
     assert incompatible(contract_changes(v.DemoWithCents(), v.DemoWithCentsAndSign())) == []
@@ -145,9 +145,9 @@ def test_the_entry_is_replaced_and_every_other_line_kept() -> None:
     text = (ROOT / "streams.yaml").read_text()
     demo = entry_text(text, "demo")
     assert demo.startswith("demo:\n  topics: [demo-events]") and "inventory" not in demo
-    changed = demo.replace("rewind.demo.transform:DemoTransform", "rewind.testing.upgrade_variants:DemoWithCents")
+    changed = demo.replace("rewind.demo.transform:DemoTransform", "tests.harness.upgrade_variants:DemoWithCents")
     out = with_entry(text, "demo", changed)
-    assert out.replace("rewind.testing.upgrade_variants:DemoWithCents", "rewind.demo.transform:DemoTransform") == text
+    assert out.replace("tests.harness.upgrade_variants:DemoWithCents", "rewind.demo.transform:DemoTransform") == text
     assert with_entry(out, "demo", demo) == text
     assert entry_text(out, "inventory") == entry_text(text, "inventory")
     flow = "streams:\n  a: {topics: [x]}\n  'b':\n    topics: [y]\n\n    # inside b\n    partitions: 2\n\n# end\n"
@@ -159,7 +159,7 @@ def test_the_entry_is_replaced_and_every_other_line_kept() -> None:
 
 def test_a_new_entry_is_validated_as_the_registry_is(tmp_path: Path) -> None:
     reg = registry(tmp_path)
-    old, new, text, spec = load_candidate(reg, "demo", entry_file(tmp_path, "rewind.testing.upgrade_variants:"
+    old, new, text, spec = load_candidate(reg, "demo", entry_file(tmp_path, "tests.harness.upgrade_variants:"
                                                                             "DemoWithCents"), "e.yaml")
     assert spec.transform.endswith("DemoWithCents") and "DemoTransform" in old and "DemoWithCents" in new
     assert load_registry_text(tmp_path, text).get("other") == load_registry(reg).get("other")
@@ -197,9 +197,9 @@ def test_bad_input_is_refused_in_one_line_with_exit_3(tmp_path: Path) -> None:
 
     for entry, mode, says in [
         (entry_file(tmp_path, "rewind.nowhere:Transform"), "savepoint", "cannot import module 'rewind.nowhere'"),
-        (entry_file(tmp_path, "rewind.testing.upgrade_variants:DemoWithCents", window="'ten'"), "savepoint",
+        (entry_file(tmp_path, "tests.harness.upgrade_variants:DemoWithCents", window="'ten'"), "savepoint",
          "streams.demo.window"),
-        (entry_file(tmp_path, "rewind.testing.upgrade_variants:DemoWithCents"), "stateless", "drops the state of 1"),
+        (entry_file(tmp_path, "tests.harness.upgrade_variants:DemoWithCents"), "stateless", "drops the state of 1"),
     ]:
         code, err = run(entry, mode)
         said = [line for line in err.splitlines() if line.startswith(("refused", "error"))]
@@ -331,7 +331,7 @@ def test_a_repair_across_the_repartition_batch_lets_spark_plan_it_again(tmp_path
 
 
 def test_the_sink_ledger_sees_the_batch_after_a_repartition_start_where_the_last_one_ended(tmp_path: Path) -> None:
-    from rewind.stream.batch_writer import BatchWriter
+    from rewind.driver.batch_writer import BatchWriter
 
     cp = synthetic_checkpoint(tmp_path / "cp", repartition_at=3)
     ident = {b: json.loads(BatchWriter(None, lambda f, b: {}, str(cp)).source_offsets(b) or "{}") for b in (2, 4)}

@@ -99,7 +99,7 @@ def test_bounds_keep_only_committed_coordinates() -> None:
 
 
 def test_status_counts_offsets_not_scans() -> None:
-    from rewind.stream.status import _offset_span, lag_of
+    from rewind.control.status import _offset_span, lag_of
 
     assert _offset_span('{"t":{"0":10,"1":5}}', '{"t":{"0":25,"1":5,"2":3}}') == 18
     assert _offset_span(None, {"t": {"0": 7}}) == 7

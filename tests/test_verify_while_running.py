@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from rewind.platform.services import PlatformInfo
-from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.embedded.services import PlatformInfo
 from tests.harness.processes import StreamProcess, wait_for
+from tests.harness.registry_templates import demo_stream, write_registry
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def verify(*argv: str) -> tuple[int, dict[str, Any], str]:
 
 
 def last_batch(spec: Any) -> int:
-    from rewind.stream.status_store import read_stream_status
+    from rewind.control.status_store import read_stream_status
 
     st = read_stream_status(spec)
     return -1 if st is None or st.last_batch_id is None else int(st.last_batch_id)

@@ -27,16 +27,16 @@ import pytest
 from harness.dag_runs import migrated_airflow, states, xcom
 from harness.processes import wait_for as wait
 
+from rewind.control.status_store import read_stream_status
 from rewind.demo.producer import ProduceSpec, produce
+from rewind.embedded.services import PlatformInfo
+from rewind.embedded.yarn import Container, YarnCluster
 from rewind.faults import Fault, arm
-from rewind.platform.processes import pid_alive
-from rewind.platform.services import PlatformInfo
-from rewind.platform.yarn import Container, YarnCluster
-from rewind.platform.yarn_rm import stream_tag
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
-from rewind.stream.status_store import read_stream_status
-from rewind.testing.registry_templates import demo_stream, write_registry
+from rewind.runtime.processes import pid_alive
+from rewind.runtime.yarn_rm import stream_tag
+from tests.harness.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAM = "ymig"
@@ -151,7 +151,7 @@ def test_a_stream_moves_onto_yarn_survives_its_driver_and_a_node_lost_and_moves_
     t0 = time.monotonic()
     try:
         # 1. the embedded default, then stop-with-savepoint
-        from rewind.stream.control import launch_stream, wait_running
+        from rewind.supervision.process_control import launch_stream, wait_running
 
         pid = launch_stream(spec, local, bootstrap, tmp_path / "local-1.log")
         wait_running(spec, pid, 240, tmp_path / "local-1.log")
@@ -230,7 +230,7 @@ def test_a_stream_moves_onto_yarn_survives_its_driver_and_a_node_lost_and_moves_
         producer.join(timeout=60)
         pid = launch_stream(bspec, back, bootstrap, tmp_path / "local-2.log")
         wait_running(bspec, pid, 240, tmp_path / "local-2.log")
-        from rewind.stream.control import stop_stream, wait_caught_up
+        from rewind.supervision.process_control import stop_stream, wait_caught_up
 
         wait_caught_up(bspec, bootstrap, 300)
         stop_stream(bspec)

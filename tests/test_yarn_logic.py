@@ -1,4 +1,4 @@
-"""Hadoop YARN as a component, without starting it: its configuration (rewind.platform.yarn_config), the
+"""Hadoop YARN as a component, without starting it: its configuration (rewind.embedded.yarn_config), the
 one-line errors of a start that cannot work (a missing jar, a port taken, a ResourceManager that does not
 answer), and how the ResourceManager's REST answers and containers' processes are read. The cluster itself
 runs in tests/test_yarn.py."""
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rewind.platform.jars import JarsMissing
-from rewind.platform.processes import ManagedProcess, ServiceError, free_port
-from rewind.platform.yarn import Container, YarnCluster, container_id_of
-from rewind.platform.yarn_config import explain_failure, nodemanager_site, resourcemanager_site, site_xml
-from rewind.platform.yarn_rm import ResourceManagerClient, ResourceManagerUnreachable, YarnApp, stream_tag
+from rewind.embedded.yarn import Container, YarnCluster, container_id_of
+from rewind.embedded.yarn_config import explain_failure, nodemanager_site, resourcemanager_site, site_xml
+from rewind.runtime.jars import JarsMissing
+from rewind.runtime.processes import ManagedProcess, ServiceError, free_port
+from rewind.runtime.yarn_rm import ResourceManagerClient, ResourceManagerUnreachable, YarnApp, stream_tag
 
 
 def test_every_daemon_has_its_own_ports_and_directories(tmp_path: Path) -> None:
@@ -148,7 +148,7 @@ def test_a_graceful_stop_kills_through_yarn_only_when_the_application_lingers() 
 def test_a_cluster_submit_ships_the_code_and_keeps_secrets_off_the_command_line(tmp_path: Path) -> None:
     import zipfile
 
-    from rewind.platform.cluster_submit import job_archive, stream_submit, write_properties
+    from rewind.runtime.cluster_submit import job_archive, stream_submit, write_properties
 
     archive = job_archive("rewind.demo.transform:DemoTransform", tmp_path)
     assert job_archive("rewind.demo.transform:DemoTransform", tmp_path) == archive  # built once per content
@@ -175,7 +175,7 @@ def test_a_cluster_submit_ships_the_code_and_keeps_secrets_off_the_command_line(
 def test_a_transform_outside_rewind_is_shipped_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import zipfile
 
-    from rewind.platform.cluster_submit import NotShippable, job_archive
+    from rewind.runtime.cluster_submit import NotShippable, job_archive
 
     pkg = tmp_path / "src" / "payments_pkg"
     pkg.mkdir(parents=True)

@@ -138,7 +138,7 @@ class DataFaults(RunState):
                                                                                f"is NOT complete: {missing[:3]}")))
 
     def do_replay(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.platform.processes import pid_alive, terminate_group
+        from rewind.runtime.processes import pid_alive, terminate_group
 
         st = self.status()
         if st is None or st.state != "running" or not pid_alive(st.pid):
@@ -210,7 +210,7 @@ class DataFaults(RunState):
         return int(meta.get("batchWatermarkMs") or 0), f"offsets/{newest}"
 
     def _behind_coords(self) -> set[tuple[str, int, int]]:
-        from rewind.stream.late_routing import BEHIND_WATERMARK
+        from rewind.api.late import BEHIND_WATERMARK
 
         dead = self.sink.read_table("dead_letter")
         if not len(dead):

@@ -57,7 +57,7 @@ def newest_id(d: Path) -> int | None:
 
 def _kill_group(pid: int, timeout: float = 30.0) -> None:
     """SIGKILL the stream's process group (driver, JVM, Python workers) and wait for the driver."""
-    from rewind.platform.processes import pid_alive
+    from rewind.runtime.processes import pid_alive
 
     try:
         os.killpg(os.getpgid(pid), signal.SIGKILL)
@@ -78,7 +78,7 @@ class RunState:
     work: Path  # the report directory
     recovery_timeout_s: float
     knobs: ProducerKnobs
-    platform: Any  # rewind.platform.services.EmbeddedPlatform: the broker restarts through it
+    platform: Any  # rewind.embedded.services.EmbeddedPlatform: the broker restarts through it
     proxy: FaultProxy | None  # S3 reached through it, so that it can go dark
     store: S3Store  # savepoints, through `proxy`
     sink: Any
@@ -95,7 +95,7 @@ class RunState:
 
     def running_unattended(self, st: Any) -> bool:
         """A driver runs (status ``running``, its pid alive) and no recovery is under way."""
-        from rewind.platform.processes import pid_alive
+        from rewind.runtime.processes import pid_alive
 
         return (self.supervisor is not None and not self.supervisor.busy.is_set() and st is not None
                 and st.state == "running" and pid_alive(st.pid))
@@ -115,8 +115,8 @@ class RunState:
 
     def status(self) -> Any:
         """The stream's status file as the driver last wrote it (None before the first write)."""
+        from rewind.control.status import read_status
         from rewind.paths import status_path
-        from rewind.stream.status import read_status
 
         return read_status(status_path(self.spec.status_dir, self.spec.name))
 
@@ -172,7 +172,7 @@ class StreamFaults(RunState):
         rec["moment"] = {"asked": asked, "used": moment, "seen": seen}
 
     def do_sigkill(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.platform.processes import pid_alive
+        from rewind.runtime.processes import pid_alive
 
         st = self.status()
         if st is None or not pid_alive(st.pid):
@@ -206,8 +206,8 @@ class StreamFaults(RunState):
 
     def do_stop(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         """Stop the stream as an operator does (SIGTERM: it stops after the batch in flight commits)."""
-        from rewind.platform.processes import pid_alive
-        from rewind.stream.control import StreamControlError, stop_stream
+        from rewind.runtime.processes import pid_alive
+        from rewind.supervision.process_control import StreamControlError, stop_stream
 
         st = self.status()
         if st is None or st.state != "running" or not pid_alive(st.pid):

@@ -134,7 +134,7 @@ class ChaosRun(FaultInjector):
 
     def start_stream(self) -> dict[str, Any]:
         """What the supervisor DAG's `launch` does, with `rewind stream run` instead of spark-submit."""
-        from rewind.stream.control import launch_stream, wait_running
+        from rewind.supervision.process_control import launch_stream, wait_running
 
         t = time.time()
         pid = launch_stream(self.spec, self.registry, self.bootstrap, self.log_path, env=self.stream_env())
@@ -143,9 +143,9 @@ class ChaosRun(FaultInjector):
 
     # ------------------------------------------------------------ the run
     def run(self) -> dict[str, Any]:
-        from rewind.platform.services import EmbeddedPlatform
+        from rewind.driver.runner import open_sink
+        from rewind.embedded.services import EmbeddedPlatform
         from rewind.s3 import S3Config, S3Store
-        from rewind.stream.runner import open_sink
 
         t0 = time.time()
         self.work.mkdir(parents=True, exist_ok=True)
@@ -252,7 +252,7 @@ class ChaosRun(FaultInjector):
     def finish(self) -> None:
         """Release everything, wait for the producer and for the stream to catch up and idle, stop both."""
         from rewind.kafka.lookups import true_end_offsets
-        from rewind.stream.control import stop_stream
+        from rewind.supervision.process_control import stop_stream
 
         assert self.producer is not None and self.supervisor is not None
         self.producer.release_to(self.config.events)
@@ -304,7 +304,7 @@ class ChaosRun(FaultInjector):
         self.facts["late_checks"] = read_late_checks(path, self.status())
 
     def teardown(self) -> None:
-        from rewind.platform.processes import pid_alive, terminate_group
+        from rewind.runtime.processes import pid_alive, terminate_group
 
         if self.supervisor is not None:
             self.supervisor.stop()

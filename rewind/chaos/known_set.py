@@ -99,7 +99,7 @@ def compare_known(expected: Expected, ids_by_coord: dict[Coord, str], events: It
     """The known-set comparison (``facts["known"]``): ``ids_by_coord`` is the event id of every
     valid record in Kafka (duplicate sends included), ``events`` the events table as (event id,
     coordinates), ``dead`` the dead-letter table as (coordinates, reason)."""
-    from rewind.stream.late_routing import BEHIND_WATERMARK
+    from rewind.api.late import BEHIND_WATERMARK
 
     events = list(events)
     dead = list(dead)

@@ -12,7 +12,7 @@ harness is a tool for any stream and lives in ``rewind/``, which never imports A
 DAG's tasks are thin wrappers of exactly these functions (rewind_airflow/operators/supervision.py),
 and the DAG path itself is covered by tests/test_dags.py and bench/recovery.py. The one
 difference: the DAG launches through spark-submit (`RewindStreamHook`), the harness through
-`rewind.stream.control.launch_stream` (``rewind stream run``), the same driver code.
+`rewind.supervision.process_control.launch_stream` (``rewind stream run``), the same driver code.
 """
 
 from __future__ import annotations

@@ -96,8 +96,8 @@ def plan_repair(report: CheckpointReport, state: dict[str, dict[str, dict[int, s
 def stream_running(spec: Any) -> str | None:
     """Why `spec`'s stream counts as running (heartbeat fresh and its lease held, its driver lease held
     on any host, or a standby waiting to take over), or None."""
-    from rewind.stream.control import stream_liveness
-    from rewind.stream.driver_lease import checkpoint_in_use
+    from rewind.control.driver_lease import checkpoint_in_use
+    from rewind.supervision.process_control import stream_liveness
 
     live = stream_liveness(spec)
     return f"stream {spec.name!r} is running ({live.why})" if live.running else checkpoint_in_use(spec)

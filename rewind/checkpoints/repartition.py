@@ -131,7 +131,7 @@ def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], i
     from rewind.checkpoints.pointer import active_checkpoint, point_to
     from rewind.checkpoints.savepoints import restore_savepoint
     from rewind.registry import parse_duration
-    from rewind.stream.control import stream_liveness
+    from rewind.supervision.process_control import stream_liveness
     from rewind.upgrade import guard, history
     from rewind.upgrade.steps import stop_with_savepoint, watch
 
@@ -172,7 +172,7 @@ def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], i
             Path(f"{dest}.active.json").unlink(missing_ok=True)  # the copy's own pointer: not the stream's
             shutil.rmtree(scratch, ignore_errors=True)
             if spark is None:
-                from rewind.stream.spark_session import build_session
+                from rewind.driver.spark_session import build_session
 
                 spark = build_session(f"rewind-repartition-{spec.name}", conf=dict(spec.spark_conf), sources=False)
             spark_repartition(spark, str(dest), partitions)

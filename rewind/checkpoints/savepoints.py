@@ -192,7 +192,7 @@ def savepoint_with_stop(spec: StreamSpec, store: S3Store, *, restart: Callable[[
 
     S3 is checked before anything is stopped; ``restart`` None leaves the stream stopped.
     """
-    from rewind.stream.control import StreamControlError, stop_stream
+    from rewind.supervision.process_control import StreamControlError, stop_stream
 
     store.check()
     on_event(f"stopping {spec.name} after its current batch commits ...")
@@ -326,7 +326,7 @@ def restore_savepoint(spec: StreamSpec, store: S3Store, savepoint_id: str, *, to
     """Download, verify everything, then point the stream at the new copy (refused while it runs)."""
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.checkpoints.pointer import point_to
-    from rewind.stream.control import stream_liveness
+    from rewind.supervision.process_control import stream_liveness
 
     started = time.monotonic()
     validate_savepoint_id(savepoint_id)
@@ -334,7 +334,7 @@ def restore_savepoint(spec: StreamSpec, store: S3Store, savepoint_id: str, *, to
     if live.running:
         raise SavepointRefused(f"stream {spec.name} is running ({live.why}): stop it first (e.g. `rewind savepoint "
                                f"create {spec.name} --stop --no-restart`); nothing was changed")
-    from rewind.stream.driver_lease import checkpoint_in_use
+    from rewind.control.driver_lease import checkpoint_in_use
 
     in_use = checkpoint_in_use(spec)
     if in_use:

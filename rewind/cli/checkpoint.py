@@ -90,7 +90,7 @@ def repartition(args: argparse.Namespace) -> int:
     from rewind.registry import load_registry
     from rewind.s3 import S3Store, resolve_s3_config
     from rewind.settings import default_registry, resolve_bootstrap
-    from rewind.stream.control import default_log_path, launch_stream, wait_running
+    from rewind.supervision.process_control import default_log_path, launch_stream, wait_running
 
     if args.partitions is None:
         raise RepartitionRefused("repartition needs --partitions N (the state partitions wanted); nothing was done")

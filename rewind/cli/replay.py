@@ -202,7 +202,7 @@ def _run(args: argparse.Namespace, plan_json: str | None) -> int:
         except ReplayRefused as exc:
             return _refused(exc, args.json)
         if args.json:
-            from rewind.stream.contract import load_transform
+            from rewind.api.contract import load_transform
 
             names = [t.name for t in load_transform(spec).tables]
             print(json.dumps({"dry_run": True, "replay_id": setup.replay_id, "mode": setup.mode,

@@ -127,7 +127,7 @@ def _create(args: argparse.Namespace, spec: Any, store: Any) -> int:
 def _restarter(args: argparse.Namespace, spec: Any) -> Any:
     """The restart after --stop, resolved up front so a missing Kafka address fails before the stop."""
     from rewind.settings import resolve_bootstrap
-    from rewind.stream.control import default_log_path, launch_stream, wait_running
+    from rewind.supervision.process_control import default_log_path, launch_stream, wait_running
 
     bootstrap = resolve_bootstrap(args.bootstrap)
     log_path = default_log_path(spec)

@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> None:
     stop_p.set_defaults(func=stop)
 
     new_p = command(actions, "new", "write a new stream's package and add it to the registry",
-                    "Writes DIR/NAME/: transform.py (a class implementing rewind.stream.contract.Transform for JSON "
+                    "Writes DIR/NAME/: transform.py (a class implementing rewind.api.contract.Transform for JSON "
                     "records {id, value, ts}: from_json in Spark, malformed records as dead letters, an insert-once "
                     "table NAME_rows, expect() recomputing it in pandas), producer.py (test records), test_NAME.py; "
                     "appends the stream to the registry (its comments kept; dq_suite: contract) and prints the next "
@@ -73,10 +73,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rewind.driver.driver import run_stream
     from rewind.errors import exit_code_of
     from rewind.registry import load_registry
     from rewind.settings import resolve_bootstrap
-    from rewind.stream.driver import run_stream
 
     spec = load_registry(args.registry).get(args.stream)
     try:
@@ -101,7 +101,7 @@ def _exit_anyway(code: int, after_s: float = 30.0) -> None:
 
 def stop(args: argparse.Namespace) -> int:
     from rewind.registry import load_registry
-    from rewind.stream.control import stop_stream
+    from rewind.supervision.process_control import stop_stream
 
     spec = load_registry(args.registry).get(args.stream)
     print(f"{spec.name}: stopped" if stop_stream(spec, args.timeout) else f"{spec.name}: no driver was running")
@@ -110,9 +110,9 @@ def stop(args: argparse.Namespace) -> int:
 
 def new(args: argparse.Namespace) -> int:
     """Check everything first (a refusal writes nothing), then the package, then the registry."""
+    from rewind.cli.scaffold import ScaffoldRefused, add_to_registry, next_commands, package_files
     from rewind.registry import load_registry
     from rewind.settings import default_registry
-    from rewind.stream.scaffold import ScaffoldRefused, add_to_registry, next_commands, package_files
 
     files = package_files(args.name, args.topic, args.partitions)
     directory = Path(args.dir).resolve()

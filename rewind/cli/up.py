@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.platform.up import run_up
+    from rewind.embedded.up import run_up
     from rewind.settings import rewind_home
 
     return run_up(rewind_home(), args.registry, args.stream, rate=args.rate)

@@ -53,7 +53,7 @@ def _say(step: str, detail: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from rewind.s3 import S3Store, resolve_s3_config
     from rewind.settings import default_registry, resolve_bootstrap
-    from rewind.stream.control import default_log_path, launch_stream, wait_running
+    from rewind.supervision.process_control import default_log_path, launch_stream, wait_running
     from rewind.upgrade.entry import EntryRefused
     from rewind.upgrade.run import UpgradeRequest, prepare, upgrade
 

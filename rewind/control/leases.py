@@ -73,7 +73,7 @@ def acquire(store: ControlStore, holder: Holder, ttl_s: float, wait_s: float | N
     """Take the lease (see the module docstring): the lease and its stored version; None only when
     ``stop`` was set while waiting. ``wait_s`` None waits as long as it takes (a standby). ``name``:
     another lease of the stream (one replay at a time), ``info`` what the holder says it does."""
-    from rewind.platform.processes import pid_alive
+    from rewind.runtime.processes import pid_alive
 
     is_alive = alive or pid_alive
     started = clock()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rewind.sink.schema import Column, TableSpec
+from rewind.api import Column, TableSpec
 
 EVENTS = TableSpec(
     name="events",

@@ -3,7 +3,7 @@
 One streaming query, one output: dead letters (stateless), deduplicated events
 (``dropDuplicatesWithinWatermark`` on RocksDB state), closed tumbling-window results
 (append mode) and the late candidates (every valid row, of which the batch writer keeps the
-ones behind the watermark: ``rewind.stream.late_routing``) are unioned into rows tagged by
+ones behind the watermark: ``rewind.driver.late_routing``) are unioned into rows tagged by
 ``kind``, so a single ``foreachBatch`` call commits them all in one sink transaction.
 
 Each Kafka record is read and parsed once: the parsed rows go through one shuffle that all
@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rewind.api import LATE_CANDIDATE, Aggregate, Identity, Transform
 from rewind.demo.events import classify_many
 from rewind.demo.tables import KINDS, TABLES
-from rewind.stream.contract import Aggregate, Identity, Transform
-from rewind.stream.late_routing import LATE_CANDIDATE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -37,8 +36,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
 
+    from rewind.api import TableSpec
     from rewind.registry import StreamSpec
-    from rewind.sink.schema import TableSpec
 
 TS = pa.timestamp("us", tz="UTC")
 PARSED_SCHEMA = pa.schema([
@@ -165,7 +164,7 @@ def build(source: "DataFrame", spec: "StreamSpec") -> "DataFrame":
     out = _shape(dead, "dead").unionByName(_shape(events, "event")).unionByName(_shape(windows, "window"))
     if source.isStreaming:
         # The rows the deduplication reads, as dead-letter candidates: the batch writer keeps those
-        # behind the watermark (what the state operators drop), see rewind.stream.late_routing.
+        # behind the watermark (what the state operators drop), see rewind.driver.late_routing.
         out = out.unionByName(_shape(valid_rows, LATE_CANDIDATE))
     return out
 

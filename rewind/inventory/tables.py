@@ -8,7 +8,7 @@ batch commits last; the sink's ``on_conflict="latest"`` does that in one idempot
 
 from __future__ import annotations
 
-from rewind.sink.schema import Column, TableSpec
+from rewind.api import Column, TableSpec
 
 STOCK = TableSpec(
     name="stock",

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from rewind.api import Identity, Transform
 from rewind.inventory import rules
 from rewind.inventory.catalog import load_catalog
 from rewind.inventory.tables import DEAD_LETTER, KINDS, STOCK, TABLES
-from rewind.stream.contract import Identity, Transform
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from pyspark.sql import Column, DataFrame
 
-    from rewind.sink.schema import TableSpec
+    from rewind.api import TableSpec
 
 #: The column ``from_json`` fills with the raw text of a record it could not convert whole.
 CORRUPT = "_rewind_corrupt_record"
@@ -45,7 +45,7 @@ OUTPUT_COLUMNS = [
     ("updated_at", "timestamp"), ("product_name", "string"), ("category", "string"), ("stock_value", "double"),
     ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("kafka_timestamp", "timestamp"),
     ("reason", "string"), ("raw_value", "string"), ("watermark", "timestamp"),
-    # The batch writer's late-routing filter reads ``event_time`` (rewind.stream.late_routing.keep_behind);
+    # The batch writer's late-routing filter reads ``event_time`` (rewind.driver.late_routing.keep_behind);
     # no row here is a late candidate, so it is only there to resolve.
     ("event_time", "timestamp"),
 ]

@@ -17,7 +17,7 @@ Options (streaming reads of ``format("rewind_kafka")`` only; off when ``maxDrift
   older than this (default 60000) is idle and holds nobody back.
 
 Spark's own connector plans its batches in the JVM and offers no such hook: there, late routing
-(``rewind.stream.late_routing``) still catches every record the watermark passes.
+(``rewind.driver.late_routing``) still catches every record the watermark passes.
 
 Pure: the source gathers the facts (the timestamp of each partition's next record, or of its last
 one when it has nothing to read; the first offset past the horizon) and these functions decide.

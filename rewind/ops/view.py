@@ -1,7 +1,7 @@
 """What the operator page shows for each stream, derived from what the platform already stores.
 
 Sources (nothing new is measured here):
-- the status the running stream writes into its control store (``rewind.stream.status_store``):
+- the status the running stream writes into its control store (``rewind.control.status_store``):
   state, heartbeat, last batch, Kafka lag per partition, the YARN application that ran it, and its history
   (throughput and lag over the last hour); whether a driver holds the stream's lease;
 - the supervisor's failure history (the ``failures`` document): last recovery, crash-loop verdict;
@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rewind.stream.status import StreamStatus
+from rewind.control.status import StreamStatus
 from rewind.supervision.health import Thresholds, diagnose
 from rewind.upgrade.history import read_history as read_upgrades
 from rewind.upgrade.views import history_rows
@@ -276,7 +276,7 @@ def default_replay_range(end_offsets: dict[str, dict[str, Any]], span: int = REP
 
 
 def yarn_app(status: StreamStatus | None) -> tuple[str | None, str | None]:
-    """(application id, tracking URL) of a driver YARN ran (``status.cluster``: ``rewind.stream.cluster_identity``)."""
+    """(application id, tracking URL) of a driver YARN ran (``status.cluster``: ``rewind.control.cluster_identity``)."""
     c = status.cluster if status is not None and (status.cluster or {}).get("manager") == "yarn" else {}
     url = c.get("tracking_url") or ""
     return c.get("app_id") or None, url if url.startswith(("http://", "https://")) else None
@@ -365,10 +365,10 @@ def replay_reports(spec: Any, limit: int = 5) -> list[dict[str, Any]]:
 def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Inputs:
     """Read the stream's files (status, history, failures, proof, replay lock and reports) and, given an
     ``rewind.s3.S3Store``, its savepoint manifests. DAG runs are the caller's (Airflow) part."""
+    from rewind.control.driver_lease import driver_alive
     from rewind.control.location import control_store
+    from rewind.control.status_store import read_stream_history, read_stream_status
     from rewind.replay.guard import current_holder
-    from rewind.stream.driver_lease import driver_alive
-    from rewind.stream.status_store import read_stream_history, read_stream_status
     from rewind.supervision.failures import read_failures
 
     now = time.time() if now is None else now

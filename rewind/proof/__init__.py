@@ -10,6 +10,6 @@ Two proofs over the same reading of Kafka:
   judge, pure), ``aggregates`` (aggregate rows against their recomputation, pure), ``gx`` (running
   the suite), ``report`` (the result and its log text), ``publish`` (storing it).
 
-A record is judged by the stream's own transform (``rewind.stream.contract``): its ``expect()``,
+A record is judged by the stream's own transform (``rewind.api.contract``): its ``expect()``,
 or its ``build()`` run as a bounded batch (``batch_build``); no proof imports a stream's code.
 """

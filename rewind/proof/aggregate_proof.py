@@ -5,7 +5,7 @@ For each ``Aggregate`` the transform declares, the sink's rows are read (every c
 
 - with ``expect()`` and declared measures: in pandas, from ``expect()``'s valid rows (one per
   identity), without Spark;
-- otherwise: ``build`` run as a bounded batch (``rewind.stream.bounded``) over every retained
+- otherwise: ``build`` run as a bounded batch (``rewind.driver.bounded``) over every retained
   record of every partition up to the proved range's end, only the aggregate's rows kept: the
   same code as the stream, over all of a group's records.
 
@@ -55,7 +55,7 @@ def empty_proof() -> AggregateProof:
 
 def late_coordinates(sink: Any, dead_letter_table: str) -> set[Coord]:
     """Coordinates of the records the stream routed as behind the watermark (never counted by its aggregates)."""
-    from rewind.stream.late_routing import BEHIND_WATERMARK
+    from rewind.api.late import BEHIND_WATERMARK
 
     rows = sink.read_rows(dead_letter_table, lambda t: t.c.reason == BEHIND_WATERMARK, columns=COORDS)
     return {(str(t), int(p), int(o)) for t, p, o in zip(rows["topic"], rows["partition"], rows["offset"])}
@@ -83,9 +83,9 @@ def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
     batch when the proof began (rows of later batches are left out); ``watermark``: the one that
     batch ran with (groups closed up to it), by default read from ``offsets/<last_batch>``.
     """
+    from rewind.api.contract import identity_of
     from rewind.checkpoints.watermark import stream_watermark
     from rewind.proof.verify import with_duplicates
-    from rewind.stream.contract import identity_of
 
     aggregates = list(transform.aggregates)
     if not aggregates:
@@ -137,9 +137,9 @@ def _recompute_by_build(spec: Any, transform: Any, bootstrap: str, span: Mapping
                         aggregates: Sequence[Any], late: set[Coord], span_tables: Mapping[str, pd.DataFrame] | None,
                         spark: Any) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
     """(recomputed rows per aggregate table over the whole span, the groups the proved span touches)."""
+    from rewind.driver.bounded import build_batch, partitions_of, whole_span
+    from rewind.driver.outputs import spark_for
     from rewind.kafka.types import TP
-    from rewind.stream.bounded import build_batch, partitions_of, whole_span
-    from rewind.stream.outputs import spark_for
 
     spark = spark or spark_for(spec)
     earliest, ends = partitions_of(spec, bootstrap)

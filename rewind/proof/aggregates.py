@@ -1,6 +1,6 @@
 """Aggregate rows against their recomputation from Kafka, group by group (pure: no I/O, no Spark).
 
-Why: a row of an aggregate table (``rewind.stream.declarations.Aggregate``) stands for a group of
+Why: a row of an aggregate table (``rewind.api.declarations.Aggregate``) stands for a group of
 records (a window by keys), so a proof that checks only its key cannot see a total computed from
 part of its records (a replay of one partition) or changed by hand. Every proof (``rewind verify``,
 the DQ proof, a replay's proof) recomputes each group and compares values here, for every stream.

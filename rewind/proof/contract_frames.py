@@ -1,7 +1,7 @@
 """The proof derived from a stream's contract: every Kafka record against the sink, for any stream.
 
 Why apart from ``rewind.proof.frames`` (the demo's suite, with its windows): this proof reads
-nothing but what the transform declares (``rewind.stream.contract``): its tables and keys, the
+nothing but what the transform declares (``rewind.api.contract``): its tables and keys, the
 ``Identity`` of a valid record (a table, its identity columns, a version for ``latest`` tables),
 its dead-letter table, and ``expect()``, the transform's own recomputation of what each Kafka
 record becomes. So any registered stream can be proven (``dq_suite: contract``).

@@ -3,7 +3,7 @@
 What each record becomes comes from the stream's transform: with ``expect()``, Kafka is re-read
 with a plain consumer (not the Spark source under test) and ``expect()`` judges every record
 (an independent implementation of the rules); without it, the stream's own ``build`` runs as a
-bounded batch over exactly the proved offsets (``rewind.stream.bounded``) and its rows are what
+bounded batch over exactly the proved offsets (``rewind.driver.bounded``) and its rows are what
 the sink must hold (the same code: a proof of the sink, the crashes and the replays, not of the
 rules). ``rewind.proof.contract_frames`` holds the sink's tables to it, and every aggregate table
 is proven by value (``rewind.proof.aggregate_proof``). ``verify_contract_stream`` is ``rewind
@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rewind.api.contract import Transform, has_expect, identity_of, load_transform
 from rewind.errors import Refused
 from rewind.proof.checks import COORDS
 from rewind.proof.contract_frames import EXPECT_COLUMNS, ContractFrames, build_contract_frames
 from rewind.proof.cursor import Since, Span, resolve_span, write_cursor
 from rewind.proof.scope import Committed
 from rewind.proof.verify import read_records, records_frame
-from rewind.stream.contract import Transform, has_expect, identity_of, load_transform
 
 #: How many example rows a report shows per problem.
 EXAMPLES = 5
@@ -106,11 +106,11 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
     began; rows of later batches are not judged. ``watermark``: the watermark that batch ran with
     (default: read from its checkpoint).
     """
+    from rewind.api.late import BEHIND_WATERMARK
+    from rewind.driver.runner import open_sink
     from rewind.proof.aggregate_proof import prove_aggregates
     from rewind.proof.values import rules_for
     from rewind.proof.verify import with_duplicates
-    from rewind.stream.late_routing import BEHIND_WATERMARK
-    from rewind.stream.runner import open_sink
 
     transform = transform or load_transform(spec)
     ident = identity_of(transform)
@@ -134,7 +134,7 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
 
                 judged = range_mask(exp, dict(span or {}))
         else:
-            from rewind.stream.outputs import spark_for
+            from rewind.driver.outputs import spark_for
 
             spark = spark or spark_for(spec)
             exp, span_tables, why = expected_from_build(spark, spec, transform, bootstrap, span)
@@ -178,9 +178,9 @@ def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: 
     again over only the records without a row, until each has one or ``build`` writes nothing for
     it: those are ``filtered`` (its own rule drops them).
     """
+    from rewind.driver.bounded import build_batch, build_records, partitions_of, whole_span
     from rewind.kafka.types import TP
     from rewind.proof.contract_frames import FILTERED
-    from rewind.stream.bounded import build_batch, build_records, partitions_of, whole_span
 
     earliest, ends = partitions_of(spec, bootstrap)
     if span is None:

@@ -161,11 +161,11 @@ def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, position
 def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str, float], notes: list[str],
                          watermark: Any, wm_batch: Any, last_batch: Any, d: Any) -> Any:
     """The demo-shaped suite's four frames (events, dead letters, coverage, windows)."""
+    from rewind.api.contract import load_transform
+    from rewind.driver.runner import open_sink
     from rewind.proof.contract_proof import records_frame
     from rewind.proof.values import rules_for
     from rewind.proof.verify import with_duplicates
-    from rewind.stream.contract import load_transform
-    from rewind.stream.runner import open_sink
 
     transform = load_transform(spec)
     aggregate = next((a for a in transform.aggregates if a.table == "window_results"), None)
@@ -205,7 +205,7 @@ def explain_missing_rows(spec: Any, coverage: pd.DataFrame, kafka: pd.DataFrame,
                          limit: int = 50) -> list[dict[str, Any]]:
     """Which batch read each missing record and whether it was behind that batch's watermark."""
     from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.stream.late_routing import explain
+    from rewind.driver.late_routing import explain
 
     gone = coverage[coverage["landed_in"] == "missing"].head(limit).merge(
         kafka[[*COORDS, "event_time"]], on=COORDS, how="left", suffixes=("", "_k"))

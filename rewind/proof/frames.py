@@ -225,7 +225,7 @@ def _dead_letter_check(dl: pd.DataFrame) -> np.ndarray:
     the watermark recorded with it), else what is wrong ('absent', 'event', 'not_behind_watermark')."""
     if not len(dl):
         return np.array([], dtype=object)
-    from rewind.stream.late_routing import BEHIND_WATERMARK
+    from rewind.api.late import BEHIND_WATERMARK
 
     verdict = dl["kafka_verdict"].astype(object).fillna("absent").to_numpy()
     reason = (dl["reason"] if "reason" in dl else pd.Series([None] * len(dl))).astype(object).to_numpy()

@@ -56,7 +56,7 @@ def committed_position(spec: Any) -> Committed:
     status in the control store stands in when the checkpoint cannot be read from here.
     """
     from rewind.checkpoints.watermark import last_commit
-    from rewind.stream.control import stream_running
+    from rewind.supervision.process_control import stream_running
 
     running, status = stream_running(spec)
     commit = last_commit(spec)
@@ -88,13 +88,13 @@ def committed_batch(spec: Any, status: Any = None) -> int | None:
     ``commits/N`` of its active checkpoint (local checkpoints; an ``s3a://`` one without a status counts
     as none committed)."""
     if status is None:
-        from rewind.stream.status_store import read_stream_status
+        from rewind.control.status_store import read_stream_status
 
         status = read_stream_status(spec)
     if status is not None and status.last_batch_id is not None:
         return int(status.last_batch_id)
     from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.platform.s3a import is_url
+    from rewind.runtime.s3a import is_url
 
     checkpoint = active_checkpoint(spec)
     if is_url(checkpoint):

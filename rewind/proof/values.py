@@ -3,7 +3,7 @@
 Why one module: ``rewind verify``, the DQ proof and a replay's proof judge rows (record tables,
 ``rewind.proof.contract_frames``) and groups (aggregate tables, ``rewind.proof.aggregates``) with
 the same rule, so a value is right or wrong in one place. The rule is the sink column's type
-(``rewind.sink.schema.Column``), not the dtype pandas happened to read:
+(``rewind.api.tables.Column``), not the dtype pandas happened to read:
 
 - ``int``/``bigint``: exactly, as Python integers (never through float64, which holds integers
   exactly only up to 2**53: a total of 30,190,708 changed by one cent used to pass within 1e-6);
@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from rewind.sink.schema import decimal_of
+from rewind.api.tables import decimal_of
 
 #: The relative tolerance of a ``double`` column a table does not declare one for (sums of doubles
 #: differ in their last bits with the order of summation; 1e-9 is far above that, far below a cent).

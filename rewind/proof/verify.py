@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from rewind.stream.contract import RECORD_COLUMNS
+from rewind.api.contract import RECORD_COLUMNS
 
 Coord = tuple[str, int, int]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -130,7 +130,7 @@ def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dea
     stateful operators would have dropped it); every other valid record's event id must be in the
     events table, and no record may be both an event row and a dead letter.
     """
-    from rewind.stream.late_routing import BEHIND_WATERMARK
+    from rewind.api.late import BEHIND_WATERMARK
 
     records = list(records)
     rep = ExactlyOnceReport()
@@ -258,7 +258,7 @@ def explain_missing(spec, records: list[KafkaRecord], expected: pd.DataFrame,  #
                     missing_ids: set[str]) -> list[dict]:
     """Where the records of missing events were read, and whether they were behind the watermark."""
     from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.stream.late_routing import explain
+    from rewind.driver.late_routing import explain
 
     coords = []
     exp = expected.reset_index(drop=True)
@@ -296,10 +296,10 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
     here when not given): the proof judges records below ``bounds`` (default: that batch's end
     offsets) and rows of that batch or earlier; windows count as closed up to its watermark.
     """
+    from rewind.api.contract import load_transform
+    from rewind.driver.runner import open_sink
     from rewind.proof.scope import committed_position
     from rewind.proof.values import rules_for
-    from rewind.stream.contract import load_transform
-    from rewind.stream.runner import open_sink
 
     committed = committed or committed_position(spec)
     if bounds is None:

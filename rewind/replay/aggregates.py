@@ -7,7 +7,7 @@ totals that way, and the old contract proof, which checked keys only, passed). S
 writes the transform's aggregate rows. It learns from them (or from the identity rows, for an
 aggregate with declared measures) WHICH groups the range touches, and afterwards recomputes each
 of those groups by running the stream's own ``build`` as a bounded batch over every retained
-record of every partition (``rewind.stream.bounded``), keeping only those groups' rows: the same
+record of every partition (``rewind.driver.bounded``), keeping only those groups' rows: the same
 code as the stream, over all of a group's records. Only rows that differ are written
 (``batch_id`` NULL: written by a replay).
 

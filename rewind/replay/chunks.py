@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from rewind.driver.batch_writer import arrow_to_pandas
 from rewind.replay.report import ReplayReport
 from rewind.replay.setup import Ranges, ReplaySetup, plan_chunks
-from rewind.stream.batch_writer import arrow_to_pandas
 
 log = logging.getLogger("rewind.replay.run")
 
@@ -44,10 +44,10 @@ def replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, t
     """
     from tqdm import tqdm
 
+    from rewind.api.contract import identity_of
+    from rewind.driver.outputs import output_frame
+    from rewind.driver.source import bounded_options, bounded_read
     from rewind.replay.recompute import from_identity_rows, touched_groups
-    from rewind.stream.contract import identity_of
-    from rewind.stream.outputs import output_frame
-    from rewind.stream.source import bounded_options, bounded_read
 
     spec, plan = setup.spec, setup.plan
     aggregated = {a.table for a in transform.aggregates}
@@ -168,8 +168,8 @@ def keep_dead_letters_dead(target: Any, tables: dict[str, Any], chunk: Ranges, t
     write it as an event too, and the record would then be in two places. A replay repairs what is
     missing; it does not overturn the stream's verdicts unless asked to (``rewind.replay.late``).
     """
-    from rewind.stream.contract import identity_of
-    from rewind.stream.late_routing import BEHIND_WATERMARK
+    from rewind.api.contract import identity_of
+    from rewind.api.late import BEHIND_WATERMARK
 
     name, dead_table = identity_of(transform).table, transform.dead_letter_table
     events = tables.get(name)

@@ -153,7 +153,7 @@ def busy_message(stream: str, holder: dict[str, Any], path: Any) -> str:
 def current_holder(where: Where, stream: str) -> dict[str, Any] | None:
     """Who holds the stream's replay lease now (None: nobody)."""
     from rewind.control.lease import SKEW_S
-    from rewind.platform.processes import pid_alive
+    from rewind.runtime.processes import pid_alive
 
     lease = read_lease(_store(where, stream), REPLAY)[0]
     if lease is None or lease.released or time.time() >= lease.expires_at + SKEW_S \

@@ -23,8 +23,8 @@ log = logging.getLogger("rewind.replay.run")
 
 def _sinks(setup: ReplaySetup, spark: Any) -> tuple[Any, Any, Any]:
     """(target sink, main sink, the stream's transform); target is main in into-sink mode."""
-    from rewind.stream.contract import load_transform
-    from rewind.stream.runner import open_sink
+    from rewind.api.contract import load_transform
+    from rewind.driver.runner import open_sink
 
     transform = load_transform(setup.spec)
     main = open_sink(setup.spec, transform, spark)
@@ -36,10 +36,10 @@ def _sinks(setup: ReplaySetup, spark: Any) -> tuple[Any, Any, Any]:
 def check_before_writing(setup: ReplaySetup, bootstrap: str) -> None:
     """Refuse (``ReplayRefused``, nothing written) a replay that could not keep the stream's aggregates
     whole, or bring late records back into a sink that cannot delete."""
+    from rewind.api.contract import load_transform
+    from rewind.driver.bounded import partitions_of
     from rewind.replay.aggregates import refusals
     from rewind.replay.late import late_refusals
-    from rewind.stream.bounded import partitions_of
-    from rewind.stream.contract import load_transform
 
     transform = load_transform(setup.spec)
     earliest, _ = partitions_of(setup.spec, bootstrap)
@@ -53,10 +53,10 @@ def execute(setup: ReplaySetup, bootstrap: str, spark: Any, report: ReplayReport
             chunk_offsets: int) -> None:
     """Replay every chunk, recompute the touched aggregate groups, bring late records back (if asked),
     compare (shadow mode); fills ``report``."""
+    from rewind.driver.bounded import partitions_of
     from rewind.proof.aggregate_proof import late_coordinates
     from rewind.replay.late import late_in_range, retire_dead_letters
     from rewind.replay.recompute import recompute_touched
-    from rewind.stream.bounded import partitions_of
 
     target, main, transform = _sinks(setup, spark)
     try:

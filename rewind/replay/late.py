@@ -43,8 +43,8 @@ def late_refusals(setup: Any) -> list[Problem]:
 
 def late_in_range(sink: Any, transform: Any, ranges: Mapping[TP, tuple[int, int]]) -> set[Coord]:
     """Coordinates of the range's records the stream routed as behind the watermark."""
+    from rewind.api.late import BEHIND_WATERMARK
     from rewind.sink.dialects import coordinates_in
-    from rewind.stream.late_routing import BEHIND_WATERMARK
 
     dead = sink.read_rows(transform.dead_letter_table, where=coordinates_in(dict(ranges)),
                           columns=["topic", "partition", "offset", "reason"])

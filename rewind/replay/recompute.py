@@ -23,7 +23,7 @@ Touched = dict[str, dict[str, pd.Timestamp | None]]  # aggregate table -> group 
 def from_identity_rows(transform: Any, tables: Mapping[str, Any]) -> list[Any]:
     """The aggregates whose touched groups the identity rows name (declared measures over columns the
     identity table carries): the replay then needs none of the transform's aggregate rows."""
-    from rewind.stream.contract import identity_of
+    from rewind.api.contract import identity_of
 
     spec = tables.get(identity_of(transform).table)
     have = set(spec.column_names) if spec is not None else set()
@@ -34,8 +34,8 @@ def touched_groups(transform: Any, spec: Any, tables: Mapping[str, pd.DataFrame]
                    touched: Touched) -> None:
     """Add the groups one chunk's output touches: from its identity rows (``by_identity``) or from its
     (partial) aggregate rows."""
+    from rewind.api.contract import identity_of
     from rewind.proof.aggregates import group_text, utc
-    from rewind.stream.contract import identity_of
 
     rows = tables.get(identity_of(transform).table)
     for agg in transform.aggregates:
@@ -60,7 +60,7 @@ def horizon_of(spec: Any, sink: Any, transform: Any, agg: Any, checkpoint: tuple
                ) -> tuple[pd.Timestamp | None, str]:
     """Up to where the live stream has closed groups, and how that was learned; ``checkpoint``: the
     stream's (watermark, last committed batch, note), ``stream_watermark(spec, None)``."""
-    from rewind.stream.contract import identity_of
+    from rewind.api.contract import identity_of
 
     watermark, batch, note = checkpoint
     if watermark is not None:
@@ -96,10 +96,10 @@ def recompute_touched(setup: Any, bootstrap: str, spark: Any, target: Any, main:
     write what differs into ``target``; ``exclude``: records behind the watermark still dead letters.
     Every touched group ends in one class (``rewind.replay.aggregates.group_fate``)."""
     from rewind.checkpoints.watermark import committed_end_offsets, stream_watermark
+    from rewind.driver.bounded import build_batch, whole_span
     from rewind.proof.aggregates import group_text, value_columns
     from rewind.proof.values import rules_for
     from rewind.sink.deletes import supports_delete
-    from rewind.stream.bounded import build_batch, whole_span
 
     spec = setup.spec
     cut_from = retained_from(spec, bootstrap, earliest)

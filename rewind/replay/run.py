@@ -2,7 +2,7 @@
 
 ``run_replay`` executes a ``rewind.replay.plan.ReplayPlan``: it reads exactly the plan's
 ``[start, end)`` per partition with the stream's own source format, applies the stream's own
-transform (``rewind.stream.contract.load_transform``: the same class, not a copy), splits the rows
+transform (``rewind.api.contract.load_transform``: the same class, not a copy), splits the rows
 with the transform's tables module and writes them through the stream's sink with
 ``write_rows`` -- the idempotent path without the ledger, because a replay's rows may overlap
 what the live stream writes at the same moment (events are insert-or-ignore by event_id, dead
@@ -57,7 +57,7 @@ def describe_replay(setup: ReplaySetup, s3_where: str | None = None,
                     chunk_offsets: int = DEFAULT_CHUNK_OFFSETS) -> str:
     """The dry run: the plan, and what a run would write where (nothing is changed)."""
     spec = setup.spec
-    from rewind.stream.contract import load_transform
+    from rewind.api.contract import load_transform
 
     transform = load_transform(spec)
     specs = list(transform.tables)
@@ -130,7 +130,7 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
 
             spark = SparkSession.getActiveSession()  # a caller's session (e.g. an Airflow worker's) is kept
             if spark is None:
-                from rewind.stream.spark_session import build_session
+                from rewind.driver.spark_session import build_session
 
                 spark = build_session(f"rewind-replay-{spec.name}",
                                       conf={"spark.ui.showConsoleProgress": "false", **spec.spark_conf}, sources=False)

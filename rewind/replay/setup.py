@@ -4,7 +4,7 @@
 id, a plan of this stream without errors and with records to replay) and returns a
 ``ReplaySetup``; a refusal here (``ReplayRefused``) means nothing was read or written.
 ``plan_chunks`` is the pure decision the Spark job works from (its read options are
-``rewind.stream.source.bounded_options``, shared with a standby's warm-up).
+``rewind.driver.source.bounded_options``, shared with a standby's warm-up).
 
 Why a module of its own: both the orchestration (``rewind.replay.run``) and the Spark work
 (``rewind.replay.job``) need the setup; with it here, the arrows go one way: run -> job -> setup.

@@ -7,7 +7,7 @@ docstrings below; ``tests/test_sink.py`` proves them for ``rewind.sink.sql.Exact
 
 Words used below:
 
-- A *table* is a ``rewind.sink.schema.TableSpec``: columns, a key, and ``on_conflict``.
+- A *table* is a ``rewind.api.tables.TableSpec``: columns, a key, and ``on_conflict``.
 - *Idempotent* is decided per table by its key and ``on_conflict``: writing a row whose key is
   already there changes nothing for ``"ignore"`` (first writer wins: raw events and dead letters,
   where the original record is the truth) and replaces that row for ``"replace"`` (last writer
@@ -36,8 +36,8 @@ from typing import Any, Self, TypeAlias
 import numpy as np
 import pandas as pd
 
+from rewind.api.tables import TableSpec, check_resolved, check_table_name
 from rewind.sink.errors import SinkRefused
-from rewind.sink.schema import TableSpec, check_resolved, check_table_name
 
 __all__ = ["BatchResult", "Rows", "Sink", "check_batch_id", "check_sink_tables"]
 

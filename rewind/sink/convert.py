@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rewind.api.tables import Column, TableSpec, decimal_of
 from rewind.sink.contract import Rows
 from rewind.sink.errors import SinkRefused
-from rewind.sink.schema import Column, TableSpec, decimal_of
 
 __all__ = ["PreparedTable", "chunks", "decimal_text", "dedupe_index", "exact_decimal", "prepare_rows",
            "prepare_table", "read_decimal", "typed_frame"]

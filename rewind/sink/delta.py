@@ -2,7 +2,7 @@
 
 - **Writes** (``write_batch``, ``write_rows``) go through delta-rs (``deltalake``): no Spark session
   is needed, so the driver path, replays and tests write the same way. The streaming path with
-  ``write_from: executors`` (``rewind.stream.delta_writer``) has Spark's executors write the files
+  ``write_from: executors`` (``rewind.driver.delta_writer``) has Spark's executors write the files
   and the driver commit them through delta-spark, with the same MERGE clauses
   (``rewind.sink.delta_tables``) and this class's ledger.
 - **Exactly once per batch identity**: every table's commit of batch N carries the Delta app
@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import sqlalchemy as sa
 
+from rewind.api.tables import LEDGER_TABLE, TableSpec
 from rewind.faults import fault_point
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id, check_sink_tables
 from rewind.sink.convert import prepare_rows
@@ -46,7 +47,6 @@ from rewind.sink.delta_tables import (
 from rewind.sink.delta_target import DeltaSinkTarget
 from rewind.sink.errors import SinkRefused, SinkWriteError
 from rewind.sink.kafka_ledger import LedgerEntry, ledger_frame
-from rewind.sink.schema import LEDGER_TABLE, TableSpec
 
 log = logging.getLogger(__name__)
 

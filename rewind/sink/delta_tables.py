@@ -24,10 +24,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from rewind.api.tables import TableSpec, decimal_of
 from rewind.sink.convert import PreparedTable
 from rewind.sink.errors import SinkRefused
 from rewind.sink.kafka_ledger import LedgerEntry
-from rewind.sink.schema import TableSpec, decimal_of
 
 __all__ = ["LEDGER_SCHEMA", "arrow_schema", "arrow_table", "arrow_type", "ledger_entries", "ledger_table",
            "merge_clauses", "quote"]

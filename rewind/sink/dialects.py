@@ -35,9 +35,9 @@ from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
+from rewind.api.tables import LEDGER_TABLE, TableSpec, decimal_of
 from rewind.sink.convert import decimal_text, exact_decimal, read_decimal
 from rewind.sink.errors import SinkConnectionError
-from rewind.sink.schema import LEDGER_TABLE, TableSpec, decimal_of
 
 __all__ = [
     "CHUNK_ROWS",
@@ -103,7 +103,7 @@ class ExactDecimal(sa.types.TypeDecorator[decimal.Decimal]):
 
 
 def column_type(kind: str) -> sa.types.TypeEngine[Any]:
-    """The SQLAlchemy type of a portable column type (``rewind.sink.schema``)."""
+    """The SQLAlchemy type of a portable column type (``rewind.api.tables``)."""
     exact = decimal_of(kind)
     if exact is not None:
         return ExactDecimal(*exact)

@@ -9,14 +9,10 @@ failure ``RuntimeError`` as a second base, so code that caught those before stil
 
 from __future__ import annotations
 
-from rewind.errors import Failed, Refused
+from rewind.errors import Failed, Refused, SinkRefused
 
 __all__ = ["SinkConnectionError", "SinkError", "SinkFenced", "SinkRefused", "SinkWriteError"]
 
-
-class SinkRefused(Refused, ValueError):
-    """Bad input (a table spec, rows, a batch id, a database URL, a table without its columns):
-    nothing was written; the message says what to change."""
 
 
 class SinkError(Failed, RuntimeError):

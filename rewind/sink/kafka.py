@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.api.tables import LEDGER_TABLE, TableSpec
 from rewind.faults import fault_point
 from rewind.kafka.client_config import base_consumer_config, librdkafka_config
 from rewind.kafka.client_logs import librdkafka_logger
@@ -48,7 +49,6 @@ from rewind.sink.kafka_ledger import LedgerEntry, ledger_frame, read_ledger
 from rewind.sink.kafka_mirror import TopicMirror
 from rewind.sink.kafka_target import KafkaSinkTarget
 from rewind.sink.kafka_txn import Record, Transactions
-from rewind.sink.schema import LEDGER_TABLE, TableSpec
 
 log = logging.getLogger(__name__)
 

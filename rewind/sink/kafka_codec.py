@@ -22,8 +22,8 @@ from typing import Any
 
 import msgspec
 
+from rewind.api.tables import TableSpec, decimal_of
 from rewind.sink.convert import PreparedTable, decimal_text
-from rewind.sink.schema import TableSpec, decimal_of
 
 __all__ = ["decode_key", "decode_value", "encode_key", "encode_table"]
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.api.tables import TableSpec
 from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.kafka.reader import read_to_end
 from rewind.kafka.types import TP, UnknownTopicError
 from rewind.sink.kafka_codec import decode_value
-from rewind.sink.schema import TableSpec
 from rewind.sink.sql import ExactlyOnceSqlSink
 
 log = logging.getLogger(__name__)

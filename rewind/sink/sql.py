@@ -43,6 +43,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
+from rewind.api.tables import LEDGER_TABLE, TableSpec, check_resolved, check_table_name, decimal_of
 from rewind.faults import fault_point
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id
 from rewind.sink.convert import PreparedTable, chunks, prepare_rows, typed_frame
@@ -56,7 +57,6 @@ from rewind.sink.dialects import (
     upsert_statement,
 )
 from rewind.sink.errors import SinkConnectionError, SinkRefused, SinkWriteError
-from rewind.sink.schema import LEDGER_TABLE, TableSpec, check_resolved, check_table_name, decimal_of
 from rewind.sink.sql_fence import FENCE_TABLE, claim_epoch, fence_table
 from rewind.sink.sql_schema import ensure_tables
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.api.tables import TableSpec
 from rewind.sink.convert import prepare_table
 from rewind.sink.errors import SinkRefused
-from rewind.sink.schema import TableSpec
 
 __all__ = ["REASON", "route_unwritable"]
 

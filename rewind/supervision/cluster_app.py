@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rewind.platform.yarn_rm import YarnApp
+from rewind.runtime.yarn_rm import YarnApp
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from rewind.platform.yarn_rm import ResourceManagerClient, ResourceManagerUnreachable, YarnApp, stream_tag
-from rewind.stream.status import StreamStatus
+from rewind.control.status import StreamStatus
+from rewind.runtime.yarn_rm import ResourceManagerClient, ResourceManagerUnreachable, YarnApp, stream_tag
 from rewind.supervision.cluster_app import AppVerdict, judge
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from rewind.stream.control import ACTIVE_STATES
-from rewind.stream.status import StreamStatus
+from rewind.control.status import StreamStatus
+from rewind.supervision.process_control import ACTIVE_STATES
 
 if TYPE_CHECKING:
     from rewind.supervision.observe import Observation

@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewind.control.driver_lease import driver_alive, read_standby
 from rewind.control.leases import read_lease
 from rewind.control.location import control_store
+from rewind.control.status import StreamStatus
+from rewind.control.status_store import read_stream_status
 from rewind.registry import StreamSpec
-from rewind.stream.driver_lease import driver_alive, read_standby
-from rewind.stream.status import StreamStatus
-from rewind.stream.status_store import read_stream_status
 from rewind.supervision.cluster_app import AppVerdict
 from rewind.supervision.cluster_observe import yarn_verdict
 from rewind.supervision.failures import read_failures

@@ -5,7 +5,7 @@ driver, record the failure and ask the restart strategy, bring the checkpoint ba
 repair in place, or restore the newest valid savepoint), relaunch, and wait for the first new
 batch. ``act`` runs a whole verdict (the chaos harness); the Airflow supervisor DAG runs the
 same steps as separate tasks so each shows in the UI. A launch is refused while a driver holds
-the checkpoint (``rewind.stream.control.ensure_no_driver``): two drivers on one checkpoint
+the checkpoint (``rewind.supervision.process_control.ensure_no_driver``): two drivers on one checkpoint
 corrupt it.
 """
 
@@ -17,12 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rewind.control.status_store import read_stream_status
 from rewind.registry import StreamSpec
-from rewind.stream.control import StreamFailed, stop_driver
-from rewind.stream.status_store import read_stream_status
 from rewind.supervision.failures import CrashLoop, record_alert, record_failure
 from rewind.supervision.health import Verdict
 from rewind.supervision.observe import Observation
+from rewind.supervision.process_control import StreamFailed, stop_driver
 from rewind.supervision.restart_policy import Decision
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def restore_newest_savepoint(spec: StreamSpec, store: Any, reason: str) -> dict[
 
 def wait_for_progress(spec: StreamSpec, pid: int, after_batch: int | None, timeout: float) -> dict[str, Any]:
     """Wait until the stream `pid` commits a batch newer than `after_batch` (or is caught up, lag 0)."""
-    from rewind.stream.driver_lease import driver_alive
+    from rewind.control.driver_lease import driver_alive
 
     deadline = time.monotonic() + timeout
     st = None

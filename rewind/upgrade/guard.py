@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rewind.errors import Refused
-from rewind.platform.processes import pid_alive
+from rewind.runtime.processes import pid_alive
 from rewind.upgrade import history
 
 

@@ -48,7 +48,7 @@ class PreflightReport:
 
 def check_tables(old: Any, new: Any) -> list[str]:
     """Refuse incompatible output tables (``rules.table_changes``); the compatible changes, described."""
-    from rewind.stream.contract import load_transform
+    from rewind.api.contract import load_transform
 
     changes = contract_changes(load_transform(old), load_transform(new))
     bad = incompatible(changes)
@@ -111,7 +111,7 @@ def run_one_batch(spark: Any, spec: Any, bootstrap: str, checkpoint: str, after_
                   timeout_s: float) -> tuple[int, int]:
     """Run ``spec``'s query on ``checkpoint`` until a batch after ``after_batch`` commits; (batch, rows).
     Raises ``Incompatible`` or ``UpgradeRefused`` with Spark's reason when the query fails."""
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     query = None
     try:
@@ -159,7 +159,7 @@ def preflight(old: Any, new: Any, store: Any, bootstrap: str, scratch: Path, *, 
     local = scratch_spec(new, scratch)
     restored = restore_savepoint(local, store, manifest.savepoint_id, to=scratch / "checkpoint")
     if spark is None:
-        from rewind.stream.spark_session import build_session
+        from rewind.driver.spark_session import build_session
 
         spark = build_session(f"rewind-upgrade-{new.name}", conf=dict(new.spark_conf), sources=False)
     report.batch_id, report.input_rows = run_one_batch(spark, local, bootstrap, str(restored.path), manifest.batch_id,

@@ -90,8 +90,8 @@ class Prepared:
 def prepare(req: UpgradeRequest) -> Prepared:
     """Refuse what is wrong before any service is asked (``Refused``, nothing done): the new entry's
     validation and transform, the registry's writability, the mode against the live checkpoint."""
+    from rewind.api.contract import load_transform
     from rewind.registry import load_registry
-    from rewind.stream.contract import load_transform
     from rewind.upgrade.entry import check_writable, load_candidate
 
     old = load_registry(req.registry).get(req.stream)

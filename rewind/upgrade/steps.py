@@ -30,7 +30,7 @@ def stop_with_savepoint(spec: Any, store: Any, start: Callable[[Any], int], stop
     """Stop the stream after its batch in flight and take a savepoint (``savepoint_with_stop``); the
     manifest. If the copy fails after the stop, the old version is launched again before raising."""
     from rewind.checkpoints.savepoints import savepoint_with_stop
-    from rewind.stream.control import stream_liveness
+    from rewind.supervision.process_control import stream_liveness
 
     was_running = stream_liveness(spec).running
     try:
@@ -96,8 +96,8 @@ def watch(spec: Any, start: Callable[[Any], int], after_batch: int | None, grace
     """Launch the new version and watch it (``rewind.upgrade.watch.next_step``); (``healthy`` or
     ``rollback``, why, the attempts). Failures are recorded in the supervisor's history too, so the
     page and ``rewind supervisor status`` show them."""
-    from rewind.stream.control import StreamControlError, StreamFailed, stop_driver
     from rewind.supervision.failures import record_failure
+    from rewind.supervision.process_control import StreamControlError, StreamFailed, stop_driver
     from rewind.supervision.reconcile import wait_for_progress
 
     attempts: list[Attempt] = []
@@ -131,8 +131,8 @@ def rollback(old: Any, store: Any, manifest: Any, put_back: Callable[[], None], 
     a fresh checkpoint, the old entry written back (``put_back``), the crash verdict of the new
     version cleared (kept in the record), the old version launched until it commits a batch."""
     from rewind.checkpoints.savepoints import restore_savepoint
-    from rewind.stream.control import stop_driver
     from rewind.supervision.failures import reset
+    from rewind.supervision.process_control import stop_driver
     from rewind.supervision.reconcile import wait_for_progress
 
     stop_driver(old, timeout=60)

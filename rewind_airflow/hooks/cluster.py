@@ -4,7 +4,7 @@ The Airflow worker runs spark-submit (``SparkSubmitHook.submit``: the connection
 ``--deploy-mode cluster``; ``HADOOP_CONF_DIR`` in the worker's environment gives the ResourceManager) and
 returns once YARN accepted the application; the driver runs in a YARN container, not on the worker, and
 reports through the stream's status and heartbeat. What the submit carries (the job archive, the registry,
-the conf, no secret on the command line) is decided by ``rewind.platform.cluster_submit``; here it is only
+the conf, no secret on the command line) is decided by ``rewind.runtime.cluster_submit``; here it is only
 handed to the provider, with S3's keys from the ``rewind_s3`` connection written to a 0600 properties file
 that lives while spark-submit runs.
 
@@ -45,7 +45,7 @@ def resourcemanager_url(conn_id: str = "spark_default") -> str | None:
         raw = None
     if raw:
         return str(raw) if "://" in str(raw) else f"http://{raw}"
-    from rewind.platform.yarn_config import webapp_address_of
+    from rewind.embedded.yarn_config import webapp_address_of
 
     found = webapp_address_of(os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR"))
     return f"http://{found}" if found else None
@@ -75,9 +75,9 @@ class RewindClusterHook:
     def launch(self) -> dict[str, Any]:
         """Submit and return once YARN accepted the application: ``{"tag", "submitted_at", "resourcemanager"}``."""
         from rewind import faults
-        from rewind.platform.cluster_submit import job_archive, stream_submit, write_properties
-        from rewind.platform.jvm import submit_jars
         from rewind.registry import load_registry
+        from rewind.runtime.cluster_submit import job_archive, stream_submit, write_properties
+        from rewind.runtime.jvm import submit_jars
         from rewind.settings import jars_dir, rewind_home
         from rewind_airflow.hooks.s3 import RewindS3Hook
         from rewind_airflow.hooks.stream import s3a_driver_class_path

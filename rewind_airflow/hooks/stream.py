@@ -22,7 +22,7 @@ class RewindStreamHook(SparkSubmitHook):
 
     def __init__(self, stream: str, registry: str | None = None, bootstrap: str | None = None,
                  conn_id: str = "spark_default", standby: bool = False, **kwargs: Any) -> None:
-        from rewind.platform.jvm import submit_jars
+        from rewind.runtime.jvm import submit_jars
 
         args = [stream] + (["--registry", registry] if registry else []) + \
             (["--bootstrap", bootstrap] if bootstrap else []) + (["--standby"] if standby else [])
@@ -31,7 +31,7 @@ class RewindStreamHook(SparkSubmitHook):
         # before the session's conf is read, so spark.jars set in Python would not reach its class path.
         kwargs.setdefault("jars", ",".join(submit_jars()))
         # An s3a:// checkpoint: the S3A jars on the driver's class path, which under spark-submit is
-        # fixed before the session's spark.driver.extraClassPath is read (rewind.platform.s3a).
+        # fixed before the session's spark.driver.extraClassPath is read (rewind.runtime.s3a).
         kwargs.setdefault("driver_class_path", s3a_driver_class_path(stream, registry))
         super().__init__(conn_id=conn_id, application_args=args, **kwargs)
         self.stream = stream
@@ -42,7 +42,7 @@ class RewindStreamHook(SparkSubmitHook):
         return self._build_spark_submit_command(str(STREAM_JOB))
 
     def launch_detached(self, log_path: Path, env: dict[str, str] | None = None) -> int:
-        from rewind.stream.control import spawn_detached
+        from rewind.supervision.process_control import spawn_detached
 
         full_env = {**os.environ, **(self._env_vars or {}), **(env or {})}
         # spark-submit and the driver's Python come from the interpreter running Airflow.
@@ -58,9 +58,9 @@ def s3a_driver_class_path(stream: str, registry: str | None) -> str | None:
     """The S3A jars as a class path when the stream's checkpoint is ``s3a://``, else None (also when the
     registry cannot be read here: the stream job then reports that itself)."""
     from rewind.errors import Refused
-    from rewind.platform.jars import s3a_jars
-    from rewind.platform.s3a import is_s3a
     from rewind.registry import load_registry
+    from rewind.runtime.jars import s3a_jars
+    from rewind.runtime.s3a import is_s3a
 
     try:
         checkpoint = load_registry(registry).get(stream).checkpoint

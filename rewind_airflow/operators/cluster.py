@@ -1,5 +1,5 @@
 """The supervisor's launch when the Spark connection is YARN in cluster mode: submit, then wait for the driver
-YARN started to report running (``rewind.stream.cluster_control.wait_running_on_yarn``).
+YARN started to report running (``rewind.supervision.cluster_control.wait_running_on_yarn``).
 
 Nothing stays on the Airflow worker: spark-submit returns once YARN accepted the application, and the task
 follows the application through the ResourceManager's REST API and the driver through its status. A driver
@@ -18,12 +18,12 @@ def launch_on_yarn(stream: str, registry: str | None, conn_id: str, wait_s: floa
                    standby: bool = False) -> dict[str, Any]:
     """spark-submit the stream's driver (or, with ``standby``, a warm standby) into YARN; for a driver, wait
     until it reports running."""
+    from rewind.control.status_store import read_stream_status
     from rewind.errors import Refused
-    from rewind.platform.yarn_rm import ResourceManagerClient
     from rewind.registry import load_registry
+    from rewind.runtime.yarn_rm import ResourceManagerClient
     from rewind.settings import default_registry
-    from rewind.stream.cluster_control import wait_running_on_yarn, where
-    from rewind.stream.status_store import read_stream_status
+    from rewind.supervision.cluster_control import wait_running_on_yarn, where
     from rewind_airflow.hooks.cluster import RewindClusterHook
 
     registry = str(registry or default_registry())

@@ -65,7 +65,7 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
     args = [spec.name, "--registry", registry, "--bootstrap", RewindKafkaHook().bootstrap(), "--plan-json",
             planned["plan_file"], "--mode", params.get("mode") or "into-sink", "--replay-id", planned["replay_id"],
             "--run-dir", planned["run_dir"]]
-    from rewind.platform.jars import connector_jars
+    from rewind.runtime.jars import connector_jars
     from rewind_airflow.hooks.stream import submit_env
     from spark_jobs import REPLAY_JOB
 

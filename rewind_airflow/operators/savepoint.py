@@ -53,7 +53,7 @@ def restore_task(name: str, registry: str, savepoint_id: str, relaunch: bool, st
     from rewind.checkpoints.savepoints import load_manifest, restore_savepoint
     from rewind.registry import load_registry
     from rewind.safe_names import UnsafeName, check_savepoint_id
-    from rewind.stream.control import stop_stream, stream_liveness
+    from rewind.supervision.process_control import stop_stream, stream_liveness
 
     try:
         sid = check_savepoint_id(savepoint_id)

@@ -20,9 +20,9 @@ from rewind_airflow.hooks.s3 import RewindS3Hook
 
 def launch(stream: str, registry: str | None, conn_id: str, wait_s: float) -> dict[str, Any]:
     """spark-submit the stream (detached) and wait until its driver reports running; refused while a
-    driver of the stream is alive (``rewind.stream.control.ensure_no_driver``)."""
+    driver of the stream is alive (``rewind.supervision.process_control.ensure_no_driver``)."""
     from rewind.registry import load_registry
-    from rewind.stream.control import default_log_path, ensure_no_driver, wait_running
+    from rewind.supervision.process_control import default_log_path, ensure_no_driver, wait_running
     from rewind_airflow.hooks.stream import RewindStreamHook
 
     spec = load_registry(registry).get(stream)
@@ -45,9 +45,9 @@ def launch(stream: str, registry: str | None, conn_id: str, wait_s: float) -> di
 def launch_standby(stream: str, registry: str | None, conn_id: str) -> dict[str, Any]:
     """spark-submit a warm standby (``rewind stream run --standby``, detached) when the registry asks
     for one (``supervision.standby``) and none is there; it takes over when the driver's process dies."""
+    from rewind.control.driver_lease import read_standby
     from rewind.paths import paths_of
     from rewind.registry import load_registry
-    from rewind.stream.driver_lease import read_standby
     from rewind_airflow.hooks.stream import RewindStreamHook
 
     spec = load_registry(registry).get(stream)
@@ -87,8 +87,8 @@ class LaunchStreamOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from rewind.registry import load_registry
-        from rewind.stream.control import stream_liveness
         from rewind.supervision.failures import check_not_given_up
+        from rewind.supervision.process_control import stream_liveness
         from rewind.supervision.reconcile import recover_unseen_death
         from rewind.upgrade.guard import describe, wait_until_done
 

@@ -15,7 +15,7 @@ class StreamHealthTrigger(BaseTrigger):
     """Observes the stream every ``poll_s`` through its control store (status, heartbeat, the
     driver's lease: the triggerer may run on any host), and, when the driver runs on the
     triggerer's own host, at once when its process exits (the kernel says so through a pidfd:
-    ``rewind.platform.processes.wait_exit``); fires once the supervisor has something to do.
+    ``rewind.runtime.processes.wait_exit``); fires once the supervisor has something to do.
 
     It runs the supervision loop's observer and evaluator (``rewind.supervision.observe``,
     ``rewind.supervision.health.evaluate``) with the registry's thresholds: it fires when the
@@ -60,11 +60,11 @@ class StreamHealthTrigger(BaseTrigger):
             if time.time() - self.since > self.watch_s:
                 yield TriggerEvent({**verdict, "watch_ended": True})
                 return
-            from rewind.stream.driver_lease import local_pid
+            from rewind.control.driver_lease import local_pid
 
             pid = local_pid(verdict.get("status"))
             if pid is not None:
-                from rewind.platform.processes import wait_exit
+                from rewind.runtime.processes import wait_exit
 
                 await wait_exit(pid, self.poll_s)
             else:

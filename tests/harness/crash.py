@@ -25,15 +25,15 @@ from unittest import mock
 
 from harness.processes import StreamProcess, no_batch_in_flight, wait_for
 from rewind.checkpoints.pointer import active_checkpoint
+from rewind.control.status import StreamStatus
+from rewind.control.status_store import read_stream_status
 from rewind.demo.producer import ProduceSpec, produce
+from rewind.embedded.services import PlatformInfo
 from rewind.faults import Fault, arm
 from rewind.kafka.lookups import true_end_offsets
-from rewind.platform.services import PlatformInfo
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
-from rewind.stream.status import StreamStatus
-from rewind.stream.status_store import read_stream_status
-from rewind.testing.registry_templates import demo_stream, write_registry
+from tests.harness.registry_templates import demo_stream, write_registry
 
 EVENTS = int(os.environ.get("REWIND_CRASH_EVENTS", "24000"))
 

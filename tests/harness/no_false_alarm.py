@@ -39,7 +39,7 @@ def check_no_false_alarm(airflow_url: str, username: str, password: str, home: P
     :param poll_s: seconds between looks at the page
     :param settle_s: how long to wait for the window's DQ runs still in flight (0: not at all)
     """
-    from rewind.platform.airflow_client import AirflowClient
+    from rewind.runtime.airflow_client import AirflowClient
 
     seen: dict[str, Any] = {s: {"dq_runs": {}, "page_dq": None, "proofs": []} for s in streams}
     looks = 0

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from rewind.platform.processes import terminate_group
+from rewind.runtime.processes import terminate_group
 from spark_jobs import STREAM_JOB
 
 ROOT = Path(__file__).resolve().parents[2]

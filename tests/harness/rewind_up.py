@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from rewind.platform.processes import pid_alive
-from rewind.stream.status import read_status
+from rewind.control.status import read_status
+from rewind.runtime.processes import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"  # Debian's package: Playwright drives it (its own browser download fails here)
@@ -120,7 +120,7 @@ def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int
     inv_report = json.loads(verify.stdout)
     assert inv_report["ok"] and inv_report["sink_rows"] > 0 and inv_report["sink_dead_letters"] > 0, inv_report
     # The registry's savepoint and DQ schedules are live on the embedded default, not paused.
-    from rewind.platform.airflow_client import AirflowClient
+    from rewind.runtime.airflow_client import AirflowClient
 
     client = AirflowClient(ui.group(1), ui.group(2), ui.group(3))
     for dag_id in ("rewind_demo_savepoint", "rewind_demo_dq", "rewind_demo_supervisor",

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from rewind.sink.schema import LEDGER_TABLE, Column, TableSpec
+from rewind.api.tables import LEDGER_TABLE, Column, TableSpec
 
 UTC = dt.UTC
 T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=UTC)

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewind.stream.contract import Aggregate, Transform
-from rewind.stream.late_routing import LATE_CANDIDATE
-from rewind.stream.outputs import output_table
+from rewind.api import LATE_CANDIDATE, Aggregate, Transform, output_table
 
 RECORD = "payment_id STRING, merchant STRING, amount DOUBLE, ts STRING"
 

@@ -1,0 +1,198 @@
+"""Wire one registered stream: Kafka source -> transform -> exactly-once sink (the driver: ``rewind.driver.driver``).
+
+The exactly-once chain: Spark records each batch's Kafka offsets in the
+checkpoint's offset log before running it; after a crash it re-runs that batch
+with the same id and the same offsets; the sink writes a batch and its ledger
+row in one transaction and skips a batch id it has already committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from rewind import settings
+from rewind.control.leases import LeaseKeeper
+from rewind.control.status import StatusChannel, StreamStatus
+from rewind.driver.batch_writer import BatchWriter, arrow_to_pandas
+from rewind.driver.sink_factory import open_sink
+from rewind.driver.source import check_source, source_options
+from rewind.registry import StreamSpec
+
+__all__ = ["BatchWriter", "arrow_to_pandas", "build_query", "check_source", "open_sink", "source_options"]
+
+log = logging.getLogger(__name__)
+
+
+def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
+                checkpoint: str | None = None, phases: list[dict[str, Any]] | None = None,
+                late: dict[int, tuple[int, int]] | None = None, lease: LeaseKeeper | None = None):
+    """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter).
+
+    ``lease``: the driver's lease. The sink is fenced at its epoch before the query starts (a driver
+    it took over from commits nothing more), and every batch checks it before its commit."""
+    from rewind.api.contract import load_transform
+    from rewind.driver.outputs import output_frame
+    from rewind.driver.spark_session import ensure_source, use_checkpoint_file_manager
+    from rewind.sink.delta_target import is_delta_url
+
+    transform = load_transform(spec)
+    sink = open_sink(spec, transform, spark)
+    if all(t.resolved for t in transform.tables):  # else resolved_tables (in open_sink) checked them
+        from rewind.api.contract import check_late_candidates
+        from rewind.driver.late_routing import streaming_candidates
+
+        late_fields = streaming_candidates(transform, spark, spec)
+        if late_fields is not None:  # refused before the first batch, not when a late record arrives
+            check_late_candidates(transform, tuple(sink.specs.values()), late_fields,
+                                  f"stream {spec.name}: transform {spec.transform!r}")
+    sink.create_tables()
+    if lease is not None:
+        fence_sink(sink, lease)
+    checkpoint = checkpoint or spec.checkpoint
+    writer: BatchWriter
+    if spec.sink.write_from == "executors" and is_delta_url(spec.sink.url):
+        from rewind.driver.delta_writer import DeltaBatchWriter
+
+        writer = DeltaBatchWriter(sink, transform.split, checkpoint, phases,
+                                  late if late is not None else {}, spec=spec,
+                                  dead_letter=transform.dead_letter_table)
+    elif spec.sink.write_from == "executors":
+        from rewind.driver.staged_writer import StagedBatchWriter
+
+        writer = StagedBatchWriter(sink, transform.split, checkpoint, phases,
+                                   late if late is not None else {}, spec=spec,
+                                   dead_letter=transform.dead_letter_table)
+    else:
+        writer = BatchWriter(sink, transform.split, checkpoint, phases,
+                             late if late is not None else {}, dead_letter=transform.dead_letter_table)
+    if lease is not None:
+        writer.lease_check = lease.check
+        lease.check("the stream's first batch")  # the new driver plans nothing while it is not the holder
+    use_checkpoint_file_manager(spark, checkpoint)
+    ensure_source(spark, spec.source.format)
+    source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
+    out = output_frame(transform, source, spec)
+    ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)
+          .option("checkpointLocation", checkpoint))
+    ws = ws.trigger(availableNow=True) if available_now else ws.trigger(
+        processingTime=f"{spec.durations()['trigger'].total_seconds()} seconds")
+    return ws.start()
+
+
+def fence_sink(sink: Any, lease: LeaseKeeper) -> None:
+    """Fence the sink at the new driver's epoch before its first batch (a driver it took over from commits
+    nothing more). A sink that holds a higher epoch than the lease's own store has seen was written under
+    another store (the stream moved between stores through a savepoint, or its store was wiped): the lease,
+    still this driver's, is raised above it (``LeaseKeeper.advance``)."""
+    from rewind.sink.errors import SinkFenced
+
+    try:
+        sink.fence(lease.epoch)
+    except SinkFenced as exc:
+        if exc.newer is None:
+            raise
+        lease.advance(exc.newer + 1, f"the sink was fenced at epoch {exc.newer} under another control store "
+                                     f"than {lease.store.where}")
+        sink.fence(lease.epoch)
+
+
+def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
+    """A stream driver's Spark defaults: its UI on a free port, its event log beside the checkpoint
+    (``rewind.driver.spark_conf.driver_defaults``; the deployment's settings win)."""
+    from rewind.driver.spark_conf import driver_defaults, event_log_dir
+    from rewind.runtime.processes import free_port
+
+    logs = event_log_dir(spec.checkpoint)
+    if logs:
+        Path(logs).mkdir(parents=True, exist_ok=True)  # Spark refuses an event log directory that is not there
+    return driver_defaults(spec.checkpoint, free_port())
+
+
+def group_offsets_for(spec: StreamSpec, bootstrap: str) -> Any:
+    """The committer of the stream's consumer-group offsets (``rewind.kafka.group_offsets``), or None
+    where the sink commits them in its own transaction (Kafka)."""
+    from rewind.kafka.client_config import kafka_options, librdkafka_config
+    from rewind.kafka.group_offsets import GroupOffsets, consumer_group
+    from rewind.sink.kafka_target import is_kafka_url
+
+    if is_kafka_url(spec.sink.url):
+        return None
+    client = {k: v for k, v in librdkafka_config(kafka_options(spec.source.options)).items()
+              if k not in ("isolation.level", "group.id")}
+    return GroupOffsets(bootstrap, client, consumer_group(spec.name))
+
+
+def record_late_check(status: StreamStatus, late: dict[int, tuple[int, int]], progress: Any,
+                      log_file: Path | None = None) -> None:
+    """When a batch's progress arrives: its behind-the-watermark dead letters against Spark's own
+    count of rows dropped by the watermark, logged, appended to ``log_file`` and kept in the status
+    (a mismatch is an error)."""
+    from rewind.driver.late_routing import check_progress
+
+    check = check_progress(late, progress)
+    if check is None:
+        return
+    if log_file is not None:
+        with open(log_file, "a") as f:
+            f.write(json.dumps({"batch": check.batch_id, "routed": check.routed, "dropped": list(check.dropped),
+                                "watermark_ms": check.watermark_ms, "ok": check.ok, "t": round(time.time(), 3)})
+                    + "\n")
+    status.late_routed_total += check.routed
+    status.late_check = {"batch": check.batch_id, "routed": check.routed, "dropped": list(check.dropped),
+                         "watermark_ms": check.watermark_ms, "ok": check.ok}
+    if not check.ok:
+        status.late_mismatches = [*status.late_mismatches, status.late_check][-20:]
+        log.error("%s", check.describe())
+    elif check.routed:
+        log.warning("%s", check.describe())
+
+
+def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
+    """Start the status at the checkpoint's last committed batch and its offsets.
+
+    Why: the supervisor tells a crash loop (failures that never get past the same batch) from
+    progress by the last committed batch; a relaunched driver that fails before its first
+    progress event must still report the batch it is stuck behind, not "none".
+    """
+    from rewind.checkpoints.inspection import CheckpointError, NotACheckpoint, inspect_checkpoint
+    from rewind.checkpoints.store import is_s3_url, open_store
+
+    try:
+        if is_s3_url(checkpoint):
+            from rewind.s3 import s3_client
+
+            store = open_store(checkpoint, s3_client())
+            if not store.exists():  # a first run: nothing written yet
+                return
+            report = inspect_checkpoint(store, recent=2)
+        elif not (Path(checkpoint) / "commits").is_dir():
+            return
+        else:
+            report = inspect_checkpoint(checkpoint, recent=2)
+    except (CheckpointError, NotACheckpoint, OSError) as exc:
+        log.warning("cannot read the last committed batch from %s: %s", checkpoint, exc)
+        return
+    if not report.committed:
+        return
+    last = report.committed[-1]
+    info = report.batch(last)
+    status.last_batch_id = last
+    if info and info.offsets:
+        status.end_offsets = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in info.offsets[0].items()}
+
+
+def start_lag_probe(spec: StreamSpec, bootstrap: str, status: StreamStatus, channel: StatusChannel) -> Any:
+    """The Kafka lag look-up thread (REWIND_LAG_PROBE_S seconds apart, default 10; 0 turns it off)."""
+    from rewind.driver.lag_probe import LagProbe
+    from rewind.kafka.client_config import stream_consumer_config
+
+    interval = settings.lag_probe_interval_s()
+    probe = LagProbe(stream_consumer_config(spec.source.options, bootstrap, f"rewind-lag-{spec.name}"),
+                     spec.topics, status, channel, interval_s=max(interval, 0.5))
+    if interval > 0:
+        probe.start()
+    return probe

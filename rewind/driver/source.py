@@ -1,0 +1,56 @@
+"""The stream's Kafka source as Spark reads it: checked before Spark starts, its options for the
+live query, and the same options for a bounded batch read (a replay's chunks, a standby's warm-up)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["POSITION_KEYS", "bounded_options", "bounded_read", "check_source", "source_options"]
+
+#: Options that position or pace a stream; a bounded read's own offsets replace them.
+POSITION_KEYS = ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp",
+                 "startingoffsetsbytimestampstrategy", "endingoffsets", "endingtimestamp",
+                 "endingoffsetsbytimestamp", "maxoffsetspertrigger")
+
+
+def check_source(spec: Any, bootstrap: str) -> None:
+    """Refuse before Spark starts: an unreachable bootstrap, a missing topic, a missing connector."""
+    from rewind.kafka.client_config import kafka_options
+    from rewind.kafka.lookups import check_reachable
+
+    if spec.source.format == "kafka":
+        from rewind.runtime.jars import connector_jars, spark_packages_name_connector
+
+        if not spark_packages_name_connector():  # else Spark resolves the connector (compose)
+            connector_jars(required=True)
+    check_reachable(bootstrap, spec.topics, kafka_options(spec.source.options), partitions=spec.partitions)
+
+
+def source_options(spec: Any, bootstrap: str) -> dict[str, str]:
+    """The source's options: the registry's, with the bootstrap, the topics, and ``read_committed``
+    unless the registry says otherwise. Why that default: Spark's connector reads
+    ``read_uncommitted`` (the Java client's default), so records of aborted transactions would reach
+    the sink, while every proof (librdkafka, ``read_committed`` by default) counts only committed ones."""
+    return {"kafka.bootstrap.servers": bootstrap, "subscribe": ",".join(spec.topics),
+            "kafka.isolation.level": "read_committed", **spec.source.options}
+
+
+def bounded_options(spec: Any, bootstrap: str, topics: list[str]) -> dict[str, str]:
+    """The stream's own source options for a bounded batch read of ``topics`` (its positioning and
+    pacing options dropped: the read's startingOffsets/endingOffsets replace them)."""
+    opts = {k: v for k, v in source_options(spec, bootstrap).items() if k.lower() not in POSITION_KEYS}
+    opts["subscribe"] = ",".join(topics)
+    return opts
+
+
+def bounded_read(spark: Any, spec: Any, options: dict[str, str], ranges: dict[Any, tuple[int, int]]) -> Any:
+    """A batch DataFrame of exactly ``[start, end)`` per partition with the stream's source format and
+    ``options`` (``bounded_options``); a batch read with per-partition offsets must name every
+    partition of its topics."""
+    from rewind.driver.spark_session import ensure_source
+    from rewind.kafka.types import offsets_json_text
+
+    ensure_source(spark, spec.source.format)
+    return (spark.read.format(spec.source.format).options(**options)
+            .option("startingOffsets", offsets_json_text({tp: s for tp, (s, _) in ranges.items()}))
+            .option("endingOffsets", offsets_json_text({tp: e for tp, (_, e) in ranges.items()})).load())

@@ -1,1 +1,0 @@
-"""The embedded platform: child processes, the JVM dependencies, Apache Kafka, SeaweedFS."""

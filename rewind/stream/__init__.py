@@ -1,1 +1,0 @@
-"""Running a stream: the transform contract, the runner, late routing, status."""
