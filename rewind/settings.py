@@ -23,7 +23,6 @@ variable Rewind reads is read here, with its default and what it is for:
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -72,17 +71,14 @@ def python_path() -> str:
 
 
 def resolve_bootstrap(arg: str | None) -> str:
-    """``--bootstrap``, else ``$REWIND_KAFKA_BOOTSTRAP``, else the running embedded platform (the
-    ``kafka_bootstrap`` its ``services.json`` records)."""
+    """``--bootstrap``, else ``$REWIND_KAFKA_BOOTSTRAP`` (the command line sets it from a running embedded
+    platform when it starts: ``rewind.embedded.services.export_platform_env``)."""
     if arg:
         return arg
     if os.environ.get("REWIND_KAFKA_BOOTSTRAP"):
         return os.environ["REWIND_KAFKA_BOOTSTRAP"]
-    try:
-        return str(json.loads((services_dir() / "services.json").read_text())["kafka_bootstrap"])
-    except (OSError, ValueError, KeyError):
-        raise Refused("no Kafka to talk to: pass --bootstrap HOST:PORT, set REWIND_KAFKA_BOOTSTRAP, or start the "
-                      "embedded platform with `rewind services up` (or `make up`)") from None
+    raise Refused("no Kafka to talk to: pass --bootstrap HOST:PORT, set REWIND_KAFKA_BOOTSTRAP, or start the "
+                  "embedded platform with `rewind services up` (or `make up`)")
 
 
 def spark_master(default: str = "local[2]") -> str:

@@ -4,6 +4,11 @@ One parser (each command group adds itself from its own module) and one mapping 
 exit codes, listed in every command's --help: 0 ok, 1 failed (tried and broke), 2 usage error,
 3 refused (nothing was done), 4 proof violation. Errors are one line on stderr; --verbose adds
 the trace.
+
+A running embedded platform (``make up``, ``rewind services up``) is found here, once: its
+``$REWIND_HOME/services/services.json`` is put into the environment where the environment says nothing
+(``rewind.embedded.services.export_platform_env``), so every command, and every process a command starts,
+reads Kafka and S3 from the environment alone, as they do in production.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("botocore", "boto3", "urllib3", "py4j", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    load_embedded_platform()
     try:
         return int(args.func(args) or 0)
     except RewindError as exc:
@@ -55,6 +61,18 @@ def main(argv: list[str] | None = None) -> int:
         if not _is_client_error(exc):
             raise
         return _fail(args, exc, "error")
+
+
+def load_embedded_platform() -> None:
+    """The embedded platform's settings into the environment (see the module docstring); a file that cannot be
+    read is said once and skipped: a command that needs Kafka or S3 then says which setting is missing."""
+    from rewind.embedded.services import export_platform_env
+    from rewind.settings import services_dir
+
+    try:
+        export_platform_env(services_dir())
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("the embedded platform's services.json under %s is unreadable (%s); ignored", services_dir(), exc)
 
 
 def _fail(args: Any, exc: BaseException, word: str) -> int:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import shutil
 import signal
 import sys
+from collections.abc import MutableMapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -201,6 +203,28 @@ def read_platform(workdir: Path) -> PlatformInfo | None:
     if not state.exists():
         return None
     return PlatformInfo(**json.loads(state.read_text()))
+
+
+#: Variables of ``PlatformInfo.env()`` that say the same thing: one already set keeps the others unset.
+_SAME_SETTING = ({"AWS_ENDPOINT_URL", "AWS_ENDPOINT", "REWIND_S3_ENDPOINT"}, {"AWS_REGION", "AWS_DEFAULT_REGION"})
+
+
+def export_platform_env(workdir: Path, environ: MutableMapping[str, str] | None = None) -> bool:
+    """Put the platform recorded in ``workdir/services.json`` into ``environ`` (default ``os.environ``), each
+    setting only where the environment has none (an explicit ``AWS_ENDPOINT_URL`` wins); False when nothing is
+    recorded. The command line calls it when it starts, so that `rewind verify demo` in another shell finds what
+    `make up` started, and the processes it launches inherit it: production code reads the environment (and
+    Airflow its connections), never this file."""
+    info = read_platform(workdir)
+    if info is None:
+        return False
+    environ = os.environ if environ is None else environ
+    given = {n for n, v in environ.items() if v}
+    for name, value in info.env().items():
+        same = next((group for group in _SAME_SETTING if name in group), {name})
+        if not same & given:
+            environ[name] = value
+    return True
 
 
 def stop_recorded(workdir: Path) -> list[str]:

@@ -156,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="first version (default: now in microseconds, so a restart's versions are newer)")
     p.add_argument("--bootstrap", default=None, help="host:port (default: the embedded platform's)")
     args = p.parse_args(argv)
+    from rewind.embedded.services import export_platform_env
+    from rewind.settings import services_dir
+
+    export_platform_env(services_dir())  # a command line: the embedded platform's Kafka, when one runs
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
