@@ -125,7 +125,7 @@ def boto3_download(client: Any, bucket: str, keys: list[tuple[str, str]], dest: 
 
 
 def hash_all(root: Path, rels: list[str]) -> None:
-    from rewind.checkpoints.savepoints import sha256_of
+    from rewind.storage import sha256_of
 
     for rel in rels:
         with open(root / rel, "rb") as fh:
@@ -156,7 +156,7 @@ def bench_size(label: str, spec: Any, store: Any, plain: Any, root: Path, work: 
         upload_s.append(timed(lambda: boto3_upload(plain, store.bucket, root, rels, prefix))[0])
     assert sorted(f.path for f in manifests[0].files) == sorted(rels), "the savepoint copied the resume set"
     for i, manifest in enumerate(manifests):
-        s, result = timed(lambda: restore_savepoint(spec, store, manifest.savepoint_id,
+        s, result = timed(lambda: restore_savepoint(spec, store, manifest.savepoint_id, running=None,
                                                     to=work / f"restored-{label}-{i}"))
         restore_s.append(s)
         assert result.manifest.batch_id == manifest.batch_id
@@ -197,7 +197,7 @@ def main() -> None:
     from rewind.driver.spark_session import build_session
     from rewind.embedded.services import EmbeddedPlatform
     from rewind.registry import load_registry
-    from rewind.s3 import S3Config, S3Store
+    from rewind.storage import S3Config, S3Storage
     from tests.harness.registry_templates import demo_stream, write_registry
 
     labels = [f"{s:g}MB" for s in sizes]
@@ -219,12 +219,12 @@ def main() -> None:
                                                 int(mb * MB))
         finally:
             spark.stop()  # nothing of Spark runs while the copies are timed
-        store = S3Store(S3Config.from_platform(info))
+        store = S3Storage(S3Config.from_platform(info))
         plain = boto3.client("s3", endpoint_url=info.s3_endpoint, aws_access_key_id=info.s3_access_key,
                              aws_secret_access_key=info.s3_secret_key, region_name=info.s3_region,
                              config=Config(s3={"addressing_style": "path"}))
         # warm-up: first requests pay for connections and botocore's lazy loading on both sides
-        store.put_bytes("bench-warmup", b"x")
+        store.write_bytes("bench-warmup", b"x")
         plain.put_object(Bucket=store.bucket, Key="bench-warmup", Body=b"x")
         for i, label in enumerate(labels):
             results.append({**bench_size(label, reg.get(f"sp{i}"), store, plain, work / "cp" / label, work,

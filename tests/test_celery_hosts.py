@@ -215,9 +215,9 @@ def test_launch_and_recovery_run_on_different_workers_and_a_lost_worker_loses_no
 def test_a_zombie_driver_is_fenced_when_supervision_relaunched_on_the_other_host(
         fleet: dict[str, Any], platform: PlatformInfo) -> None:
     from rewind.api.tables import LEDGER_TABLE
-    from rewind.checkpoints.files import read_text
     from rewind.checkpoints.logs import parse_offsets_file
     from rewind.driver.runner import open_sink
+    from rewind.storage.location import read_text
 
     zombie_host, other = fleet["driver_host"], fleet["idle_host"]
     stack, cp = fleet["stack"], Path(fleet["spec"].checkpoint)

@@ -117,12 +117,12 @@ def test_repair_refuses_without_complete_batch_and_when_running(copy) -> None:  
 
 def test_plan_keeps_a_readable_planned_batch(copy) -> None:  # type: ignore[no-untyped-def]
     from rewind.checkpoints.state_files import list_state
-    from rewind.checkpoints.store import LocalStore
+    from rewind.storage import LocalStorage
 
     _, cp = copy
     last = inspect_checkpoint(cp).last_complete
     (cp / f"commits/{last}").write_text("")
-    store = LocalStore(cp)
+    store = LocalStorage(cp)
     plan = plan_repair(inspect_checkpoint(store), list_state(store))
     moved = {m.file for m in plan.moves}
     assert plan.rolled_back_to == last - 1 and plan.keeps_planned_batch == last

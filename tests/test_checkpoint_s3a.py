@@ -20,14 +20,13 @@ import pytest
 from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.pointer import active_checkpoint, read_pointer
 from rewind.checkpoints.repair import RepairRefused, repair_checkpoint
-from rewind.checkpoints.s3_objects import digest, keys_under
 from rewind.checkpoints.savepoint_errors import SavepointCorrupt
 from rewind.checkpoints.savepoints import create_savepoint, restore_savepoint
-from rewind.checkpoints.store import open_store, parse_s3_url
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.embedded.services import PlatformInfo
 from rewind.registry import StreamSpec, load_registry
-from rewind.s3 import S3Config, S3Store
+from rewind.storage import S3Config, S3Storage, open_storage, parse_s3_url
+from rewind.supervision.observe import running_reason
 from tests.harness.registry_templates import demo_stream, write_registry
 
 
@@ -70,25 +69,30 @@ def new_topic_module(kafka_bootstrap: str) -> str:
 def copy(original: dict[str, Any], platform: PlatformInfo, tmp_path: Path,
          monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """A copy of the checkpoint under a prefix of its own, and a stream of the registry whose checkpoint it is."""
-    client = S3Config.from_platform(platform).client()
+    config = S3Config.from_platform(platform)
+    client = config.client()
     for k, v in platform.env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("REWIND_S3_BUCKET", platform.bucket)
     base = f"s3a-tools/{uuid.uuid4().hex[:8]}/cp"
-    for key in keys_under(client, platform.bucket, original["prefix"]):
+    for key in [f.path for f in S3Storage(config).list_files(original["prefix"])]:
         client.copy_object(Bucket=platform.bucket, Key=f"{base}/{key[len(original['prefix']):]}",
                            CopySource={"Bucket": platform.bucket, "Key": key})
     location = f"s3a://{platform.bucket}/{base}"
     registry = write_registry(tmp_path / "streams.yaml", demo_stream(
         "s3cp", "s3cp-topic", tmp_path, checkpoint=location))
-    yield {"client": client, "bucket": platform.bucket, "base": base, "location": location,
+    yield {"client": client, "config": config, "bucket": platform.bucket, "base": base, "location": location,
            "spec": load_registry(registry).get("s3cp"), "last": original["last"], "local": original["local"]}
+
+
+def _bucket(c: dict[str, Any]) -> S3Storage:
+    return S3Storage(c["config"])
 
 
 def _objects(c: dict[str, Any], prefix: str) -> dict[str, str]:
     """key (relative to ``prefix``) -> SHA-256 of every object under it."""
-    return {k[len(prefix):]: digest(c["client"], c["bucket"], k).sha256 for k in keys_under(c["client"], c["bucket"],
-                                                                                            prefix)}
+    bucket = _bucket(c)
+    return {f.path[len(prefix):]: bucket.digest(f.path).sha256 for f in bucket.list_files(prefix)}
 
 
 def _put(c: dict[str, Any], rel: str, data: bytes) -> None:
@@ -100,7 +104,7 @@ def _get(c: dict[str, Any], rel: str) -> bytes:
 
 
 def _report(c: dict[str, Any]) -> Any:
-    return inspect_checkpoint(open_store(c["location"], c["client"]))
+    return inspect_checkpoint(open_storage(c["location"], c["config"]))
 
 
 @pytest.mark.parametrize("damage", ["truncated_commit", "zeroed_state_file"])
@@ -162,7 +166,7 @@ def test_savepoint_is_copied_inside_s3_and_restored_into_a_fresh_prefix(copy: di
                                                                         platform: PlatformInfo) -> None:
     c = copy
     spec: StreamSpec = c["spec"]
-    store = S3Store(S3Config.from_platform(platform))
+    store = S3Storage(S3Config.from_platform(platform))
     uploads: list[str] = []
     store.client.meta.events.register("provide-client-params.s3.PutObject",
                                      lambda params, **_: uploads.append(params["Key"]))
@@ -172,14 +176,13 @@ def test_savepoint_is_copied_inside_s3_and_restored_into_a_fresh_prefix(copy: di
     assert uploads == [sp_prefix + "manifest.json"], uploads  # every file went by CopyObject, the manifest last
     source = _objects(c, f"{c['base']}/")
     for entry in manifest.files:  # the manifest's checksums are the checkpoint's bytes, and so are the copies
-        assert entry.sha256 == source[entry.path] == digest(store.client, c["bucket"],
-                                                             sp_prefix + "files/" + entry.path).sha256
+        assert entry.sha256 == source[entry.path] == store.digest(sp_prefix + "files/" + entry.path).sha256
 
-    result = restore_savepoint(spec, store, manifest.savepoint_id)
+    result = restore_savepoint(spec, store, manifest.savepoint_id, running=running_reason(spec))
     dest = str(result.path)
     assert dest == f"{c['location']}.restored-{manifest.savepoint_id}"
     assert active_checkpoint(spec) == dest and read_pointer(spec)[0].path == c["location"]
-    restored = inspect_checkpoint(open_store(dest, c["client"]))
+    restored = inspect_checkpoint(open_storage(dest, c["config"]))
     assert restored.last_complete == manifest.batch_id and not restored.errors
     assert _objects(c, f"{c['base']}/") == source  # the old checkpoint is kept as it was
 
@@ -187,7 +190,7 @@ def test_savepoint_is_copied_inside_s3_and_restored_into_a_fresh_prefix(copy: di
 def test_a_tampered_savepoint_is_refused_and_nothing_switches(copy: dict[str, Any], platform: PlatformInfo) -> None:
     c = copy
     spec: StreamSpec = c["spec"]
-    store = S3Store(S3Config.from_platform(platform))
+    store = S3Storage(S3Config.from_platform(platform))
     manifest = create_savepoint(spec, store)
     victim = next(e for e in manifest.files if e.path.startswith("state/") and e.size > 8)
     key = f"savepoints/s3cp/{manifest.savepoint_id}/files/{victim.path}"
@@ -195,7 +198,7 @@ def test_a_tampered_savepoint_is_refused_and_nothing_switches(copy: dict[str, An
     data[len(data) // 2] ^= 0xFF  # same size, one byte changed
     store.client.put_object(Bucket=c["bucket"], Key=key, Body=bytes(data))
     with pytest.raises(SavepointCorrupt, match=rf"{victim.path}: SHA-256 .* differs .*nothing was restored"):
-        restore_savepoint(spec, store, manifest.savepoint_id)
+        restore_savepoint(spec, store, manifest.savepoint_id, running=running_reason(spec))
     assert active_checkpoint(spec) == c["location"] and read_pointer(spec) == []
     dest = parse_s3_url(f"{c['location']}.restored-{manifest.savepoint_id}")[1]
-    assert keys_under(c["client"], c["bucket"], dest + "/") == []  # the half-made prefix is gone
+    assert store.list_files(dest) == []  # the half-made prefix is gone

@@ -218,7 +218,7 @@ def test_an_upload_failure_keeps_the_verdict_and_the_local_results(tmp_path: Pat
         def url(self, key: str) -> str:
             return f"s3://b/{key}"
 
-        def put_bytes(self, key: str, data: bytes, content_type: str) -> None:
+        def write_bytes(self, key: str, data: bytes, content_type: str) -> None:
             self.puts.append(key)
             raise OSError("store unreachable")
 
@@ -276,9 +276,9 @@ def demo_run(tmp_path_factory, platform, spark):  # type: ignore[no-untyped-def]
 
 
 def s3_store(platform):  # type: ignore[no-untyped-def]
-    from rewind.s3 import S3Config, S3Store
+    from rewind.storage import S3Config, S3Storage
 
-    return S3Store(S3Config.from_platform(platform))
+    return S3Storage(S3Config.from_platform(platform))
 
 
 def test_proof_passes_and_stores_data_docs(demo_run, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -305,9 +305,9 @@ def test_proof_passes_and_stores_data_docs(demo_run, platform, tmp_path: Path) -
                                                                  ("events", "dead_letter", "coverage", "aggregates")}
     assert result.s3_error is None and result.s3["data_docs"].endswith(f"dq/dq/{result.run_id}/data_docs/index.html")
     prefix = f"dq/dq/{result.run_id}/"
-    assert b"exactly_once" in (store.get_bytes(prefix + "data_docs/index.html") or b"")
-    assert json.loads(store.get_bytes(prefix + "validation_result.json") or b"{}")["success"] is True
-    assert json.loads(store.get_bytes(prefix + "proof.json") or b"{}")["ok"] is True
+    assert b"exactly_once" in store.read_bytes(prefix + "data_docs/index.html")
+    assert json.loads(store.read_bytes(prefix + "validation_result.json"))["success"] is True
+    assert json.loads(store.read_bytes(prefix + "proof.json"))["ok"] is True
 
 
 def test_running_stream_is_proven_up_to_its_last_committed_batch(demo_run, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -113,13 +113,13 @@ def pause_mid_batch(driver: hosts.HostProcess, cp: Path, timeout: float = 120) -
 def test_a_zombie_driver_commits_nothing_and_the_checkpoint_stays_whole(world: dict[str, Any],
                                                                          platform: PlatformInfo) -> None:
     from rewind.api.tables import LEDGER_TABLE
-    from rewind.checkpoints.files import read_text
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.checkpoints.logs import parse_offsets_file
     from rewind.control.driver_lease import read_standby, request_stop
     from rewind.control.status_store import read_stream_status
     from rewind.driver.runner import open_sink
     from rewind.proof.verify import verify_stream
+    from rewind.storage.location import read_text
 
     spec, cp = world["spec"], Path(world["spec"].checkpoint)
     events = 9_000

@@ -34,7 +34,7 @@ def rescale_to_4(spark: Any, platform: PlatformInfo, done: dict[str, Any]
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.checkpoints.pointer import active_checkpoint
     from rewind.checkpoints.repartition import repartition
-    from rewind.s3 import S3Config, S3Store
+    from rewind.storage import S3Config, S3Storage
 
     def rescale(stream: StreamProcess, run: int) -> dict[str, Any] | None:
         if done:
@@ -42,7 +42,7 @@ def rescale_to_4(spark: Any, platform: PlatformInfo, done: dict[str, Any]
         spec = load_registry(stream.registry).get(stream.name)
         before = inspect_checkpoint(active_checkpoint(spec))
         assert {len(parts) for parts in before.operators.values()} == {2}, before.operators
-        record = repartition(spec, S3Store(S3Config.from_platform(platform)), 4, None, spark=spark)
+        record = repartition(spec, S3Storage(S3Config.from_platform(platform)), 4, None, spark=spark)
         assert record["result"] == "repartitioned", record
         assert not stream.alive()  # it stopped the driver after its batch
         done.update(record=record, spec=spec)

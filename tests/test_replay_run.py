@@ -296,9 +296,9 @@ def done_stream(tmp_path_factory: pytest.TempPathFactory, platform: Any, spark: 
 
 
 def s3_store(platform: Any) -> Any:
-    from rewind.s3 import S3Config, S3Store
+    from rewind.storage import S3Config, S3Storage
 
-    return S3Store(S3Config.from_platform(platform))
+    return S3Storage(S3Config.from_platform(platform))
 
 
 def test_replaying_a_complete_range_changes_no_row(done_stream: dict[str, Any], platform: Any, spark: Any,
@@ -324,7 +324,7 @@ def test_replaying_a_complete_range_changes_no_row(done_stream: dict[str, Any], 
     assert "watermark of the stream's committed batch" in w["horizon_source"]
     saved = json.loads((tmp_path / "idem" / "report.json").read_text())
     assert saved["status"] == "ok" and ReplayReport.from_json(saved).counts == report.to_json()["counts"]
-    assert json.loads(store.get_bytes("replays/rr/idem-1/report.json") or b"{}")["replay_id"] == "idem-1"
+    assert json.loads(store.read_bytes("replays/rr/idem-1/report.json"))["replay_id"] == "idem-1"
     assert report.proof["s3"]["data_docs"].endswith("dq/rr/replay-idem-1/data_docs/index.html")
 
 

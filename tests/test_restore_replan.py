@@ -38,7 +38,8 @@ from rewind.demo.events import make_event
 from rewind.embedded.services import PlatformInfo
 from rewind.proof.verify import ExactlyOnceReport, verify_stream
 from rewind.registry import StreamSpec, load_registry
-from rewind.s3 import S3Config, S3Store
+from rewind.storage import S3Config, S3Storage
+from rewind.supervision.observe import running_reason
 from tests.harness.registry_templates import demo_stream, write_registry
 
 OLD_LIMIT, NEW_LIMIT = 100, 10_000  # maxOffsetsPerTrigger before and after the restore
@@ -152,7 +153,7 @@ def run_restore_scenario(tmp_path: Path, platform: PlatformInfo, spark: Any, top
     new = load_registry(write_registry(tmp_path / "new.yaml", demo_stream(name, topic, tmp_path, max_offsets=NEW_LIMIT,
                                                                          **entry))).get(name)
     assert (old.checkpoint, old.sink, old.status_dir) == (new.checkpoint, new.sink, new.status_dir)
-    store = S3Store(S3Config.from_platform(platform))
+    store = S3Storage(S3Config.from_platform(platform))
     now = datetime.now(UTC)
     # A window boundary two minutes back: event times in the past, never ahead of the broker's clock.
     base = datetime.fromtimestamp((int(now.timestamp()) // WINDOW_S) * WINDOW_S - 120, UTC)
@@ -174,7 +175,7 @@ def run_restore_scenario(tmp_path: Path, platform: PlatformInfo, spark: Any, top
     assert sum(r["rows"]["window_results"] for r in old_ledger.values()) == KEYS
 
     # ---- restore batch 1 and resume with a larger maxOffsetsPerTrigger (no-data batches on)
-    restored = restore_savepoint(new, store, manifest.savepoint_id)
+    restored = restore_savepoint(new, store, manifest.savepoint_id, running=running_reason(new))
     assert active_checkpoint(new) == str(restored.path)
     with no_data_batches(spark, True):
         assert run_available_now(spark, new, bootstrap) == [2, 3]

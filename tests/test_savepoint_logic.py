@@ -27,7 +27,7 @@ from rewind.checkpoints.savepoint_errors import InvalidSavepointId, SavepointCor
 from rewind.checkpoints.savepoints import restore_destination, verify_tree
 from rewind.control.status import StreamStatus
 from rewind.registry import StreamSpec
-from rewind.s3 import S3Config, format_s3_url, parse_s3_url, resolve_s3_config
+from rewind.storage import S3Config, format_s3_url, parse_s3_url, resolve_s3_config
 from rewind.supervision.process_control import liveness
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -252,21 +252,33 @@ def test_liveness() -> None:
 
 
 # --------------------------------------------------------------------------- S3 config
-def test_s3_config_resolution(tmp_path: Path) -> None:
-    from rewind.embedded.services import PlatformInfo
+def test_s3_config_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment only: a running embedded platform's services.json is not read here (production code
+    never reads it); the command line puts it in the environment when it starts, the environment winning per
+    setting (``rewind.embedded.services.export_platform_env``)."""
+    from rewind.embedded.services import PlatformInfo, export_platform_env
 
     env = {"REWIND_S3_BUCKET": "b1", "AWS_ENDPOINT_URL": "http://s3:9000", "AWS_ACCESS_KEY_ID": "k",
            "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "eu-west-1"}
-    assert resolve_s3_config(env=env, services_dir=tmp_path) == S3Config("b1", "http://s3:9000", "k", "s", "eu-west-1")
-    assert resolve_s3_config("b2", env=env, services_dir=tmp_path).bucket == "b2"
+    assert resolve_s3_config(env=env) == S3Config("b1", "http://s3:9000", "k", "s", "eu-west-1")
+    assert resolve_s3_config("b2", env=env).bucket == "b2"
+    services = tmp_path / "services"
+    services.mkdir()
+    info = PlatformInfo(str(services), "http://127.0.0.1:1234", "ak", "sk", "us-east-1", "rewind", "k:1", {}, {})
+    (services / "services.json").write_text(json.dumps(info.__dict__))
+    monkeypatch.setenv("REWIND_HOME", str(tmp_path))  # the platform is there, and still not read
     with pytest.raises(Exception, match="no S3 bucket"):
-        resolve_s3_config(env={}, services_dir=tmp_path)
-    info = PlatformInfo(str(tmp_path), "http://127.0.0.1:1234", "ak", "sk", "us-east-1", "rewind", "k:1", {}, {})
-    (tmp_path / "services.json").write_text(json.dumps(info.__dict__))
-    assert resolve_s3_config(env={}, services_dir=tmp_path) == S3Config.from_platform(info)
+        resolve_s3_config(env={})
+    environ: dict[str, str] = {}
+    assert export_platform_env(services, environ)
+    assert resolve_s3_config(env=environ) == S3Config.from_platform(info)
     # an explicit endpoint in the environment wins per setting; the platform fills the rest
-    mixed = resolve_s3_config(env={"AWS_ENDPOINT_URL": "http://dead:1"}, services_dir=tmp_path)
-    assert (mixed.endpoint, mixed.access_key, mixed.bucket) == ("http://dead:1", "ak", "rewind")
+    mixed = {"AWS_ENDPOINT_URL": "http://dead:1"}
+    export_platform_env(services, mixed)
+    got = resolve_s3_config(env=mixed)
+    assert (got.endpoint, got.access_key, got.bucket) == ("http://dead:1", "ak", "rewind")
+    nothing: dict[str, str] = {}
+    assert not export_platform_env(tmp_path / "nothing-here", nothing) and nothing == {}
 
 
 # --------------------------------------------------------------------------- --stop control flow
@@ -280,10 +292,14 @@ def test_stop_savepoint_always_restarts(tmp_path: Path, monkeypatch: pytest.Monk
                                         restart_fails: bool) -> None:
     import rewind.checkpoints.savepoints as sp
     import rewind.supervision.process_control as sc
-    from rewind.s3 import S3Unreachable
+    from rewind.checkpoints.savepoint_errors import RestartFailed
+    from rewind.storage import S3Unreachable
 
     calls: list[str] = []
-    monkeypatch.setattr(sc, "stop_stream", lambda spec, timeout: calls.append("stop") or True)
+
+    def stop(spec: StreamSpec, timeout: float) -> bool:
+        calls.append("stop")
+        return True
 
     def copy(*_a: object, **_k: object) -> Manifest:
         calls.append("copy")
@@ -297,13 +313,13 @@ def test_stop_savepoint_always_restarts(tmp_path: Path, monkeypatch: pytest.Monk
             raise sc.StreamControlError("exited during start-up")
 
     monkeypatch.setattr(sp, "create_savepoint", copy)
-    expected: type[Exception] | None = S3Unreachable if copy_fails else sc.StreamControlError if restart_fails \
-        else None
+    expected: type[Exception] | None = S3Unreachable if copy_fails else RestartFailed if restart_fails else None
     if expected is None:
-        assert sp.savepoint_with_stop(spec_at(tmp_path), _Store(), restart=restart) == manifest()  # type: ignore[arg-type]
+        made = sp.savepoint_with_stop(spec_at(tmp_path), _Store(), stop=stop, restart=restart)  # type: ignore[arg-type]
+        assert made == manifest()
     else:
         with pytest.raises(expected) as exc:
-            sp.savepoint_with_stop(spec_at(tmp_path), _Store(), restart=restart)  # type: ignore[arg-type]
+            sp.savepoint_with_stop(spec_at(tmp_path), _Store(), stop=stop, restart=restart)  # type: ignore[arg-type]
         if restart_fails and not copy_fails:
             assert "is complete, but restarting demo failed" in str(exc.value)
         if restart_fails and copy_fails:
@@ -313,10 +329,9 @@ def test_stop_savepoint_always_restarts(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_stop_savepoint_does_not_restart_what_was_not_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import rewind.checkpoints.savepoints as sp
-    import rewind.supervision.process_control as sc
 
-    monkeypatch.setattr(sc, "stop_stream", lambda spec, timeout: False)
     monkeypatch.setattr(sp, "create_savepoint", lambda *a, **k: manifest())
     restarted: list[bool] = []
-    sp.savepoint_with_stop(spec_at(tmp_path), _Store(), restart=lambda: restarted.append(True))  # type: ignore[arg-type]
+    sp.savepoint_with_stop(spec_at(tmp_path), _Store(), stop=lambda spec, timeout: False,  # type: ignore[arg-type]
+                           restart=lambda: restarted.append(True))
     assert restarted == []

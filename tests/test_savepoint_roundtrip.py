@@ -45,7 +45,8 @@ from rewind.paths import status_path
 from rewind.proof.verify import verify_stream
 from rewind.registry import StreamSpec, load_registry
 from rewind.runtime.processes import free_port, pid_alive, terminate_group
-from rewind.s3 import S3Config, S3Store, S3Unreachable
+from rewind.storage import S3Config, S3Storage, S3Unreachable, open_storage
+from rewind.supervision.observe import running_reason
 from rewind.supervision.process_control import launch_stream, stop_stream, stream_liveness, wait_running
 from tests.harness.registry_templates import demo_stream
 
@@ -104,17 +105,17 @@ def committed(spec: StreamSpec) -> list[int]:
         sink.dispose()
 
 
-def copy_savepoint(store: S3Store, src: Manifest, stream: str, sid: str, *, manifest: bool = True,
+def copy_savepoint(store: S3Storage, src: Manifest, stream: str, sid: str, *, manifest: bool = True,
                    **changes: Any) -> Manifest:
     """A copy of a savepoint under another stream/id (server-side), optionally without its manifest."""
     src_prefix = savepoint_prefix(src.stream, src.savepoint_id) + FILES_DIR
     dst_prefix = savepoint_prefix(stream, sid)
-    for obj in store.list_objects(src_prefix):
-        store.client.copy_object(Bucket=store.bucket, Key=dst_prefix + FILES_DIR + obj.key[len(src_prefix):],
-                                 CopySource={"Bucket": store.bucket, "Key": obj.key})
+    for f in store.list_files(src_prefix):
+        store.client.copy_object(Bucket=store.bucket, Key=dst_prefix + FILES_DIR + f.path[len(src_prefix):],
+                                 CopySource={"Bucket": store.bucket, "Key": f.path})
     copy = replace(src, stream=stream, savepoint_id=sid, **changes)
     if manifest:
-        store.put_bytes(dst_prefix + MANIFEST, copy.to_json().encode())
+        store.write_bytes(dst_prefix + MANIFEST, copy.to_json().encode())
     return copy
 
 
@@ -177,7 +178,7 @@ def online(tmp_path_factory: pytest.TempPathFactory, platform: PlatformInfo, spa
                         + stream_yaml("sp_ctl", topic, home))
     reg = load_registry(registry)
     spec = reg.get("sp_online")
-    store = S3Store(S3Config.from_platform(platform))
+    store = S3Storage(S3Config.from_platform(platform))
     produce(bootstrap, events(topic, 3000))
     feeder = feed(bootstrap, topic, 3000, bursts=12, every=0.5)
     query = build_query(spark, spec, bootstrap, checkpoint=active_checkpoint(spec))
@@ -219,7 +220,7 @@ def test_online_savepoint_restore_resume_exactly_once(online: dict[str, Any], sp
     old_files = sorted(str(p.relative_to(old)) for p in old.rglob("*"))
     later = max(committed(spec))
     produce(online["bootstrap"], events(online["topic"], 1000, start=6000))  # new data after the restore too
-    result = restore_savepoint(spec, store, manifest.savepoint_id)
+    result = restore_savepoint(spec, store, manifest.savepoint_id, running=running_reason(spec))
     assert result.warnings == ()
     assert active_checkpoint(spec) == str(result.path) and result.path != old
     assert read_pointer(spec)[-1].restored_from == manifest.savepoint_id
@@ -245,12 +246,12 @@ def test_tampered_savepoint_is_refused_naming_the_file(online: dict[str, Any]) -
     bad = copy_savepoint(store, manifest, ctl.name, "tampered-1")
     victim = next(f.path for f in bad.files if f.path.endswith((".zip", ".changelog")))
     key = savepoint_prefix(ctl.name, bad.savepoint_id) + FILES_DIR + victim
-    data = bytearray(store.get_bytes(key) or b"")
+    data = bytearray(store.read_bytes(key))
     data[len(data) // 2] ^= 0xFF  # same size, one byte changed
-    store.put_bytes(key, bytes(data))
+    store.write_bytes(key, bytes(data))
     before = pointer_path(ctl).read_bytes() if pointer_path(ctl).exists() else None
     with pytest.raises(SavepointCorrupt, match=f"{victim}: SHA-256") as exc:
-        restore_savepoint(ctl, store, bad.savepoint_id)
+        restore_savepoint(ctl, store, bad.savepoint_id, running=running_reason(ctl))
     assert "nothing was restored" in str(exc.value)
     assert (pointer_path(ctl).read_bytes() if pointer_path(ctl).exists() else None) == before
     assert active_checkpoint(ctl) == ctl.checkpoint
@@ -259,7 +260,7 @@ def test_tampered_savepoint_is_refused_naming_the_file(online: dict[str, Any]) -
 
     store.delete([savepoint_prefix(ctl.name, bad.savepoint_id) + FILES_DIR + bad.files[0].path])
     with pytest.raises(SavepointCorrupt, match=f"{bad.files[0].path}: missing"):
-        restore_savepoint(ctl, store, bad.savepoint_id)
+        restore_savepoint(ctl, store, bad.savepoint_id, running=running_reason(ctl))
 
 
 def test_savepoint_without_manifest_is_invisible(online: dict[str, Any]) -> None:
@@ -270,7 +271,7 @@ def test_savepoint_without_manifest_is_invisible(online: dict[str, Any]) -> None
     assert "no-manifest-1" not in [m.savepoint_id for m in listing.complete]
     assert "no-manifest-1" in [i.savepoint_id for i in listing.incomplete]
     with pytest.raises(SavepointNotFound, match="does not exist"):
-        restore_savepoint(ctl, store, "no-manifest-1")
+        restore_savepoint(ctl, store, "no-manifest-1", running=running_reason(ctl))
     assert active_checkpoint(ctl) == ctl.checkpoint
 
 
@@ -312,7 +313,7 @@ def test_s3_dies_during_stop_savepoint_stream_restarted(online: dict[str, Any], 
     """The --stop flow with S3 failing mid-copy: no manifest, the stream is running again (finally)."""
     store, ctl = online["store"], online["reg"].get("sp_ctl")
     proxy = TcpProxy(int(platform.s3_endpoint.rsplit(":", 1)[1]), die_after=20_000)
-    flaky = S3Store(replace(S3Config.from_platform(platform), endpoint=f"http://127.0.0.1:{proxy.port}"))
+    flaky = S3Storage(replace(S3Config.from_platform(platform), endpoint=f"http://127.0.0.1:{proxy.port}"))
     fake_stream = [sys.executable, "-c", FAKE_STREAM, str(status_path(ctl.status_dir, ctl.name)), ctl.name]
     procs = [subprocess.Popen(fake_stream, start_new_session=True)]
     events_seen: list[str] = []
@@ -333,7 +334,7 @@ def test_s3_dies_during_stop_savepoint_stream_restarted(online: dict[str, Any], 
         wait_running(ctl, procs[0].pid, timeout=30)
         started = time.monotonic()
         with pytest.raises(S3Unreachable, match=f"127.0.0.1:{proxy.port} is unreachable"):
-            savepoint_with_stop(ctl, flaky, restart=restart, on_event=on_event)
+            savepoint_with_stop(ctl, flaky, stop=stop_stream, restart=restart, on_event=on_event)
         assert time.monotonic() - started < 30, "an unreachable S3 must fail fast"
         assert procs[0].poll() is not None and len(procs) == 2, events_seen
         assert stream_liveness(ctl).running and stream_liveness(ctl).pid == procs[1].pid
@@ -377,7 +378,7 @@ def test_stop_savepoint_cli_restart_restore_resume(tmp_path: Path, platform: Pla
                                                    spark_conf="{spark.sql.shuffle.partitions: 3}"))
     spec = load_registry(registry).get("sp_stop")
     env = cli_env(platform, tmp_path)
-    store = S3Store(S3Config.from_platform(platform))
+    store = S3Storage(S3Config.from_platform(platform))
     log_path = tmp_path / "logs" / "stream-sp_stop.log"
     produce(bootstrap, events(topic, 2000))
     feeder = feed(bootstrap, topic, 2000, bursts=0)
@@ -445,9 +446,9 @@ def test_inspect_reads_a_savepoint_in_s3(online: dict[str, Any]) -> None:
     """`rewind checkpoint inspect s3://...`: the savepoint's copy is itself a complete checkpoint."""
     store, manifest = online["store"], online["manifest"]
     url = f"s3://{store.bucket}/{savepoint_prefix(manifest.stream, manifest.savepoint_id)}{FILES_DIR}"
-    rep = inspect_checkpoint(url, s3_client=store.client)
+    rep = inspect_checkpoint(open_storage(url, store.config))
     assert rep.errors == [] and rep.last_complete == manifest.batch_id
     assert rep.batch(manifest.batch_id).offsets[0] == manifest.offsets
     assert set(rep.operators) == set(manifest.state_versions)
     with pytest.raises(NotACheckpoint):
-        inspect_checkpoint(f"s3://{store.bucket}/savepoints/no-such-stream/", s3_client=store.client)
+        inspect_checkpoint(open_storage(f"s3://{store.bucket}/savepoints/no-such-stream/", store.config))

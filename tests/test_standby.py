@@ -237,26 +237,25 @@ def test_a_dead_driver_with_a_live_standby_is_a_takeover_not_a_failure(tmp_path:
     """The supervisor's observer counts a live standby (warming, ready, or holding the lock before
     its first status) as a live driver: a takeover must not start a restart beside it; and a
     checkpoint repair (or restore) is refused while either is there."""
-    from rewind.checkpoints.repair import stream_running
     from rewind.control.driver_lease import mark_standby, take_driver_lease
     from rewind.control.location import control_store
     from rewind.control.status import StreamStatus, write_status
-    from rewind.supervision.observe import observe
+    from rewind.supervision.observe import observe, running_reason
 
     registry = write_registry(tmp_path / "s.yaml", "obs", "t", f"sqlite:///{tmp_path}/x.db", tmp_path)
     spec = load_registry(registry).get("obs")
     dead = subprocess.Popen(["true"])
     dead.wait()
     write_status(status_path(spec.status_dir, "obs"), StreamStatus(stream="obs", state="running", pid=dead.pid))
-    assert not observe(spec).driver_alive and stream_running(spec) is None
+    assert not observe(spec).driver_alive and running_reason(spec) is None
     mark_standby(spec, "warming")  # this test process plays the standby
     assert observe(spec).driver_alive
-    assert "standby" in (stream_running(spec) or ""), "a repair must not run under a standby about to start"
+    assert "standby" in (running_reason(spec) or ""), "a repair must not run under a standby about to start"
     control_store(spec).delete("standby")
     lease = take_driver_lease(spec, wait_s=0)  # a standby that took over, no status yet
     try:
         assert observe(spec).driver_alive
-        assert f"pid {os.getpid()}" in (stream_running(spec) or "")
+        assert f"pid {os.getpid()}" in (running_reason(spec) or "")
     finally:
         lease.release()
-    assert not observe(spec).driver_alive and stream_running(spec) is None
+    assert not observe(spec).driver_alive and running_reason(spec) is None

@@ -32,7 +32,7 @@ from rewind.control.status import read_status
 from rewind.paths import status_path
 from rewind.registry import load_registry
 from rewind.runtime.processes import pid_alive, terminate_group
-from rewind.s3 import S3Config, S3Store
+from rewind.storage import S3Config, S3Storage
 from rewind.supervision.process_control import launch_stream, stop_stream, wait_running
 from rewind.upgrade.history import read_history
 from rewind.upgrade.run import UpgradeRequest, upgrade
@@ -115,7 +115,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory, platform: Any) -> Iterator[Li
         allowed_lateness="5 seconds", restart="{strategy: fixed-delay, max_attempts: 1, delay: 1 second}",
         supervision="{startup_grace: 4 min}", savepoints="{schedule: null}"))
     live = Live("up", registry, home, platform.kafka_bootstrap, platform.env(),
-                S3Store(S3Config.from_platform(platform)))
+                S3Storage(S3Config.from_platform(platform)))
     spec = ProduceSpec(topic=topic, count=1_000_000, rate=25, partitions=3, id_prefix="up", malformed_every=97,
                        late_every=211, duplicate_every=53)
     live.producer = threading.Thread(target=produce, args=(platform.kafka_bootstrap, spec),
@@ -228,7 +228,7 @@ def test_a_column_added_in_stateless_mode(tmp_path: Path, platform: Any, spark: 
     registry = write_registry(tmp_path / "streams.yaml", inventory_stream(
         "inv", topic, tmp_path, trigger="1 second", savepoints="{schedule: null}"))
     live = Live("inv", registry, tmp_path, platform.kafka_bootstrap, platform.env(),
-                S3Store(S3Config.from_platform(platform)))
+                S3Storage(S3Config.from_platform(platform)))
     live.producer = threading.Thread(target=produce_inventory, args=(platform.kafka_bootstrap, topic, 100_000, 3),
                                      kwargs={"malformed_every": 37, "unknown_every": 41, "rate": 25.0,
                                              "should_stop": live.stop_producing.is_set}, daemon=True)

@@ -17,8 +17,8 @@ from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.repair import plan_repair, repair_checkpoint
 from rewind.checkpoints.repartition import CheckpointFacts, refusal
 from rewind.checkpoints.state_files import list_state
-from rewind.checkpoints.store import LocalStore
 from rewind.registry import RestartSpec, load_registry
+from rewind.storage import LocalStorage
 from rewind.upgrade import guard, history
 from rewind.upgrade.entry import EntryRefused, entry_text, load_candidate, with_entry
 from rewind.upgrade.entry import write_registry as write_reg
@@ -321,7 +321,7 @@ def test_the_inspector_names_the_repartition_batch_and_judges_earlier_batches_on
 def test_a_repair_across_the_repartition_batch_lets_spark_plan_it_again(tmp_path: Path) -> None:
     cp = synthetic_checkpoint(tmp_path / "cp", repartition_at=3)
     (cp / "state" / "0" / "3" / "4.zip").write_bytes(b"")
-    plan = plan_repair(inspect_checkpoint(cp, full=True), list_state(LocalStore(cp)))
+    plan = plan_repair(inspect_checkpoint(cp, full=True), list_state(LocalStorage(cp)))
     moved = {m.file: m.reason for m in plan.moves}
     assert plan.rolled_back_to == 2 and plan.keeps_planned_batch is None
     assert "state repartition" in moved["offsets/3"] and {"commits/3", "commits/4", "offsets/4"} <= set(moved)

@@ -53,7 +53,7 @@ class DataFaults(RunState):
     def do_savepoint(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         from rewind.checkpoints.savepoint_errors import SavepointError
         from rewind.checkpoints.savepoints import create_savepoint
-        from rewind.s3 import S3Error
+        from rewind.storage import S3Error
 
         deadline = time.monotonic() + float(a.args.get("retry_s", 0.0))
         attempts, t = 0, time.time()
@@ -75,7 +75,7 @@ class DataFaults(RunState):
         from rewind.checkpoints.inspection import resume_files
         from rewind.checkpoints.savepoint_errors import SavepointError
         from rewind.checkpoints.savepoints import create_savepoint
-        from rewind.s3 import S3Error
+        from rewind.storage import S3Error
 
         assert self.proxy is not None
         cp = self.checkpoint()
@@ -124,7 +124,7 @@ class DataFaults(RunState):
         missing: list[str] = []
         if m is not None:
             prefix = savepoint_prefix(self.spec.name, after) + FILES_DIR
-            sizes = {o.key[len(prefix):]: o.size for o in self.store.list_objects(prefix)}
+            sizes = {f.path[len(prefix):]: f.size for f in self.store.list_files(prefix)}
             missing = [e.path for e in m.files if sizes.get(e.path) != e.size]
         ok = m is not None and not missing and not (set(interrupted) & set(complete))
         rec["s3"].update(

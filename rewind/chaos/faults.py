@@ -38,7 +38,7 @@ from rewind.chaos.supervisor import ChaosSupervisor, recovery_after
 if TYPE_CHECKING:
     from rewind.chaos.fault_proxy import FaultProxy
     from rewind.registry import StreamSpec
-    from rewind.s3 import S3Store
+    from rewind.storage import S3Storage
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class RunState:
     knobs: ProducerKnobs
     platform: Any  # rewind.embedded.services.EmbeddedPlatform: the broker restarts through it
     proxy: FaultProxy | None  # S3 reached through it, so that it can go dark
-    store: S3Store  # savepoints, through `proxy`
+    store: S3Storage  # savepoints, through `proxy`
     sink: Any
     producer: ChaosProducer | None
     supervisor: ChaosSupervisor | None

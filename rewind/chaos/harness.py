@@ -145,7 +145,7 @@ class ChaosRun(FaultInjector):
     def run(self) -> dict[str, Any]:
         from rewind.driver.runner import open_sink
         from rewind.embedded.services import EmbeddedPlatform
-        from rewind.s3 import S3Config, S3Store
+        from rewind.storage import S3Config, S3Storage
 
         t0 = time.time()
         self.work.mkdir(parents=True, exist_ok=True)
@@ -167,7 +167,7 @@ class ChaosRun(FaultInjector):
             info = self.platform.start()
             self.seconds["platform_start"] = time.time() - t0
             self.bootstrap = info.kafka_bootstrap
-            self._setup_s3(info, S3Config, S3Store)
+            self._setup_s3(info, S3Config, S3Storage)
             self._create_topics()
             self.sink = open_sink(self.spec)
             self.sink.create_tables()
@@ -202,14 +202,14 @@ class ChaosRun(FaultInjector):
                 from error
         return self.write_report()
 
-    def _setup_s3(self, info: Any, S3Config: Any, S3Store: Any) -> None:
+    def _setup_s3(self, info: Any, S3Config: Any, S3Storage: Any) -> None:
         from urllib.parse import urlparse
 
         from rewind.chaos.fault_proxy import FaultProxy
 
         up = urlparse(info.s3_endpoint)
         self.proxy = FaultProxy(up.hostname or "127.0.0.1", int(up.port or 80)).start()
-        self.store = S3Store(S3Config(info.bucket, self.proxy.url, info.s3_access_key, info.s3_secret_key,
+        self.store = S3Storage(S3Config(info.bucket, self.proxy.url, info.s3_access_key, info.s3_secret_key,
                                       info.s3_region))
 
     def _create_topics(self) -> None:

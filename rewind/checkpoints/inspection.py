@@ -33,8 +33,9 @@ from typing import Any
 from rewind.checkpoints.logs import log_ids, parse_commit_file, parse_offsets_file, problem_kind
 from rewind.checkpoints.partitions import partitions_at, shuffle_partitions, within
 from rewind.checkpoints.state_files import check_state, list_state, list_state_dirs, metadata_files, operator_versions
-from rewind.checkpoints.store import CheckpointStore, open_store
 from rewind.errors import Refused
+from rewind.storage.base import Storage
+from rewind.storage.location import open_storage
 
 
 class NotACheckpoint(Refused, ValueError):
@@ -95,25 +96,25 @@ def _span(ids: Sequence[int]) -> dict[str, int | None]:
     return {"count": len(ids), "first": ids[0] if ids else None, "last": ids[-1] if ids else None}
 
 
-def _open(path: str | Path | CheckpointStore, s3_client: Any = None) -> CheckpointStore:
-    store = path if hasattr(path, "list_dir") else open_store(path, s3_client)  # type: ignore[arg-type]
-    if not store.exists():  # type: ignore[union-attr]
-        raise NotACheckpoint(f"{store.location} is not a directory")  # type: ignore[union-attr]
-    dirs, files = store.list_dir("")  # type: ignore[union-attr]
+def _open(path: str | Path | Storage) -> Storage:
+    store = path if isinstance(path, Storage) else open_storage(path)
+    if not store.exists():
+        raise NotACheckpoint(f"{store.location} is not a directory")
+    dirs, files = store.list_dir("")
     if "offsets" not in dirs and "metadata" not in files:
-        raise NotACheckpoint(f"{store.location} is not a Spark checkpoint (no 'metadata' file and no "  # type: ignore[union-attr]
+        raise NotACheckpoint(f"{store.location} is not a Spark checkpoint (no 'metadata' file and no "
                              "'offsets/' folder)")
-    return store  # type: ignore[return-value]
+    return store
 
 
-def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_client: Any = None,
-                       full: bool = False) -> CheckpointReport:
+def inspect_checkpoint(path: str | Path | Storage, recent: int = 10, full: bool = False) -> CheckpointReport:
     """Report on a checkpoint (see the module docstring for what 'complete' means).
 
     By default the cost does not depend on the number of batches (ids by galloping, state files
-    by exact names); ``full=True`` lists every file, as repair needs to move all of them.
+    by exact names); ``full=True`` lists every file, as repair needs to move all of them. ``path``: a
+    location (``rewind.storage.location.open_storage`` opens it) or an open storage.
     """
-    store = _open(path, s3_client)
+    store = _open(path)
     problems: list[Problem] = []
     query_id = None
     try:
@@ -124,7 +125,7 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
     state: Any = list_state(store) if full else list_state_dirs(store)
     window = sorted(set(planned[-recent:]) | set(committed[-recent:]))
     if isinstance(planned, range) or isinstance(committed, range):  # exact membership near the top
-        exists = store.exists  # type: ignore[attr-defined]
+        exists = store.exists
         planned_set = {b for b in window if b in planned and exists(f"offsets/{b}")}
         committed_set = {b for b in window if b in committed and exists(f"commits/{b}")}
         window = sorted(planned_set | committed_set)
@@ -199,15 +200,14 @@ def inspect_checkpoint(path: str | Path | CheckpointStore, recent: int = 10, s3_
                             [infos[b] for b in window[-recent:]], operators, problems, state_files)
 
 
-def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None,
-                 s3_client: Any = None) -> list[str]:
+def resume_files(path: str | Path | Storage, batch_id: int | None = None) -> list[str]:
     """Relative paths (no Hadoop ``.crc`` files) a checkpoint needs to resume after `batch_id`.
 
     Default: the last complete batch. Raises CheckpointError naming the reason when that
     batch is not complete.
     """
-    store = _open(path, s3_client)
-    report = inspect_checkpoint(store, s3_client=s3_client)
+    store = _open(path)
+    report = inspect_checkpoint(store)
     if batch_id is None:
         batch_id = report.last_complete
     if batch_id is None:
@@ -225,7 +225,7 @@ def resume_files(path: str | Path | CheckpointStore, batch_id: int | None = None
         needed.insert(1, f"offsets/{batch_id - 1}")
     for rel in needed:
         if not store.size(rel):
-            raise CheckpointError(f"{store.location}{'' if store.location.endswith('/') else '/'}{rel} is missing or "
+            raise CheckpointError(f"{store.url(rel)} is missing or "
                                   f"empty; batch {batch_id} cannot be resumed")
     return needed + _source_files(store) + metadata_files(store, list_state_dirs(store)) + state_files
 
@@ -236,7 +236,7 @@ def is_repartition(prev: BatchInfo, info: BatchInfo) -> bool:
             and bool(info.offsets) and prev.offsets == info.offsets and prev.watermark_ms == info.watermark_ms)
 
 
-def _source_files(store: CheckpointStore, rel: str = "sources") -> list[str]:
+def _source_files(store: Storage, rel: str = "sources") -> list[str]:
     """``sources/<n>/...``: initial offsets some sources (Spark's Kafka source) record once."""
     dirs, files = store.list_dir(rel)
     out = [f"{rel}/{f}" for f in files if not f.endswith(".crc")]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rewind.checkpoints.store import CheckpointStore
+from rewind.storage.base import Storage
 
 
 def v1_lines(text: str, min_lines: int, missing: str) -> list[str]:
@@ -61,7 +61,7 @@ def _ids(names: list[str]) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
-def log_ids(store: CheckpointStore, d: str, full: bool) -> list[int] | range:
+def log_ids(store: Storage, d: str, full: bool) -> list[int] | range:
     """The batch ids of ``offsets/`` or ``commits/``.
 
     Spark's logs hold contiguous ids (new ones at the top, cleanup from the bottom), so on a
@@ -75,7 +75,7 @@ def log_ids(store: CheckpointStore, d: str, full: bool) -> list[int] | range:
     member = probe(d)
     if member is None:
         return []
-    has = lambda i: i >= 0 and store.exists(f"{d}/{i}")  # type: ignore[call-arg]  # noqa: E731
+    has = lambda i: i >= 0 and store.exists(f"{d}/{i}")  # noqa: E731
 
     def edge(start: int, step_sign: int) -> int:
         known, step = start, 1

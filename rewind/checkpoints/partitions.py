@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rewind.checkpoints.logs import parse_offsets_file
-from rewind.checkpoints.store import CheckpointStore
+from rewind.storage.base import Storage
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
@@ -34,7 +34,7 @@ def within(state: Any, partitions: int | None) -> Any:
     return {op: [p for p in parts if int(p) < partitions] for op, parts in state.items()}
 
 
-def partitions_at(store: CheckpointStore, batch_id: int) -> int | None:
+def partitions_at(store: Storage, batch_id: int) -> int | None:
     """The state partitions of ``batch_id`` from its offsets file (None when unreadable)."""
     try:
         meta, _ = parse_offsets_file(store.read_bytes(f"offsets/{batch_id}").decode(errors="replace"))

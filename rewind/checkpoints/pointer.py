@@ -4,20 +4,25 @@ Why a pointer instead of copying over the old checkpoint: a restore must never d
 the checkpoint it replaces (it may be the only good copy if the savepoint turns out to
 be the wrong one), so a restore writes a fresh directory and moves the pointer. The file
 keeps every earlier pointer (newest last), so an operator can see and undo each move.
+
+The pointer is ``<checkpoint>.active.json`` wherever the checkpoint is: beside a local directory, or the
+object beside an ``s3a://`` prefix, so every host that runs or inspects the stream reads the same one. This
+module is also the one place that opens a stream's active checkpoint (``open_active_checkpoint``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rewind.checkpoints.store import is_s3_url, parse_s3_url
 from rewind.errors import Refused
 from rewind.registry import StreamSpec
+from rewind.storage.base import Storage
+from rewind.storage.location import open_file, open_storage
+from rewind.storage.s3_config import is_s3_url
 
 #: Pointer entries kept in the history (older ones are dropped, the directories stay on disk).
 HISTORY_LIMIT = 100
@@ -41,55 +46,38 @@ def pointer_path(spec: StreamSpec) -> Path:
     return paths.pointer_path(spec.checkpoint)
 
 
+def _pointer_file(spec: StreamSpec) -> tuple[Storage, str]:
+    """Where the pointer is: ``<checkpoint>.active.json``, local or in S3 (``s3a://b/cp/demo`` ->
+    ``s3a://b/cp/demo.active.json``)."""
+    return open_file(f"{spec.checkpoint.rstrip('/')}.active.json")
+
+
 def read_pointer(spec: StreamSpec) -> list[PointerEntry]:
     """Every pointer written so far, oldest first ([] when the stream never moved)."""
-    if is_s3_url(spec.checkpoint):
-        return _read_s3_pointer(spec)
-    path = pointer_path(spec)
+    folder, name = _pointer_file(spec)
     try:
-        return _entries(path.read_text())
+        text = folder.read_bytes(name).decode()
+        doc = json.loads(text)
+        return [PointerEntry(**e) for e in [*doc.get("history", []), doc["active"]]]
     except FileNotFoundError:
         return []
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PointerError(f"checkpoint pointer {path} is unreadable ({exc}); fix or remove it (without it the "
-                           f"stream uses {spec.checkpoint})") from exc
-
-
-def _entries(text: str) -> list[PointerEntry]:
-    doc = json.loads(text)
-    return [PointerEntry(**e) for e in [*doc.get("history", []), doc["active"]]]
-
-
-def s3_pointer_key(checkpoint: str) -> tuple[str, str]:
-    """(bucket, key) of the pointer of a checkpoint in S3: ``s3a://b/cp/demo`` -> ``(b, cp/demo.active.json)``,
-    the object beside the checkpoint's prefix, as ``<checkpoint>.active.json`` is beside a local one."""
-    bucket, prefix = parse_s3_url(checkpoint)
-    return bucket, f"{prefix.rstrip('/')}.active.json"
-
-
-def _read_s3_pointer(spec: StreamSpec) -> list[PointerEntry]:
-    from rewind.s3 import s3_client
-
-    bucket, key = s3_pointer_key(spec.checkpoint)
-    client = s3_client()
-    try:
-        text = client.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
-    except client.exceptions.NoSuchKey:
-        return []
-    try:
-        return _entries(text)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise PointerError(f"checkpoint pointer s3://{bucket}/{key} is unreadable ({exc}); fix or remove it "
-                           f"(without it the stream uses {spec.checkpoint})") from exc
+        raise PointerError(f"checkpoint pointer {folder.url(name)} is unreadable ({exc}); fix or remove it (without "
+                           f"it the stream uses {spec.checkpoint})") from exc
 
 
 def active_checkpoint(spec: StreamSpec) -> str:
-    """The checkpoint location the stream must use: the pointer's, else the registry's. A checkpoint in S3
-    keeps its pointer in S3 (``s3_pointer_key``), so every host that runs or inspects the stream reads one."""
+    """The checkpoint location the stream must use: the pointer's, else the registry's."""
     if "://" in spec.checkpoint and not is_s3_url(spec.checkpoint):
         return spec.checkpoint
     entries = read_pointer(spec)
     return entries[-1].path if entries else spec.checkpoint
+
+
+def open_active_checkpoint(spec: StreamSpec) -> Storage:
+    """The stream's active checkpoint (``active_checkpoint``), opened where it is: the one way every reader
+    (the driver's first status, the supervisor, the watermark of the proofs) gets at it."""
+    return open_storage(active_checkpoint(spec))
 
 
 def pointer_document(entries: list[PointerEntry]) -> dict[str, Any]:
@@ -105,18 +93,5 @@ def point_to(spec: StreamSpec, path: str | Path, reason: str, restored_from: str
         entries = [PointerEntry(spec.checkpoint, "registry default", time.time())]
     where = str(path).rstrip("/") if "://" in str(path) else str(Path(path).resolve())
     entries.append(PointerEntry(where, reason, time.time(), restored_from))
-    text = json.dumps(pointer_document(entries), indent=1)
-    if is_s3_url(spec.checkpoint):
-        from rewind.s3 import s3_client
-
-        bucket, key = s3_pointer_key(spec.checkpoint)
-        s3_client().put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType="application/json")
-        return
-    target = pointer_path(spec)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
+    folder, name = _pointer_file(spec)
+    folder.write_bytes(name, json.dumps(pointer_document(entries), indent=1).encode(), "application/json")

@@ -9,23 +9,23 @@ C's end and the sink's ledger, which records each batch's offsets, rewrites it i
 instead of skipping it (see ``ExactlyOnceSqlSink.write_batch``). The plan of a state repartition
 (``rewind.checkpoints.repartition``) at C+1 is moved too: re-run as a batch, it would read C's
 state with another partitioning. Moved files keep their relative paths under
-``<checkpoint>.quarantine/<time>-batch<C>/`` beside a ``record.json``.
+``<checkpoint>.quarantine/<time>-batch<C>/`` beside a ``record.json``, local or in S3 (``s3a://``: each
+move a server-side copy proven equal to its source, then the source deleted; ``rewind.storage.s3``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rewind.checkpoints.inspection import CheckpointReport, inspect_checkpoint
 from rewind.checkpoints.state_files import list_state
-from rewind.checkpoints.store import CheckpointStore, LocalStore
 from rewind.errors import Refused
+from rewind.storage.base import Storage
+from rewind.storage.location import open_storage
 
 
 class RepairRefused(Refused, RuntimeError):
@@ -93,17 +93,7 @@ def plan_repair(report: CheckpointReport, state: dict[str, dict[str, dict[int, s
     return RepairPlan(report.path, c, moves, keeps, problems)
 
 
-def stream_running(spec: Any) -> str | None:
-    """Why `spec`'s stream counts as running (heartbeat fresh and its lease held, its driver lease held
-    on any host, or a standby waiting to take over), or None."""
-    from rewind.control.driver_lease import checkpoint_in_use
-    from rewind.supervision.process_control import stream_liveness
-
-    live = stream_liveness(spec)
-    return f"stream {spec.name!r} is running ({live.why})" if live.running else checkpoint_in_use(spec)
-
-
-def orphan_checksums(store: CheckpointStore, state: dict[str, dict[str, Any]], moving: set[str]) -> list[Move]:
+def orphan_checksums(store: Storage, state: dict[str, dict[str, Any]], moving: set[str]) -> list[Move]:
     """Hadoop ``.N.crc`` files whose data file is gone (or moving): Spark's atomic rename of a new
     ``offsets/N`` fails on them with "Multiple streaming queries are concurrently using ..."."""
     dirs = ["offsets", "commits"] + [f"state/{op}/{part}" for op, parts in state.items() for part in parts]
@@ -124,43 +114,34 @@ def crc_of(rel: str) -> str:
     return f"{head}/.{name}.crc" if head else f".{name}.crc"
 
 
-class LocalQuarantine:
-    """``<checkpoint>.quarantine/<time>-batch<C>/`` beside a local checkpoint: files move in by rename."""
+def quarantine_location(checkpoint: str, stamp: str, batch: int, attempt: int = 1) -> str:
+    """``<checkpoint>.quarantine/<stamp>-batch<C>`` (``-2``, ``-3``... when taken), beside the checkpoint."""
+    return f"{checkpoint.rstrip('/')}.quarantine/{stamp}-batch{batch}{'' if attempt == 1 else f'-{attempt}'}"
 
-    def __init__(self, root: Path, stamp: str, batch: int) -> None:
-        self.root = root
-        folder = root.parent / f"{root.name}.quarantine" / f"{stamp}-batch{batch}"
-        n = 1
-        while folder.exists():
-            n += 1
-            folder = folder.with_name(f"{stamp}-batch{batch}-{n}")
-        folder.mkdir(parents=True)
+
+class Quarantine:
+    """A fresh ``<checkpoint>.quarantine/<time>-batch<C>/`` beside the checkpoint (a folder, or a prefix in S3):
+    files move in under their checkpoint-relative paths, beside a ``record.json``."""
+
+    def __init__(self, checkpoint: str, stamp: str, batch: int) -> None:
+        attempt = 1
+        while (folder := open_storage(quarantine_location(checkpoint, stamp, batch, attempt))).list_dir() != ([], []):
+            attempt += 1
         self.folder = folder
-        self.location = str(folder)
+        self.location = folder.url()
 
     def write_record(self, record: dict[str, Any]) -> None:
-        tmp = self.folder / "record.json.tmp"
-        tmp.write_text(json.dumps(record, indent=1))
-        os.replace(tmp, self.folder / "record.json")
+        self.folder.write_bytes("record.json", json.dumps(record, indent=1).encode(), "application/json")
 
-    def move(self, rel: str) -> None:
-        dst = self.folder / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(self.root / rel, dst)
+    def move(self, store: Storage, rel: str) -> None:
+        store.move(rel, self.folder, rel)
 
 
-def _open_checkpoint(path: str | Path) -> tuple[CheckpointStore, Callable[[str, int], Any]]:
-    """The checkpoint's store and how to open a quarantine beside it (local, or a prefix in S3)."""
+def _open_checkpoint(path: str | Path) -> Storage:
     if str(path).startswith("s3://"):
         raise RepairRefused("repair works on a stream's checkpoint (a local path or s3a://); a checkpoint under "
                             "s3:// is a savepoint's copy: restore it with `rewind savepoint restore`")
-    if str(path).startswith("s3a://"):
-        from rewind.checkpoints.s3_repair import S3Quarantine, open_s3_checkpoint
-
-        store = open_s3_checkpoint(str(path))
-        return store, lambda stamp, batch: S3Quarantine(store, stamp, batch)
-    root = Path(path)
-    return LocalStore(root), lambda stamp, batch: LocalQuarantine(root, stamp, batch)
+    return open_storage(path)
 
 
 def repair_checkpoint(path: str | Path, *, running: str | None = None, dry_run: bool = False) -> dict[str, Any]:
@@ -168,10 +149,10 @@ def repair_checkpoint(path: str | Path, *, running: str | None = None, dry_run: 
 
     `running` is the caller's finding that the stream is running (refused: Spark would keep
     writing into what is being moved). A checkpoint in S3 (``s3a://``) is repaired the same way, its
-    files moved into a quarantine prefix by proven server-side copies (``rewind.checkpoints.s3_repair``).
+    files moved into a quarantine prefix by proven server-side copies.
     """
-    store, quarantine_for = _open_checkpoint(path)
-    where = str(Path(path).resolve()) if isinstance(store, LocalStore) else store.location.rstrip("/")
+    store = _open_checkpoint(path)
+    where = store.location.rstrip("/") if "://" in store.location else str(Path(path).resolve())
     report = inspect_checkpoint(store, full=True)
     if running:
         raise RepairRefused(f"{running}: stop it first (it writes into {path}); repair never touches a "
@@ -192,14 +173,14 @@ def repair_checkpoint(path: str | Path, *, running: str | None = None, dry_run: 
         record["result"] = f"would move {len(plan.moves)} file(s)"
         return record
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    quarantine = quarantine_for(stamp, plan.rolled_back_to)
+    quarantine = Quarantine(where, stamp, plan.rolled_back_to)
     record.update(quarantine=quarantine.location, repaired_at=stamp, result="in progress")
     quarantine.write_record(record)  # first, so an interrupted repair still says what it was doing
     for move in plan.moves:
         for rel in (move.file, crc_of(move.file)):
             if store.size(rel) is not None:
-                quarantine.move(rel)
-    after = inspect_checkpoint(_open_checkpoint(path)[0])
+                quarantine.move(store, rel)
+    after = inspect_checkpoint(_open_checkpoint(path))
     record["result"] = "repaired" if not after.errors and after.last_complete == plan.rolled_back_to else \
         "incomplete: " + "; ".join(f"{p.file}: {p.detail}" for p in after.errors[:3])
     quarantine.write_record(record)
@@ -220,5 +201,4 @@ def format_record(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Move", "RepairPlan", "RepairRefused", "format_record", "plan_repair", "repair_checkpoint",
-           "stream_running"]
+__all__ = ["Move", "Quarantine", "RepairPlan", "RepairRefused", "format_record", "plan_repair", "repair_checkpoint"]

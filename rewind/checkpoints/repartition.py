@@ -83,10 +83,10 @@ def refusal(facts: CheckpointFacts, partitions: int, can_repartition: bool = Tru
 
 
 def read_facts(location: str) -> CheckpointFacts:
-    from rewind.checkpoints.files import read_text
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.checkpoints.logs import parse_offsets_file
     from rewind.checkpoints.state_files import list_state
+    from rewind.storage.location import read_text
 
     if "://" in location or not (Path(location) / "offsets").is_dir():
         return CheckpointFacts(location, None, {}, ())
@@ -96,9 +96,9 @@ def read_facts(location: str) -> CheckpointFacts:
     if committed is not None:
         meta, _ = parse_offsets_file(read_text(location, f"offsets/{committed}"))
         conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
-    from rewind.checkpoints.store import LocalStore
+    from rewind.storage.local import LocalStorage
 
-    kinds = {k for parts in list_state(LocalStore(Path(location))).values() for versions in parts.values()
+    kinds = {k for parts in list_state(LocalStorage(location)).values() for versions in parts.values()
              for ks in versions.values() for k in ks}
     return CheckpointFacts(location, committed, conf, tuple(sorted(report.operators)), tuple(sorted(kinds)))
 
@@ -131,6 +131,7 @@ def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], i
     from rewind.checkpoints.pointer import active_checkpoint, point_to
     from rewind.checkpoints.savepoints import restore_savepoint
     from rewind.registry import parse_duration
+    from rewind.supervision.observe import running_reason
     from rewind.supervision.process_control import stream_liveness
     from rewind.upgrade import guard, history
     from rewind.upgrade.steps import stop_with_savepoint, watch
@@ -168,7 +169,7 @@ def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], i
 
         local = spec.model_copy(update=scratch_places(spec, dest, scratch))
         try:
-            restore_savepoint(local, store, manifest.savepoint_id, to=dest)
+            restore_savepoint(local, store, manifest.savepoint_id, running=running_reason(local), to=dest)
             Path(f"{dest}.active.json").unlink(missing_ok=True)  # the copy's own pointer: not the stream's
             shutil.rmtree(scratch, ignore_errors=True)
             if spark is None:

@@ -39,3 +39,8 @@ class SavepointCorrupt(SavepointError, Failed):
 
 class FileVanished(SavepointError, Failed):
     """A checkpoint file disappeared during an online copy (Spark cleaned it up)."""
+
+
+class RestartFailed(SavepointError, Failed):
+    """A savepoint taken with ``--stop`` is complete, but the stream did not start again; the message says
+    how to start it."""

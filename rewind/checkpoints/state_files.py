@@ -22,13 +22,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rewind.checkpoints.logs import v1_lines
-from rewind.checkpoints.store import CheckpointStore
+from rewind.storage.base import Storage
 
 _STATE_FILE = re.compile(r"^(\d+)\.(zip|changelog|delta|snapshot)$")
 _SNAPSHOT_KINDS = ("zip", "snapshot")
 
 
-def list_state(store: CheckpointStore) -> dict[str, dict[str, dict[int, set[str]]]]:
+def list_state(store: Storage) -> dict[str, dict[str, dict[int, set[str]]]]:
     """op -> partition -> {version: {file kinds}} from directory names only."""
     out: dict[str, dict[str, dict[int, set[str]]]] = {}
     ops, _ = store.list_dir("state")
@@ -85,7 +85,7 @@ def _rocksdb_ssts(zip_bytes: bytes) -> list[tuple[str, int]]:
     return [(f["dfsSstFileName"], int(f.get("sizeBytes", -1))) for f in info.get("sstFiles", [])]
 
 
-def list_state_dirs(store: CheckpointStore) -> dict[str, list[str]]:
+def list_state_dirs(store: Storage) -> dict[str, list[str]]:
     """op -> its partition directories (a few names; the version files are not listed)."""
     out: dict[str, list[str]] = {}
     for op in sorted((o for o in store.list_dir("state")[0] if o.isdigit()), key=int):
@@ -93,11 +93,11 @@ def list_state_dirs(store: CheckpointStore) -> dict[str, list[str]]:
     return out
 
 
-def _probe_versions(store: CheckpointStore, base: str, version: int, limit: int = 1000) -> dict[int, set[str]]:
+def _probe_versions(store: Storage, base: str, version: int, limit: int = 1000) -> dict[int, set[str]]:
     """The version files from `version` down to the newest snapshot, found by exact names."""
     found: dict[int, set[str]] = {}
     for v in range(version, max(0, version - limit), -1):
-        kinds = {k for k in ("zip", "snapshot", "changelog", "delta") if store.exists(f"{base}/{v}.{k}")}  # type: ignore[call-arg]
+        kinds = {k for k in ("zip", "snapshot", "changelog", "delta") if store.exists(f"{base}/{v}.{k}")}
         if not kinds:
             break
         found[v] = kinds
@@ -106,7 +106,7 @@ def _probe_versions(store: CheckpointStore, base: str, version: int, limit: int 
     return found
 
 
-def check_state(store: CheckpointStore, state: dict[str, dict[str, dict[int, set[str]]]] | dict[str, list[str]],
+def check_state(store: Storage, state: dict[str, dict[str, dict[int, set[str]]]] | dict[str, list[str]],
                 batch_id: int) -> tuple[list[str], list[str]]:
     """(files needed to load the state after `batch_id`, problems) — reads only those files.
 
@@ -149,7 +149,7 @@ def check_state(store: CheckpointStore, state: dict[str, dict[str, dict[int, set
     return files, problems
 
 
-def metadata_files(store: CheckpointStore, state: Mapping[str, Iterable[str]]) -> list[str]:
+def metadata_files(store: Storage, state: Mapping[str, Iterable[str]]) -> list[str]:
     """Operator and partition ``_metadata`` files (schemas, operator info) Spark reads on restart."""
     out: list[str] = []
     for op, parts in state.items():
@@ -161,7 +161,7 @@ def metadata_files(store: CheckpointStore, state: Mapping[str, Iterable[str]]) -
     return out
 
 
-def operator_versions(store: CheckpointStore, state: Any, top: int) -> dict[str, dict[str, list[int]]]:
+def operator_versions(store: Storage, state: Any, top: int) -> dict[str, dict[str, list[int]]]:
     """op -> partition -> [first, last version, count] from a full listing, or [last version] when
     only the partition directories were listed (the newest version at or below `top`, probed)."""
     out: dict[str, dict[str, list[int]]] = {}

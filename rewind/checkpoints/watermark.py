@@ -20,36 +20,44 @@ class LastCommit:
     watermark: datetime | None
 
 
-def last_commit(spec: Any) -> LastCommit | None:
-    """The newest ``commits/N`` of the active checkpoint with its end offsets and watermark (one read of
-    each file); None when there is none or the checkpoint cannot be read."""
+def _offsets_of(spec: Any, batch: int | None) -> tuple[int | None, dict[str, Any], list[dict[str, Any]]]:
+    """(N, the offsets file's metadata, its sources) of ``offsets/N`` in the active checkpoint, N = ``batch`` or
+    the newest ``commits/N``; (None, {}, []) when nothing is committed. Raises when it cannot be read."""
     from rewind.checkpoints.logs import parse_offsets_file
-    from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.checkpoints.store import is_s3_url, open_store
+    from rewind.checkpoints.pointer import open_active_checkpoint
 
-    try:
-        location = active_checkpoint(spec)
-        client = None
-        if is_s3_url(location):
-            from rewind.s3 import s3_client
-
-            client = s3_client()
-        store = open_store(location, client)
-        _, files = store.list_dir("commits")
-        ids = [int(f) for f in files if f.isdigit()]
+    store = open_active_checkpoint(spec)
+    if batch is None:
+        ids = [int(f) for f in store.list_dir("commits")[1] if f.isdigit()]
         if not ids:
-            return None
+            return None, {}, []
         batch = max(ids)
-        meta, sources = parse_offsets_file(store.read_bytes(f"offsets/{batch}").decode())
-    except Exception:  # noqa: BLE001 - no checkpoint (never ran), unreadable: the caller falls back to the status
-        return None
-    ends: dict[tuple[str, int], int] = {}
+    meta, sources = parse_offsets_file(store.read_bytes(f"offsets/{batch}").decode())
+    return batch, meta, sources
+
+
+def _ends(sources: list[dict[str, Any]]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
     for source in sources:
         for topic, parts in source.items():
             for part, offset in parts.items():
-                ends[(str(topic), int(part))] = max(ends.get((str(topic), int(part)), 0), int(offset))
+                out[(str(topic), int(part))] = max(out.get((str(topic), int(part)), 0), int(offset))
+    return out
+
+
+def _watermark(meta: dict[str, Any]) -> datetime | None:
     wm = meta.get("batchWatermarkMs")
-    return LastCommit(batch, ends, None if wm is None else datetime.fromtimestamp(int(wm) / 1000, UTC))
+    return None if wm is None else datetime.fromtimestamp(int(wm) / 1000, UTC)
+
+
+def last_commit(spec: Any) -> LastCommit | None:
+    """The newest ``commits/N`` of the active checkpoint with its end offsets and watermark (one read of
+    each file); None when there is none or the checkpoint cannot be read."""
+    try:
+        batch, meta, sources = _offsets_of(spec, None)
+    except Exception:  # noqa: BLE001 - no checkpoint (never ran), unreadable: the caller falls back to the status
+        return None
+    return None if batch is None else LastCommit(batch, _ends(sources), _watermark(meta))
 
 
 def stream_watermark(spec: Any, batch: int | None) -> tuple[datetime | None, int | None, str | None]:
@@ -57,29 +65,14 @@ def stream_watermark(spec: Any, batch: int | None) -> tuple[datetime | None, int
 
     Returns (watermark, batch, note); (None, None, note) when the checkpoint cannot say.
     """
-    from rewind.checkpoints.logs import parse_offsets_file
     from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.checkpoints.store import is_s3_url, open_store
 
     try:
-        location = active_checkpoint(spec)
-        client = None
-        if is_s3_url(location):
-            from rewind.s3 import s3_client
-
-            client = s3_client()
-        store = open_store(location, client)
-        if batch is None:
-            _, files = store.list_dir("commits")
-            ids = [int(f) for f in files if f.isdigit()]
-            if not ids:
-                return None, None, f"no committed batch in {location}: windows judged by the raw horizon only"
-            batch = max(ids)
-        meta, _ = parse_offsets_file(store.read_bytes(f"offsets/{batch}").decode())
-        wm = meta.get("batchWatermarkMs")
-        if wm is None:
-            return None, batch, None
-        return datetime.fromtimestamp(int(wm) / 1000, UTC), batch, None
+        found, meta, _ = _offsets_of(spec, batch)
+        if found is None:
+            return None, None, (f"no committed batch in {active_checkpoint(spec)}: windows judged by the raw horizon "
+                                "only")
+        return _watermark(meta), found, None
     except Exception as exc:  # noqa: BLE001 - the proof still stands on the raw horizon
         return None, batch, f"stream watermark unknown ({type(exc).__name__}: {exc}); windows judged by the raw horizon"
 
@@ -88,28 +81,8 @@ def committed_end_offsets(spec: Any) -> dict[tuple[str, int], int] | None:
     """Where the stream's last committed batch ended, per (topic, partition), from its checkpoint
     (``offsets/N`` of the last ``commits/N``); None when the checkpoint cannot say. Why: a replay
     recomputes an aggregate group from the records the stream has read, no further."""
-    from rewind.checkpoints.logs import parse_offsets_file
-    from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.checkpoints.store import is_s3_url, open_store
-
     try:
-        location = active_checkpoint(spec)
-        client = None
-        if is_s3_url(location):
-            from rewind.s3 import s3_client
-
-            client = s3_client()
-        store = open_store(location, client)
-        _, files = store.list_dir("commits")
-        ids = [int(f) for f in files if f.isdigit()]
-        if not ids:
-            return None
-        _, sources = parse_offsets_file(store.read_bytes(f"offsets/{max(ids)}").decode())
+        batch, _, sources = _offsets_of(spec, None)
     except Exception:  # noqa: BLE001 - no checkpoint (never ran), unreadable: the caller reads to the end
         return None
-    out: dict[tuple[str, int], int] = {}
-    for source in sources:
-        for topic, parts in source.items():
-            for part, offset in parts.items():
-                out[(str(topic), int(part))] = max(out.get((str(topic), int(part)), 0), int(offset))
-    return out
+    return None if batch is None else _ends(sources)

@@ -41,8 +41,8 @@ def add_parser(sub: Any) -> None:
 def resolve_target(target: str, registry: str | None) -> tuple[str, Any]:
     """STREAM|PATH -> (checkpoint location, the registry stream that owns it or None)."""
     from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.checkpoints.store import is_s3_url
     from rewind.registry import NAME_RE, RegistryError, load_registry
+    from rewind.storage import is_s3_url
 
     if NAME_RE.match(target) and not Path(target).exists():
         spec = load_registry(registry).get(target)
@@ -62,23 +62,18 @@ def resolve_target(target: str, registry: str | None) -> tuple[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from rewind.checkpoints.inspection import format_report, inspect_checkpoint
-    from rewind.checkpoints.repair import format_record, repair_checkpoint, stream_running
-    from rewind.checkpoints.store import is_s3_url
+    from rewind.checkpoints.repair import format_record, repair_checkpoint
+    from rewind.supervision.observe import running_reason
 
     if args.action == "repartition":
         return repartition(args)
     target, spec = resolve_target(args.target, args.registry)
     if args.action == "repair":
-        record = repair_checkpoint(target, running=stream_running(spec) if spec else None, dry_run=args.dry_run)
+        record = repair_checkpoint(target, running=running_reason(spec) if spec else None, dry_run=args.dry_run)
         print(json.dumps(record) if args.json else format_record(record))
         done = record["result"] in ("repaired", "healthy: nothing to repair") or args.dry_run
         return EXIT_OK if done else EXIT_FAILED
-    s3 = None
-    if is_s3_url(target):
-        from rewind.s3 import s3_client
-
-        s3 = s3_client()
-    report = inspect_checkpoint(target, s3_client=s3)
+    report = inspect_checkpoint(target)
     print(json.dumps(report.to_json(), default=str) if args.json else format_report(report))
     return EXIT_PROOF_VIOLATION if report.errors else EXIT_OK
 
@@ -88,15 +83,15 @@ def repartition(args: argparse.Namespace) -> int:
 
     from rewind.checkpoints.repartition import RepartitionRefused, repartition
     from rewind.registry import load_registry
-    from rewind.s3 import S3Store, resolve_s3_config
     from rewind.settings import default_registry, resolve_bootstrap
+    from rewind.storage import S3Storage, resolve_s3_config
     from rewind.supervision.process_control import default_log_path, launch_stream, wait_running
 
     if args.partitions is None:
         raise RepartitionRefused("repartition needs --partitions N (the state partitions wanted); nothing was done")
     spec = load_registry(args.registry).get(args.target)
     registry = str(args.registry or default_registry())
-    store = S3Store(resolve_s3_config(args.bucket))
+    store = S3Storage(resolve_s3_config(args.bucket))
     start = None
     if not args.no_restart:
         bootstrap = resolve_bootstrap(args.bootstrap)

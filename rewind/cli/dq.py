@@ -49,7 +49,7 @@ def cmd_dq(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else paths_of(spec).dq_run(run_id)
     store = None
     if not args.no_s3:
-        from rewind.s3 import S3Error, S3Store, resolve_s3_config
+        from rewind.storage import S3Error, S3Storage, resolve_s3_config
 
         try:
             config = resolve_s3_config(args.bucket, require_bucket=False)
@@ -57,7 +57,7 @@ def cmd_dq(args: argparse.Namespace) -> int:
             config = None
             print(f"warning: {exc}; results stay local", file=sys.stderr)
         if config is not None and config.bucket:
-            store = S3Store(config)
+            store = S3Storage(config)
         else:
             print("warning: no S3 bucket configured (REWIND_S3_BUCKET, --bucket or `rewind services up`); "
                   "results stay local (use --no-s3 to silence this)", file=sys.stderr)

@@ -133,7 +133,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def _s3_store(args: argparse.Namespace) -> Any:
     if args.no_s3:
         return None
-    from rewind.s3 import S3Error, S3Store, resolve_s3_config
+    from rewind.storage import S3Error, S3Storage, resolve_s3_config
 
     try:
         config = resolve_s3_config(args.bucket, require_bucket=False)
@@ -144,7 +144,7 @@ def _s3_store(args: argparse.Namespace) -> Any:
         print("warning: no S3 bucket configured (REWIND_S3_BUCKET, --bucket or `rewind services up`); the report "
               "stays local (use --no-s3 to silence this)", file=sys.stderr)
         return None
-    return S3Store(config)
+    return S3Storage(config)
 
 
 def _refused(exc: Any, as_json: bool) -> int:

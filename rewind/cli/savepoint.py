@@ -87,13 +87,13 @@ def _human_bytes(n: float) -> str:
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
     from rewind.registry import load_registry
-    from rewind.s3 import S3Store, S3Unreachable, resolve_s3_config
+    from rewind.storage import S3Storage, S3Unreachable, resolve_s3_config
 
     spec = load_registry(args.registry).get(args.stream)
     if args.savepoint_action == "history":  # the stream's own records: no S3 needed
         return _history(args, spec)
     try:
-        store = S3Store(resolve_s3_config(args.bucket))
+        store = S3Storage(resolve_s3_config(args.bucket))
         return int(ACTIONS[args.savepoint_action](args, spec, store))
     except S3Unreachable as exc:  # what was left as it was, and the command that retries it
         what = {"create": "the savepoint was not completed (no manifest was written)",
@@ -109,8 +109,10 @@ def _create(args: argparse.Namespace, spec: Any, store: Any) -> int:
 
     started = time.monotonic()
     if args.stop:
+        from rewind.supervision.process_control import stop_stream
+
         restart = None if args.no_restart else _restarter(args, spec)
-        manifest = savepoint_with_stop(spec, store, restart=restart, stop_timeout=args.stop_timeout,
+        manifest = savepoint_with_stop(spec, store, stop=stop_stream, restart=restart, stop_timeout=args.stop_timeout,
                                        progress=not args.no_progress, on_event=_say)
     else:
         manifest = create_savepoint(spec, store, progress=not args.no_progress)
@@ -214,8 +216,10 @@ def _prune(args: argparse.Namespace, spec: Any, store: Any) -> int:
 
 def _restore(args: argparse.Namespace, spec: Any, store: Any) -> int:
     from rewind.checkpoints.savepoints import restore_savepoint
+    from rewind.supervision.observe import running_reason
 
-    result = restore_savepoint(spec, store, args.savepoint_id, to=args.to, progress=not args.no_progress)
+    result = restore_savepoint(spec, store, args.savepoint_id, running=running_reason(spec), to=args.to,
+                               progress=not args.no_progress)
     for warning in result.warnings:
         _say(f"warning: {warning}")
     m = result.manifest

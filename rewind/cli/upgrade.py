@@ -51,8 +51,8 @@ def _say(step: str, detail: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.s3 import S3Store, resolve_s3_config
     from rewind.settings import default_registry, resolve_bootstrap
+    from rewind.storage import S3Storage, resolve_s3_config
     from rewind.supervision.process_control import default_log_path, launch_stream, wait_running
     from rewind.upgrade.entry import EntryRefused
     from rewind.upgrade.run import UpgradeRequest, prepare, upgrade
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     req = UpgradeRequest(args.stream, registry, text, where, args.mode, args.force, args.grace, args.stop_timeout)
     prepared = prepare(req)  # bad input is refused here, before Kafka, S3 or Spark are asked anything
     bootstrap = resolve_bootstrap(args.bootstrap)
-    store = S3Store(resolve_s3_config(args.bucket))
+    store = S3Storage(resolve_s3_config(args.bucket))
 
     def start(spec: Any) -> int:
         log_path = default_log_path(spec)

@@ -198,5 +198,5 @@ def checkpoint_in_use(spec: Any) -> str | None:
     standby = read_standby(spec)
     if standby:
         return (f"a standby of stream {spec.name!r} (pid {standby['pid']} on {standby.get('host')}, "
-                f"{standby.get('state')}) would start on the checkpoint mid-change; stop it first")
+                f"{standby.get('state')}) would start on the checkpoint mid-change")
     return None

@@ -14,7 +14,6 @@ checkpoint is on a shared file system (NFS, EFS) while its workers are many name
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from rewind.control.directory import DirectoryStore
@@ -22,9 +21,6 @@ from rewind.control.s3 import S3ControlStore
 from rewind.control.store import ControlStore
 
 __all__ = ["control_location", "control_store"]
-
-_CLIENTS: dict[tuple[Any, ...], Any] = {}
-_CLIENTS_LOCK = threading.Lock()
 
 
 def control_location(spec: Any) -> str:
@@ -38,18 +34,6 @@ def control_location(spec: Any) -> str:
     return str(spec.status_dir)
 
 
-def _client() -> Any:
-    """One boto3 client per process and S3 configuration (a client costs ~50 ms to build)."""
-    from rewind.s3 import resolve_s3_config
-
-    cfg = resolve_s3_config(require_bucket=False)
-    key = (cfg.endpoint, cfg.access_key, cfg.region)
-    with _CLIENTS_LOCK:
-        if key not in _CLIENTS:
-            _CLIENTS[key] = cfg.client()
-        return _CLIENTS[key]
-
-
 def control_store(spec: Any) -> ControlStore:
     """The control store of ``spec`` (a registry ``StreamSpec``), per the table above."""
     where = control_location(spec)
@@ -57,5 +41,7 @@ def control_store(spec: Any) -> ControlStore:
         bucket, _, prefix = where.split("://", 1)[1].partition("/")
         if getattr(spec, "control", None):  # a shared store of many streams: one prefix each
             prefix = f"{prefix.strip('/')}/{spec.name}".strip("/")
-        return S3ControlStore(_client(), bucket, prefix, spec.name)
+        from rewind.storage.s3_config import s3_client  # the process's one client (rewind.storage)
+
+        return S3ControlStore(s3_client(), bucket, prefix, spec.name)
     return DirectoryStore(where, spec.name)

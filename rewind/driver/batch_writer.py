@@ -119,8 +119,8 @@ class BatchWriter:
         watermark; after a rollback across it, Spark plans a new R, which the ledger never held."""
         if self.checkpoint is None:
             return None
-        from rewind.checkpoints.files import read_text
         from rewind.checkpoints.logs import parse_offsets_file
+        from rewind.storage.location import read_text
 
         try:
             meta, sources = parse_offsets_file(read_text(self.checkpoint, f"offsets/{batch_id}"))

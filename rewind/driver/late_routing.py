@@ -46,8 +46,8 @@ class WatermarkUnknown(Failed, RuntimeError):
 def late_events_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
     """The watermark (ms) Spark's stateful operators use for late rows in ``batch_id``:
     ``batchWatermarkMs`` of ``offsets/<batch_id - 1>``, 0 for the first batch."""
-    from rewind.checkpoints.files import read_text
     from rewind.checkpoints.logs import parse_offsets_file
+    from rewind.storage.location import read_text
 
     if batch_id <= 0:
         return 0

@@ -159,20 +159,13 @@ def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
     progress event must still report the batch it is stuck behind, not "none".
     """
     from rewind.checkpoints.inspection import CheckpointError, NotACheckpoint, inspect_checkpoint
-    from rewind.checkpoints.store import is_s3_url, open_store
+    from rewind.storage.location import open_storage
 
     try:
-        if is_s3_url(checkpoint):
-            from rewind.s3 import s3_client
-
-            store = open_store(checkpoint, s3_client())
-            if not store.exists():  # a first run: nothing written yet
-                return
-            report = inspect_checkpoint(store, recent=2)
-        elif not (Path(checkpoint) / "commits").is_dir():
+        store = open_storage(checkpoint)
+        if not store.list_dir("commits")[1]:  # a first run: nothing committed yet
             return
-        else:
-            report = inspect_checkpoint(checkpoint, recent=2)
+        report = inspect_checkpoint(store, recent=2)
     except (CheckpointError, NotACheckpoint, OSError) as exc:
         log.warning("cannot read the last committed batch from %s: %s", checkpoint, exc)
         return

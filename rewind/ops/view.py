@@ -364,7 +364,7 @@ def replay_reports(spec: Any, limit: int = 5) -> list[dict[str, Any]]:
 
 def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Inputs:
     """Read the stream's files (status, history, failures, proof, replay lock and reports) and, given an
-    ``rewind.s3.S3Store``, its savepoint manifests. DAG runs are the caller's (Airflow) part."""
+    ``rewind.storage.S3Storage``, its savepoint manifests. DAG runs are the caller's (Airflow) part."""
     from rewind.control.driver_lease import driver_alive
     from rewind.control.location import control_store
     from rewind.control.status_store import read_stream_history, read_stream_status

@@ -68,7 +68,7 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     end offsets of the stream's last committed batch if it runs, else everything. Without
     ``bounds`` and before the stream's first committed batch there is nothing to prove: the
     result passes with ``nothing_to_prove`` set and nothing is read (``rewind.proof.scope``).
-    ``s3``: an ``rewind.s3.S3Store`` or ``S3Config`` to upload to (None: local only). An
+    ``s3``: an ``rewind.storage.S3Storage`` or ``S3Config`` to upload to (None: local only). An
     upload failure does not change the verdict; it is in ``s3_error`` and in the log text.
     """
     from rewind.safe_names import check_run_id

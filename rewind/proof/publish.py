@@ -36,12 +36,12 @@ def s3_prefix(stream: str, run_id: str) -> str:
 
 
 def s3_store(s3: Any) -> Any:
-    """``s3`` as a store: an ``rewind.s3.S3Config`` is opened, a store is kept, None stays None (local only)."""
+    """``s3`` as a store: an ``rewind.storage.S3Config`` is opened, a store is kept, None stays None (local only)."""
     if s3 is None:
         return None
-    from rewind.s3 import S3Config, S3Store
+    from rewind.storage import S3Config, S3Storage
 
-    return S3Store(s3) if isinstance(s3, S3Config) else s3
+    return S3Storage(s3) if isinstance(s3, S3Config) else s3
 
 
 def write_validation_result(result: ProofResult, suites: dict[str, Any]) -> None:
@@ -57,7 +57,7 @@ def upload_results(store: Any, result: ProofResult, docs_dir: Path) -> None:
                  "proof": store.url(prefix + "proof.json"), "data_docs": store.url(prefix + "data_docs/index.html")}
     try:
         _upload_dir(store, docs_dir, prefix + "data_docs/")
-        store.put_bytes(prefix + "validation_result.json", Path(result.local["result"]).read_bytes(),
+        store.write_bytes(prefix + "validation_result.json", Path(result.local["result"]).read_bytes(),
                         "application/json")
     except Exception as exc:  # noqa: BLE001 - S3Error/S3Unreachable and anything boto raises
         result.s3_error = f"{type(exc).__name__}: {exc}"
@@ -73,7 +73,7 @@ def upload_proof(store: Any, result: ProofResult) -> None:
     if result.s3_error is not None:
         return
     try:
-        store.put_bytes(s3_prefix(result.stream, result.run_id) + "proof.json",
+        store.write_bytes(s3_prefix(result.stream, result.run_id) + "proof.json",
                         Path(result.local["proof"]).read_bytes(), "application/json")
     except Exception as exc:  # noqa: BLE001
         result.s3_error = f"{type(exc).__name__}: {exc}"
@@ -84,6 +84,6 @@ def _upload_dir(store: Any, local: Path, prefix: str) -> int:
     for path in sorted(p for p in local.rglob("*") if p.is_file()):
         key = f"{prefix}{path.relative_to(local).as_posix()}"
         ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        store.put_bytes(key, path.read_bytes(), ctype)
+        store.write_bytes(key, path.read_bytes(), ctype)
         n += 1
     return n

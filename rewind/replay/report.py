@@ -89,7 +89,7 @@ def store_report(report: ReplayReport, run_dir: Path, s3: Any = None) -> ReplayR
     path.write_text(text)
     if store is not None:
         try:
-            store.put_bytes(s3_key(report.stream, report.replay_id), text.encode(), "application/json")
+            store.write_bytes(s3_key(report.stream, report.replay_id), text.encode(), "application/json")
         except Exception as exc:  # noqa: BLE001 - S3Error/S3Unreachable and anything boto raises
             report.artifacts.pop("report_s3", None)
             report.notes.append(f"the report was not stored in S3: {type(exc).__name__}: {exc}")
@@ -101,9 +101,9 @@ def store_report(report: ReplayReport, run_dir: Path, s3: Any = None) -> ReplayR
 def _store(s3: Any) -> Any:
     if s3 is None:
         return None
-    from rewind.s3 import S3Config, S3Store
+    from rewind.storage import S3Config, S3Storage
 
-    return S3Store(s3) if isinstance(s3, S3Config) else s3
+    return S3Storage(s3) if isinstance(s3, S3Config) else s3
 
 
 def _ranges(plan: dict[str, Any]) -> str:

@@ -102,7 +102,7 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
     Raises ReplayRefused (input, nothing to replay, another replay running) before any Spark job,
     ReplayFailed on a runtime error and ReplayProofFailed when the proof fails; the report is stored
     in ``run_dir`` (default ``$REWIND_HOME/replays/STREAM/REPLAY_ID``) and, given ``s3`` (an
-    ``S3Store`` or ``S3Config``), at ``replays/STREAM/REPLAY_ID/report.json`` in every case but a
+    ``S3Storage`` or ``S3Config``), at ``replays/STREAM/REPLAY_ID/report.json`` in every case but a
     refusal. ``spark``: a session to use (else one is built and stopped here). ``prove=False``
     skips the proof (benchmarks only; the report says so). ``reprocess_late``: bring the range's
     ``behind_watermark`` dead letters back into the tables (``rewind.replay.late``).

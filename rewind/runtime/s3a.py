@@ -12,8 +12,8 @@ environment (an executor inherits its worker's environment, not the driver's).
   the driver's JVM is already running, so the driver's classpath must come with
   ``--driver-class-path`` instead.
 - Endpoint, region, path-style access (SeaweedFS and MinIO need it), TLS off for ``http://``.
-- Credentials: read as ``rewind.s3`` reads them (``AWS_*`` variables, else the embedded
-  platform's ``services.json``) and set on the running session's Hadoop configuration
+- Credentials: read as ``rewind.storage`` reads them (``AWS_*`` variables; the command line puts the
+  embedded platform's there when it starts) and set on the running session's Hadoop configuration
   (``apply_credentials``), so they never appear on a command line (``ps``) or in ``--conf``;
   with none, S3A's default chain (environment, instance profile) applies.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rewind.checkpoints.store import S3_SCHEMES
+from rewind.storage.s3_config import S3_SCHEMES
 
 S3A = "s3a://"
 
@@ -46,7 +46,7 @@ def s3a_conf(location: str, env: Mapping[str, str] | None = None) -> dict[str, s
                              f"s3a://{str(location).split('://', 1)[1]}")
         return {}
     from rewind.runtime.jars import s3a_jars
-    from rewind.s3 import resolve_s3_config
+    from rewind.storage import resolve_s3_config
 
     cfg = resolve_s3_config(env=env, require_bucket=False)
     classpath = ":".join(s3a_jars())
@@ -68,7 +68,7 @@ def apply_credentials(spark: Any, location: str, env: Mapping[str, str] | None =
     with every state store task, by the executors); nothing when ``location`` is not ``s3a://``."""
     if not is_s3a(location):
         return
-    from rewind.s3 import resolve_s3_config
+    from rewind.storage import resolve_s3_config
 
     cfg = resolve_s3_config(env=env, require_bucket=False)
     if cfg.access_key and cfg.secret_key:

@@ -6,7 +6,8 @@ on any host; a pid is checked only where it means something), and the supervisor
 ``Observation``; ``rewind.supervision.health.evaluate`` decides from it, and
 ``rewind.supervision.reconcile`` acts. The Airflow trigger, the chaos harness, ``rewind
 supervisor status`` and the Rewind page all observe through here (the status used to be read
-in thirteen places).
+in thirteen places). ``running_reason(spec)`` is the one answer to "may the stream's checkpoint be
+changed now?", handed to whatever changes it (repair, restore: ``rewind.checkpoints`` asks no one itself).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewind.control.driver_lease import driver_alive, read_standby
+from rewind.control.driver_lease import checkpoint_in_use, driver_alive, read_standby
 from rewind.control.leases import read_lease
 from rewind.control.location import control_store
 from rewind.control.status import StreamStatus
@@ -24,6 +25,7 @@ from rewind.registry import StreamSpec
 from rewind.supervision.cluster_app import AppVerdict
 from rewind.supervision.cluster_observe import yarn_verdict
 from rewind.supervision.failures import read_failures
+from rewind.supervision.process_control import stream_liveness
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,11 @@ def observe(spec: StreamSpec, now: float | None = None) -> Observation:
         alive = cluster.alive or bool(read_standby(spec))
     return Observation(spec.name, at, status, alive, doc["gave_up"], alerts, tuple(doc["failures"]), doc["reset_at"],
                        cluster)
+
+
+def running_reason(spec: StreamSpec) -> str | None:
+    """Why the stream counts as running, so that its checkpoint must not be changed (its status running with a
+    fresh heartbeat and its lease held, a driver lease held on any host, or a standby waiting to take over);
+    None when nothing runs on it. Repair and restore refuse on it."""
+    live = stream_liveness(spec)
+    return f"stream {spec.name!r} is running ({live.why})" if live.running else checkpoint_in_use(spec)

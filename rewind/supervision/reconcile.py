@@ -14,14 +14,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rewind.control.status_store import read_stream_status
 from rewind.registry import StreamSpec
 from rewind.supervision.failures import CrashLoop, record_alert, record_failure
 from rewind.supervision.health import Verdict
-from rewind.supervision.observe import Observation
+from rewind.supervision.observe import Observation, running_reason
 from rewind.supervision.process_control import StreamFailed, stop_driver
 from rewind.supervision.restart_policy import Decision
 
@@ -32,19 +31,12 @@ def recover_checkpoint(spec: StreamSpec, s3_store: Any = None) -> dict[str, Any]
     """Make the active checkpoint resumable: nothing / repair in place / restore the newest savepoint."""
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.checkpoints.repair import RepairRefused, repair_checkpoint, stream_running
-    from rewind.checkpoints.store import is_s3_url, open_store
+    from rewind.checkpoints.repair import RepairRefused, repair_checkpoint
+    from rewind.storage.location import open_storage
 
     location = active_checkpoint(spec)
-    if is_s3_url(location):  # in S3 (a stream on a cluster): inspected and repaired there
-        from rewind.s3 import s3_client
-
-        cp: Any = open_store(location, s3_client())
-        started = bool(cp.list_dir("offsets")[1])
-    else:
-        cp = Path(location)
-        started = (cp / "offsets").is_dir()
-    if not started:
+    cp = open_storage(location)  # local, or in S3 (a stream on a cluster): inspected and repaired where it is
+    if not cp.list_dir("offsets")[1]:
         return {"action": "none", "checkpoint": location, "reason": "no checkpoint yet: the stream starts fresh"}
     report = inspect_checkpoint(cp)
     if not report.errors:
@@ -52,7 +44,7 @@ def recover_checkpoint(spec: StreamSpec, s3_store: Any = None) -> dict[str, Any]
                 "reason": "checkpoint is complete" + ("" if not report.problems else
                                                       f" ({report.problems[0].detail})")}
     try:
-        record = repair_checkpoint(location, running=stream_running(spec))
+        record = repair_checkpoint(location, running=running_reason(spec))
         return {"action": "repaired", "checkpoint": location, "last_complete": record["rolled_back_to_batch"],
                 "quarantine": record.get("quarantine"), "moved": len(record["moved"]),
                 "problems": record["problems"]}
@@ -67,9 +59,10 @@ def restore_newest_savepoint(spec: StreamSpec, store: Any, reason: str) -> dict[
     from rewind.checkpoints.savepoints import list_savepoints, restore_savepoint
 
     tried: list[str] = []
+    running = running_reason(spec)
     for manifest in sorted(list_savepoints(store, spec.name).complete, key=lambda m: m.created_at, reverse=True):
         try:
-            result = restore_savepoint(spec, store, manifest.savepoint_id)
+            result = restore_savepoint(spec, store, manifest.savepoint_id, running=running)
         except SavepointCorrupt as exc:  # a damaged savepoint is skipped for the next newest
             tried.append(f"{manifest.savepoint_id}: {exc}")
             continue

@@ -149,6 +149,7 @@ def preflight(old: Any, new: Any, store: Any, bootstrap: str, scratch: Path, *, 
     """The whole check (see the module docstring); the scratch directory is removed when it passes and
     kept, for a look, when it refuses."""
     from rewind.checkpoints.savepoints import restore_savepoint
+    from rewind.supervision.observe import running_reason
 
     started = time.monotonic()
     changes = check_tables(old, new)
@@ -157,7 +158,8 @@ def preflight(old: Any, new: Any, store: Any, bootstrap: str, scratch: Path, *, 
     wait_for_records_after(old, bootstrap, manifest.offsets, timeout_s)
     shutil.rmtree(scratch, ignore_errors=True)
     local = scratch_spec(new, scratch)
-    restored = restore_savepoint(local, store, manifest.savepoint_id, to=scratch / "checkpoint")
+    restored = restore_savepoint(local, store, manifest.savepoint_id, running=running_reason(local),
+                                 to=scratch / "checkpoint")
     if spark is None:
         from rewind.driver.spark_session import build_session
 

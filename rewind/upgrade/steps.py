@@ -30,11 +30,11 @@ def stop_with_savepoint(spec: Any, store: Any, start: Callable[[Any], int], stop
     """Stop the stream after its batch in flight and take a savepoint (``savepoint_with_stop``); the
     manifest. If the copy fails after the stop, the old version is launched again before raising."""
     from rewind.checkpoints.savepoints import savepoint_with_stop
-    from rewind.supervision.process_control import stream_liveness
+    from rewind.supervision.process_control import stop_stream, stream_liveness
 
     was_running = stream_liveness(spec).running
     try:
-        return savepoint_with_stop(spec, store, restart=None, stop_timeout=stop_timeout)
+        return savepoint_with_stop(spec, store, stop=stop_stream, restart=None, stop_timeout=stop_timeout)
     except BaseException as exc:
         if was_running and not stream_liveness(spec).running:
             try:
@@ -62,9 +62,10 @@ def switch_checkpoint(spec: Any, store: Any, mode: str, manifest: Any, record_id
     """Where the new version runs, by mode (the pointer moves; the old checkpoint stays); its path."""
     from rewind.checkpoints.pointer import active_checkpoint, point_to
     from rewind.checkpoints.savepoints import restore_savepoint
+    from rewind.supervision.observe import running_reason
 
     if mode == "savepoint":
-        return str(restore_savepoint(spec, store, manifest.savepoint_id).path)
+        return str(restore_savepoint(spec, store, manifest.savepoint_id, running=running_reason(spec)).path)
     if mode == "stateless":
         fresh = stateless_checkpoint(spec, record_id, manifest.offsets)
         point_to(spec, fresh, f"stateless upgrade {record_id}: a new checkpoint from the offsets of savepoint "
@@ -132,11 +133,12 @@ def rollback(old: Any, store: Any, manifest: Any, put_back: Callable[[], None], 
     version cleared (kept in the record), the old version launched until it commits a batch."""
     from rewind.checkpoints.savepoints import restore_savepoint
     from rewind.supervision.failures import reset
+    from rewind.supervision.observe import running_reason
     from rewind.supervision.process_control import stop_driver
     from rewind.supervision.reconcile import wait_for_progress
 
     stop_driver(old, timeout=60)
-    restored = restore_savepoint(old, store, manifest.savepoint_id)
+    restored = restore_savepoint(old, store, manifest.savepoint_id, running=running_reason(old))
     put_back()
     cleared = reset(old)
     pid = start(old)

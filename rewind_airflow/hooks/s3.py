@@ -2,7 +2,8 @@
 
 An ``aws`` connection as the Amazon provider reads it: access key and secret as login and
 password, ``endpoint_url`` (MinIO, SeaweedFS) and ``region_name`` in the extra, plus ``bucket``.
-Without a connection, the environment or the embedded platform answers (``rewind.s3``).
+Without a connection, the environment answers (``rewind.storage.resolve_s3_config``; the embedded platform's
+Airflow is started with it).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ class RewindS3Hook(BaseHook):
         self.s3_conn_id = s3_conn_id
 
     def config(self) -> Any:
-        """A ``rewind.s3.S3Config`` from the connection, filling what it lacks from the environment."""
-        from rewind.s3 import S3Config, resolve_s3_config
+        """A ``rewind.storage.S3Config`` from the connection, filling what it lacks from the environment."""
+        from rewind.storage import S3Config, resolve_s3_config
 
         try:
             conn = self.get_connection(self.s3_conn_id)
@@ -37,6 +38,6 @@ class RewindS3Hook(BaseHook):
                         extra.get("region_name") or base.region)
 
     def store(self) -> Any:
-        from rewind.s3 import S3Store
+        from rewind.storage import S3Storage
 
-        return S3Store(self.config())
+        return S3Storage(self.config())

@@ -53,6 +53,7 @@ def restore_task(name: str, registry: str, savepoint_id: str, relaunch: bool, st
     from rewind.checkpoints.savepoints import load_manifest, restore_savepoint
     from rewind.registry import load_registry
     from rewind.safe_names import UnsafeName, check_savepoint_id
+    from rewind.supervision.observe import running_reason
     from rewind.supervision.process_control import stop_stream, stream_liveness
 
     try:
@@ -70,7 +71,7 @@ def restore_task(name: str, registry: str, savepoint_id: str, relaunch: bool, st
     print(f"{name} stopped after its current batch" if was_running else f"{name} was not running")
     result = None
     try:
-        result = restore_savepoint(spec, store, sid)
+        result = restore_savepoint(spec, store, sid, running=running_reason(spec))
     except SavepointError as exc:
         raise AirflowFailException(f"restore of {sid} refused: {exc}") from None
     finally:

@@ -52,11 +52,11 @@ _store: dict[str, Any] = {}
 
 def savepoint_store() -> Any:
     """S3 for savepoints: the ``rewind_s3`` Airflow connection (as the DAG tasks use it), else the
-    environment / embedded platform; None when no bucket is configured."""
+    environment; None when no bucket is configured."""
     with _store_lock:
         if "store" in _store:
             return _store["store"]
-        from rewind.s3 import S3Config, S3Store, resolve_s3_config
+        from rewind.storage import S3Config, S3Storage, resolve_s3_config
 
         store = None
         try:
@@ -72,7 +72,7 @@ def savepoint_store() -> Any:
                                extra.get("region_name") or base.region)
             except Exception as exc:  # noqa: BLE001 - no connection: the environment's settings
                 log.debug("no rewind_s3 connection (%s): using the environment", exc)
-            store = S3Store(cfg) if cfg.bucket else None
+            store = S3Storage(cfg) if cfg.bucket else None
         except Exception as exc:  # noqa: BLE001
             log.warning("Rewind page: no S3 for savepoints: %s", exc)
         _store["store"] = store
@@ -378,10 +378,10 @@ def _require_savepoint(stream: str, sid: str) -> None:
     from rewind.checkpoints.manifest import MANIFEST, savepoint_prefix
 
     try:
-        raw = store.get_bytes(savepoint_prefix(stream, sid) + MANIFEST)
+        found = store.exists(savepoint_prefix(stream, sid) + MANIFEST)
     except Exception as exc:  # noqa: BLE001
         raise HTTPException(503, f"S3 did not answer ({exc}); nothing was triggered, retry") from None
-    if raw is None:
+    if not found:
         known = [r["savepoint_id"] for r in cached_savepoints(stream, store)[0]][:10]
         raise HTTPException(404, f"savepoint {sid!r} of stream {stream!r} does not exist; savepoints: "
                                  f"{', '.join(known) or 'none'}")

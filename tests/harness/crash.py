@@ -33,6 +33,7 @@ from rewind.faults import Fault, arm
 from rewind.kafka.lookups import true_end_offsets
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
+from rewind.storage import S3Config
 from tests.harness.registry_templates import demo_stream, write_registry
 
 EVENTS = int(os.environ.get("REWIND_CRASH_EVENTS", "24000"))
@@ -161,7 +162,7 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
         ends = {str(tp.partition): off for tp, off in true_end_offsets(platform.kafka_bootstrap, topic).items()}
         stream.start(**master)
         started = time.time()
-        s3 = platform.s3.client() if spec.checkpoint.startswith("s3") else None
+        s3 = S3Config.from_platform(platform) if spec.checkpoint.startswith("s3") else None
         # Quiet for 4 s at the true end (of the checkpoint the stream runs on: a restore or a rescale
         # in mid_run may have pointed it elsewhere). A killed run may already have committed the last records:
         # then this run starts at the end, runs no batch, and Spark reports no progress at all.

@@ -126,13 +126,13 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: StreamPro
     return None
 
 
-def no_batch_in_flight(checkpoint: str, s3_client: Any = None) -> bool:
+def no_batch_in_flight(checkpoint: str, s3: Any = None) -> bool:
     """The newest planned batch (``offsets/N``) is committed (``commits/N``). Why: after the last records
     Spark may run a no-data batch that emits the windows the watermark closed; a stop during it leaves
-    those windows to the next start."""
-    from rewind.checkpoints.store import is_s3_url, open_store
+    those windows to the next start. ``s3``: the ``S3Config`` of a checkpoint in S3 (else the environment's)."""
+    from rewind.storage import open_storage
 
-    store = open_store(checkpoint, s3_client if is_s3_url(checkpoint) else None)
+    store = open_storage(checkpoint, s3)
     planned = [int(f) for f in store.list_dir("offsets")[1] if f.isdigit()]
     committed = [int(f) for f in store.list_dir("commits")[1] if f.isdigit()]
     return bool(planned) and max(planned) == max(committed, default=-1)
