@@ -33,8 +33,8 @@ def rescale_to_4(spark: Any, platform: PlatformInfo, done: dict[str, Any]
     in this process's session, inspects and switches; the stream starts again and commits on 4."""
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.checkpoints.repartition import repartition
     from rewind.storage import S3Config, S3Storage
+    from rewind.upgrade.repartition import repartition
 
     def rescale(stream: StreamProcess, run: int) -> dict[str, Any] | None:
         if done:

@@ -15,13 +15,13 @@ import pytest
 from rewind.api.tables import Column, TableSpec
 from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.repair import plan_repair, repair_checkpoint
-from rewind.checkpoints.repartition import CheckpointFacts, refusal
 from rewind.checkpoints.state_files import list_state
 from rewind.registry import RestartSpec, load_registry
 from rewind.storage import LocalStorage
 from rewind.upgrade import guard, history
 from rewind.upgrade.entry import EntryRefused, entry_text, load_candidate, with_entry
 from rewind.upgrade.entry import write_registry as write_reg
+from rewind.upgrade.repartition import CheckpointFacts, refusal
 from rewind.upgrade.rules import Facts, contract_changes, incompatible, refusals, spark_verdict, table_changes
 from rewind.upgrade.views import history_rows
 from rewind.upgrade.watch import Attempt, next_step

@@ -1,7 +1,7 @@
 """Which state partitions a batch ran with: ``spark.sql.shuffle.partitions`` in its offsets file.
 
 Why it matters: a checkpoint's state partitions are fixed until Spark's offline repartition
-(``rewind.checkpoints.repartition``) writes a batch with another number. A batch before that batch
+(``rewind.upgrade.repartition``) writes a batch with another number. A batch before that batch
 never had the new partitions, so whether it is complete is judged on its own partitions only.
 """
 

@@ -7,7 +7,7 @@ state version after C+1. ``offsets/C+1`` stays when it parses, so Spark re-runs 
 with exactly the range it had planned; when it does not parse, Spark plans C+1 afresh from
 C's end and the sink's ledger, which records each batch's offsets, rewrites it idempotently
 instead of skipping it (see ``ExactlyOnceSqlSink.write_batch``). The plan of a state repartition
-(``rewind.checkpoints.repartition``) at C+1 is moved too: re-run as a batch, it would read C's
+(``rewind.upgrade.repartition``) at C+1 is moved too: re-run as a batch, it would read C's
 state with another partitioning. Moved files keep their relative paths under
 ``<checkpoint>.quarantine/<time>-batch<C>/`` beside a ``record.json``, local or in S3 (``s3a://``: each
 move a server-side copy proven equal to its source, then the source deleted; ``rewind.storage.s3``).

@@ -1,5 +1,5 @@
 """`rewind checkpoint inspect|repair STREAM|PATH|s3://...|s3a://...`: what a checkpoint holds, and rolling it back.
-`rewind checkpoint repartition STREAM --partitions N`: rescale its state (``rewind.checkpoints.repartition``)."""
+`rewind checkpoint repartition STREAM --partitions N`: rescale its state (``rewind.upgrade.repartition``)."""
 
 from __future__ import annotations
 
@@ -81,11 +81,11 @@ def run(args: argparse.Namespace) -> int:
 def repartition(args: argparse.Namespace) -> int:
     import sys
 
-    from rewind.checkpoints.repartition import RepartitionRefused, repartition
     from rewind.registry import load_registry
     from rewind.settings import default_registry, resolve_bootstrap
     from rewind.storage import S3Storage, resolve_s3_config
     from rewind.supervision.process_control import default_log_path, launch_stream, wait_running
+    from rewind.upgrade.repartition import RepartitionRefused, repartition
 
     if args.partitions is None:
         raise RepartitionRefused("repartition needs --partitions N (the state partitions wanted); nothing was done")

@@ -114,7 +114,7 @@ class BatchWriter:
         skipping it lost those windows (chaos seed 7, 2026-11-23). Any difference means the batch is
         rewritten, which the idempotent table writes make safe.
 
-        A state repartition's batch R (``rewind.checkpoints.repartition``) never reaches the sink: its
+        A state repartition's batch R (``rewind.upgrade.repartition``) never reaches the sink: its
         offsets file repeats batch R-1's, so batch R+1 starts exactly where R-1 ended, under R-1's
         watermark; after a rollback across it, Spark plans a new R, which the ledger never held."""
         if self.checkpoint is None:

@@ -19,6 +19,12 @@ number of partitions. Spark's repartition batch is understood by the inspector (
 judges earlier batches on their own partitions, so repair can roll back across it) and by the sink
 ledger, which never sees it: the next batch starts where batch R-1 ended, as every batch starts
 where the previous offsets file ends.
+
+Why in ``rewind.upgrade``: a rescale is an upgrade whose change is the state's partitioning. It runs
+the upgrade's own steps (stop with a savepoint, switch, watch, roll back; its history record and
+guard), a Spark session (``rewind.driver``) and the stream's liveness (``rewind.supervision``), over
+the checkpoint tools; ``rewind.upgrade`` already sits above all three, while ``rewind.checkpoints``
+sits below them (the driver and the supervisor read checkpoints), so there it made two loops.
 """
 
 from __future__ import annotations
