@@ -8,6 +8,7 @@ Every write goes to a temporary file in the same directory, fsynced, then rename
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -85,18 +86,7 @@ class LocalStorage(Storage):
             return sha256_of(fh)
 
     def write_bytes(self, rel: str, data: bytes, content_type: str = "application/octet-stream") -> None:
-        target = self.path(rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        self.receive(io.BytesIO(data), rel)
 
     def receive(self, fh: IO[bytes], rel: str, progress: Progress | None = None) -> Digest:
         target = self.path(rel)
