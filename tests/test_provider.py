@@ -8,6 +8,7 @@ shows the warning it looks for, so the check cannot pass by not seeing it.
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
 import os
@@ -241,7 +242,42 @@ def test_the_detached_launch_command_is_pinned(worker: Machine, tmp_path: Path, 
     assert worker.show(started["argv"]) == command
     env = started["env"]
     assert env["PATH"] == f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin"
-    assert env["PYSPARK_DRIVER_PYTHON"] in (sys.executable, "/opt/worker-python") and env["WORKER_MARK"] == "kept"
+    assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable, "the replay's Python too"
+    assert env["PYTHONPATH"] == f"{ROOT}{os.pathsep}/opt/site" and env["WORKER_MARK"] == "kept"
+
+
+KEYTAB = base64.b64encode(b"not a real keytab").decode()
+
+
+@pytest.mark.parametrize("conn", [c for c, _, _ in DETACHED] + [
+    {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "client", "principal": "rewind-conformance@EX",
+                                                     "keytab": KEYTAB}}],
+    ids=["local", "yarn-client", "standalone-port-apart", "standalone-uri", "local-no-extra", "no-connection",
+         "kerberos"])
+def test_the_detached_command_is_the_spark_providers_own(worker: Machine, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch, conn: Any) -> None:
+    """The command Rewind builds from the connection for a detached launch is the one the installed Spark
+    provider's public ``SparkSubmitHook.submit`` runs for the same connection and options: a provider release
+    that reads connections differently fails here, not in a stream's launch."""
+    import tempfile
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from rewind.platform.jvm import submit_jars
+    from rewind_airflow.hooks.stream import RewindStreamHook, s3a_driver_class_path
+    from spark_jobs import STREAM_JOB
+
+    use_spark(monkeypatch, conn)
+    registry = str(pin_registry(tmp_path, "s3a://pinbucket/cp/pin"))
+    ours = RewindStreamHook(STREAM, registry, BOOTSTRAP, standby=True)
+    try:
+        SparkSubmitHook(conn_id="spark_default", jars=",".join(submit_jars()), name=f"rewind-{STREAM}",
+                        driver_class_path=s3a_driver_class_path(STREAM, registry),
+                        application_args=ours.application_args()).submit(str(STREAM_JOB))
+        [providers] = worker.started
+        assert ours.submit_command() == providers["argv"]
+    finally:
+        (Path(tempfile.gettempdir()).resolve() / "airflow_keytab-rewind-conformance@EX").unlink(missing_ok=True)
 
 
 def test_the_detached_standby_command_is_pinned(worker: Machine, tmp_path: Path,
@@ -260,7 +296,6 @@ def test_a_keytab_in_the_connection_is_written_and_passed(worker: Machine, tmp_p
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Kerberos as the Spark provider reads it: ``principal``, and ``keytab`` base64 in the extra, written to
     ``airflow_keytab-<principal>`` in the temporary directory."""
-    import base64
     import tempfile
 
     from rewind_airflow.operators.supervision import launch
@@ -268,7 +303,7 @@ def test_a_keytab_in_the_connection_is_written_and_passed(worker: Machine, tmp_p
     principal = f"rewind-pin-{os.getpid()}@EXAMPLE.COM"
     keytab = Path(tempfile.gettempdir()).resolve() / f"airflow_keytab-{principal}"
     use_spark(monkeypatch, {"conn_type": "spark", "host": "yarn", "extra": {
-        "deploy-mode": "client", "principal": principal, "keytab": base64.b64encode(b"not a real keytab").decode()}})
+        "deploy-mode": "client", "principal": principal, "keytab": KEYTAB}})
     try:
         launch(STREAM, str(pin_registry(tmp_path)), "spark_default", 5.0)
         [started] = worker.started
