@@ -55,19 +55,48 @@ def test_no_connection_type_clash_with_the_apache_kafka_provider(tmp_path: Path)
     assert CLASH in logs and "'kafka'" in logs, "the probe did not see the clash it checks for"
 
 
+KINDS = ("operators", "hooks", "sensors", "triggers")
+
+
+def provider_classes() -> dict[str, dict[str, list[type]]]:
+    """Every class of the package that Airflow's providers manager would list, by kind and module: found by
+    importing each module of ``rewind_airflow`` (what it defines, not what it imports)."""
+    import importlib
+    import pkgutil
+
+    from airflow.sdk import BaseHook, BaseOperator, BaseSensorOperator
+    from airflow.triggers.base import BaseTrigger
+
+    import rewind_airflow
+
+    found: dict[str, dict[str, list[type]]] = {kind: {} for kind in KINDS}
+    for info in pkgutil.walk_packages(rewind_airflow.__path__, "rewind_airflow."):
+        module = importlib.import_module(info.name)
+        for cls in vars(module).values():
+            if not isinstance(cls, type) or cls.__module__ != module.__name__:
+                continue
+            kind = ("sensors" if issubclass(cls, BaseSensorOperator) else "operators" if issubclass(cls, BaseOperator)
+                    else "hooks" if issubclass(cls, BaseHook) else "triggers" if issubclass(cls, BaseTrigger) else None)
+            if kind:
+                found[kind].setdefault(module.__name__, []).append(cls)
+    return found
+
+
 def operator_classes() -> list[type]:
-    from airflow.sdk import BaseOperator
+    found = provider_classes()
+    return [c for kind in ("operators", "sensors") for classes in found[kind].values() for c in classes]
 
-    import rewind_airflow.operators.proof as proof
-    import rewind_airflow.operators.replay as replay
-    import rewind_airflow.operators.savepoint as savepoint
-    import rewind_airflow.operators.supervision as supervision
-    import rewind_airflow.operators.upgrade as upgrade
-    import rewind_airflow.sensors.committed as committed
-    import rewind_airflow.sensors.stream as stream
 
-    return [c for m in (proof, replay, savepoint, supervision, upgrade, committed, stream) for c in vars(m).values()
-            if isinstance(c, type) and issubclass(c, BaseOperator) and c.__module__ == m.__name__]
+def test_provider_info_lists_every_module_with_an_operator_hook_sensor_or_trigger() -> None:
+    """``get_provider_info()`` names exactly the modules that define an operator, hook, sensor or trigger,
+    each under its kind: a new module is not left out, a moved one not left behind."""
+    import rewind_airflow
+
+    info = rewind_airflow.get_provider_info()
+    declared = {kind: sorted(m for entry in info.get(kind, []) for m in entry["python-modules"]) for kind in KINDS}
+    found = {kind: sorted(modules) for kind, modules in provider_classes().items()}
+    assert all(found.values()), f"the walk found no module of some kind: {found}"
+    assert declared == found, f"get_provider_info() {declared} != the package's modules {found}"
 
 
 def test_savepoint_proof_and_replay_are_operator_classes() -> None:
