@@ -1,5 +1,6 @@
-"""A provider that plays well: no connection type taken from the Apache Kafka provider, and operator classes
-whose every parameter is documented.
+"""A provider that plays well: no connection type taken from the Apache Kafka provider; provider info that
+names every module with an operator, hook, sensor or trigger, whose every parameter is documented; and the
+spark-submit commands it runs, pinned, the detached one checked against the Spark provider's own.
 
 The clash check runs Airflow's own providers manager in a fresh process (both providers installed, as
 requirements.txt pins them) and reads what it logs; the same probe with Rewind declaring ``kafka`` again
@@ -106,17 +107,20 @@ def test_savepoint_proof_and_replay_are_operator_classes() -> None:
             "UpgradeStreamOperator"} <= names, names
 
 
-def test_every_operator_parameter_is_documented() -> None:
-    """(Not parametrized over the classes: listing them imports Airflow, which must not happen while
-    pytest collects; tests/conftest.py.)"""
+def test_every_parameter_of_every_operator_hook_sensor_and_trigger_is_documented() -> None:
+    """Each ``__init__`` parameter (but ``**kwargs``, which go to Airflow's base class) has a ``:param NAME:``
+    line in its class's docstring, as in Airflow's own providers. (Not parametrized over the classes: listing
+    them imports Airflow, which must not happen while pytest collects; tests/conftest.py.)"""
     undocumented = {}
-    for cls in operator_classes():
-        params = [p for p in inspect.signature(cls.__init__).parameters.values()
-                  if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    classes = [c for modules in provider_classes().values() for found in modules.values() for c in found]
+    assert len(classes) >= 15, classes
+    for cls in classes:
+        params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"
+                  and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]
         doc = cls.__doc__ or ""
         missing = [p.name for p in params if f":param {p.name}:" not in doc]
         if missing:
-            undocumented[cls.__name__] = missing
+            undocumented[f"{cls.__module__}.{cls.__name__}"] = missing
     assert not undocumented, f"parameters without a :param: line: {undocumented}"
 
 
