@@ -1,11 +1,12 @@
 """Rewind for Airflow, as a provider-style package: ``pip install rewind[airflow]`` into the Airflow you run.
 
-- ``hooks/``: the connections (``rewind_kafka`` of the Apache Kafka provider's type ``kafka``,
-  ``rewind_s3`` of the Amazon provider's ``aws``) and the stream launch through spark-submit
-  (``spark_default``);
+- ``hooks/``: the connections: ``rewind_kafka`` (of the Apache Kafka provider's type ``kafka``),
+  ``rewind_s3`` (the Amazon provider's ``aws``) and ``spark_default`` (the Spark provider's ``spark``: a
+  stream's launch through spark-submit, detached on the worker or into YARN);
 - ``triggers/`` and ``sensors/``: the deferrable watch over a running stream;
-- ``operators/``: ``BaseOperator`` classes for supervision, savepoints, restores, proofs and replays
-  (each a thin call into the ``rewind`` package, which decides);
+- ``operators/``: ``BaseOperator`` classes for supervision, savepoints, restores, proofs, replays and
+  upgrades (each a thin call into the ``rewind`` package, which decides); ``operators/cluster.py`` is the
+  supervisor's launch into YARN (no operator of its own);
 - ``notify.py``: alerts through Airflow's notifiers (the registry's ``alerts``);
 - ``dags/factory.py``: the DAGs generated from the stream registry (wiring only);
 - ``plugins/``: the Rewind page in Airflow's UI (registered through the ``airflow.plugins`` entry point:
@@ -29,14 +30,17 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Recovery and replay for PySpark streams that read Kafka: supervision, savepoints, "
                        "replays and data-quality proofs.",
         "versions": [__version__],
-        # No connection types: ``rewind_kafka`` is of the Apache Kafka provider's type ``kafka`` (that
-        # provider owns it and its form; Airflow keeps whichever registers a type first, and logs the
-        # clash), ``rewind_s3`` of the Amazon provider's ``aws``.
+        # No connection types: each hook reads a connection of a type another provider owns and registers
+        # (with its form): ``rewind_kafka`` the Apache Kafka provider's ``kafka``, ``rewind_s3`` the Amazon
+        # provider's ``aws``, ``spark_default`` the Spark provider's ``spark``. Airflow keeps whichever
+        # provider registers a type first, and logs the clash.
+        # Every module with a hook, operator, sensor or trigger class (tests/test_provider.py walks the package).
         "hooks": [{"integration-name": "Rewind", "python-modules": [
             "rewind_airflow.hooks.kafka", "rewind_airflow.hooks.s3", "rewind_airflow.hooks.stream"]}],
         "operators": [{"integration-name": "Rewind", "python-modules": [
-            "rewind_airflow.operators.supervision", "rewind_airflow.operators.savepoint",
-            "rewind_airflow.operators.proof", "rewind_airflow.operators.replay"]}],
+            "rewind_airflow.operators.base", "rewind_airflow.operators.supervision",
+            "rewind_airflow.operators.savepoint", "rewind_airflow.operators.proof", "rewind_airflow.operators.replay",
+            "rewind_airflow.operators.upgrade"]}],
         "sensors": [{"integration-name": "Rewind", "python-modules": ["rewind_airflow.sensors.stream",
                                                                       "rewind_airflow.sensors.committed"]}],
         "triggers": [{"integration-name": "Rewind", "python-modules": ["rewind_airflow.triggers.health"]}],

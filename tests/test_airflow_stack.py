@@ -79,16 +79,16 @@ PROBE_DAG = textwrap.dedent('''
 
         @task
         def check(waited, hi):
-            from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+            from rewind_airflow.hooks.stream import RewindStreamHook
 
             s3 = BaseHook.get_connection("rewind_s3")
             kafka = BaseHook.get_connection("rewind_kafka")
-            spark = SparkSubmitHook(conn_id="spark_default")._resolve_connection()
+            spark = RewindStreamHook("probe").get_conn()  # the Spark connection as a stream's launch reads it
             return {"waited": waited, "hello": hi,
                     "s3": {"type": s3.conn_type, "login": s3.login, "endpoint": s3.extra_dejson["endpoint_url"]},
                     "kafka": [kafka.extra_dejson["bootstrap"], kafka.extra_dejson["bootstrap.servers"],
                               f"{kafka.host}:{kafka.port}"],
-                    "spark_master": spark["master"], "spark_binary": spark["spark_binary"]}
+                    "spark_master": spark.master, "spark_binary": spark.spark_binary}
 
         check(waited.output, hello())
 

@@ -311,13 +311,21 @@ def test_proof_passes_and_stores_data_docs(demo_run, platform, tmp_path: Path) -
 
 
 def test_running_stream_is_proven_up_to_its_last_committed_batch(demo_run, platform, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """A status file saying the stream runs (a live pid) at batch 0: only batch 0's range is judged."""
+    """A stream that runs (a live pid, its status) and has committed batch 0 (its checkpoint holds commits/0
+    only: the checkpoint is what a proof reads first): only batch 0's range is judged."""
+    import shutil
+
     from rewind.checkpoints.logs import parse_offsets_file
     from rewind.control.status import StreamStatus, write_status
     from rewind.paths import status_path
 
-    spec = demo_run["spec"]
-    _, sources = parse_offsets_file((Path(spec.checkpoint) / "offsets" / "0").read_text())
+    full = Path(demo_run["spec"].checkpoint)
+    at0 = tmp_path / "checkpoint-at-batch-0"
+    for rel in ("metadata", "offsets/0", "commits/0"):
+        (at0 / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(full / rel, at0 / rel)
+    spec = demo_run["spec"].model_copy(update={"checkpoint": str(at0)})
+    _, sources = parse_offsets_file((at0 / "offsets" / "0").read_text())
     path = status_path(spec.status_dir, spec.name)
     write_status(path, StreamStatus(stream=spec.name, state="running", pid=os.getpid(), last_batch_id=0,
                                     end_offsets=sources[0]))
@@ -329,7 +337,7 @@ def test_running_stream_is_proven_up_to_its_last_committed_batch(demo_run, platf
     assert result.range == {t: {p: [0, int(o)] for p, o in parts.items()} for t, parts in sources[0].items()}
     assert result.counts["records_in_range"] == sum(int(o) for parts in sources[0].values() for o in parts.values())
     assert result.counts["records_in_range"] < demo_run["sent"].sent and result.counts["watermark_batch"] == 0
-    assert any("is running" in n for n in result.notes) and not result.s3
+    assert any("batch 0" in n for n in result.notes) and not result.s3
 
 
 def damage_copy(work: Path, drop: int = 3) -> dict:

@@ -1,7 +1,7 @@
 """``format("rewind_kafka")``: a Kafka source on PySpark's Python Data Source API.
 
 It mirrors Spark's built-in Kafka source (option names, columns, offsets recorded in the offset
-log) so a job can switch between the two by configuration; see README.md "The two Kafka sources".
+log) so a job can switch between the two by configuration; see docs/kafka-sources.md.
 The options and what they mean are the ``KafkaDataSource`` docstring (the contract); their
 parsing is ``options.py``, every decision on offsets ``offsets.py``, the broker look-ups
 ``lookups.py``, the reads ``reader.py``, the columns ``columns.py``.
@@ -296,7 +296,7 @@ class KafkaDataSource(DataSource):
     Spark's ``assign``, ``subscribePattern``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``,
     ``minPartitions`` and ``maxRecordsPerPartition`` are refused, not ignored: they change which
     records are read or how, and this source does not implement them.
-    """  # noqa: E501 (the options table is the reference the README points to; a row cannot wrap)
+    """  # noqa: E501 (the options table is the reference docs/kafka-sources.md points to; a row cannot wrap)
 
     @classmethod
     def name(cls) -> str:

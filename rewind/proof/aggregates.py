@@ -13,7 +13,8 @@ The frame (``aggregates``, one row per group, validated by the suites of ``rewin
 ``recomputed`` (the value columns as text), ``aggregate_state``:
 
 - ``match``: the sink row holds the recomputed values, compared by the column's type
-  (``rewind.proof.values``: integers and decimals exactly, doubles within their tolerance);
+  (``rewind.proof.values``: integers and decimals exactly, doubles within their tolerance), and its
+  ``window_end``, if the table has one, is the window's start plus its size;
 - ``mismatch``: it holds others (``disagrees`` names each column with both values);
 - ``missing``: a group the stream has closed (its window ends at or before ``closed_until``, the
   watermark of the stream's last committed batch) holds records but has no row;
@@ -63,9 +64,15 @@ def group_text(frame: pd.DataFrame, agg: Any, rules: Mapping[str, ValueRule] | N
     return _text(parts, list(parts.columns), key_rules)
 
 
+#: The column of a windowed aggregate's row that holds its window's end (Spark's ``window.end``): judged
+#: against the window's start plus its size (``judge_groups``), not as a value the recomputation gives.
+WINDOW_END = "window_end"
+
+
 def value_columns(table_columns: Sequence[str], agg: Any) -> list[str]:
-    """The columns a group's row is judged by: all but its group, ``batch_id`` and its window's end."""
-    skip = {*agg.group_columns, "batch_id", "window_end"}
+    """The columns a group's row is judged by: all but its group, ``batch_id`` and its window's end (which
+    ``judge_groups`` holds to the window's start plus its size)."""
+    skip = {*agg.group_columns, "batch_id", WINDOW_END}
     return [c for c in table_columns if c not in skip]
 
 
@@ -121,6 +128,10 @@ def judge_groups(sink: pd.DataFrame, recomputed: pd.DataFrame, agg: Any, *, valu
     if scope is not None:
         s, r = s[s["_g"].isin(scope)].reset_index(drop=True), r[r["_g"].isin(scope)].reset_index(drop=True)
     r = r.drop_duplicates("_g")
+    if agg.window and size is not None and WINDOW_END in s.columns:  # derived, but a value the sink holds
+        r[WINDOW_END] = utc(r[agg.window]) + pd.Timedelta(size) if len(r) else \
+            pd.Series([], dtype="datetime64[ns, UTC]")
+        values = [*[c for c in values if c != WINDOW_END], WINDOW_END]
     dup = s["_g"].duplicated(keep=False).to_numpy() if len(s) else np.zeros(0, dtype=bool)
     right = _nullable_ints(r[["_g", *[c for c in values if c in r.columns]]].copy())
     s = _nullable_ints(s)

@@ -173,8 +173,9 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     judged_rows = _committed(t, last_batch)
     rows = _judge_rows(exp[valid], judged_rows, identity, keys.get(identity.table, ids), not_reconciled,
                        ident_rules)
-    if row_scope is not None:
-        rows = rows[_in_scope(rows, row_scope)].reset_index(drop=True)
+    if row_scope is not None:  # and the rows a committed batch wrote past the range's end (no record read makes)
+        keep = _in_scope(rows, row_scope) | written_past_end(judged_rows, row_scope, last_batch)
+        rows = rows[keep].reset_index(drop=True)
     dead_rows = _judge_dead_letters(d, by_coord, kafka_valid.to_numpy(dtype=bool), kafka_known.to_numpy(dtype=bool),
                                     is_late, dead_letter_table)
     others = [] if row_scope is not None else [
@@ -343,6 +344,26 @@ def _in_scope(rows: pd.DataFrame, scope: Mapping[tuple[str, int], tuple[int, int
     from rewind.proof.frames import range_mask
 
     return range_mask(rows, dict(scope))
+
+
+#: An offset beyond any partition's end: ``[end, PAST_ANY_OFFSET)`` is "at or past the end".
+PAST_ANY_OFFSET = 2 ** 62
+
+
+def written_past_end(frame: pd.DataFrame, scope: Mapping[tuple[str, int], tuple[int, int]],
+                     last_batch: int | None) -> np.ndarray:
+    """Rows a committed batch (``batch_id`` <= ``last_batch``) wrote at coordinates at or past the end of
+    their partition's range (pure; partitions the range does not hold are not judged). Such a batch read only
+    records below those ends, so no record makes these rows: a proof of a span judges them with its own
+    (a replay's rows, ``batch_id`` null, and later batches' are not judged)."""
+    if last_batch is None or not len(frame) or not {*COORDS, "batch_id"} <= set(frame.columns):
+        return np.zeros(len(frame), dtype=bool)
+    from rewind.proof.frames import range_mask
+
+    batch = pd.to_numeric(frame["batch_id"], errors="coerce")
+    committed = (batch <= last_batch).fillna(False).to_numpy(dtype=bool)
+    # only in the span's own partitions: a span of a partition subset (a replay's) says nothing of the others
+    return committed & range_mask(frame, {k: (end, PAST_ANY_OFFSET) for k, (_, end) in scope.items()})
 
 
 def _key_rows(name: str, frame: pd.DataFrame, key: Sequence[str],

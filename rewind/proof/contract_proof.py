@@ -145,7 +145,9 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
             tables = {name: with_duplicates(sink, name, sink.read_table(name)) for name in names}
         else:
             tables = touched_rows(sink, transform, exp if judged is None else exp[judged], span)
-            tables = {name: with_duplicates(sink, name, frame) for name, frame in tables.items()}
+            past = rows_past_end(sink, transform, exp, span, last_batch)
+            tables = {name: with_duplicates(sink, name, pd.concat([frame, past[name]], ignore_index=True)
+                                            if len(past.get(name, ())) else frame) for name, frame in tables.items()}
         aggregates = prove_aggregates(spec, transform, bootstrap, sink, span=span,
                                       expected=exp if has_expect(transform) else None, judged=judged,
                                       span_tables=span_tables, spark=spark, last_batch=last_batch,
@@ -343,4 +345,34 @@ def _records(frame: pd.DataFrame, limit: int = 50) -> list[dict[str, Any]]:
         out.append({k: (None if v is None or v is pd.NaT or (isinstance(v, float) and np.isnan(v))
                         else v.isoformat() if isinstance(v, pd.Timestamp)
                         else int(v) if isinstance(v, np.integer) else v) for k, v in row.items()})
+    return out
+
+
+def rows_past_end(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span,
+                  last_batch: int | None) -> dict[str, pd.DataFrame]:
+    """The identity and dead-letter tables' rows that a committed batch (``batch_id`` <= ``last_batch``)
+    wrote at coordinates at or past the span's end in the span's partitions, but for rows
+    of the records' identities (``touched_rows`` read those). No record the stream had read makes them,
+    and ``touched_rows`` reads only the span's coordinates: without this a row from nowhere written
+    there would never be judged (``contract_frames.written_past_end``)."""
+    import sqlalchemy as sa
+
+    from rewind.sink.dialects import coordinates_in
+
+    if last_batch is None:
+        return {}
+    ident = identity_of(transform)
+    from rewind.proof.contract_frames import PAST_ANY_OFFSET
+
+    past = coordinates_in({k: (end, PAST_ANY_OFFSET) for k, (_, end) in span.items()})  # the span's partitions only
+    valid = exp[exp["reason"].isna()]
+    wanted = set(zip(*[valid[c].tolist() for c in ident.columns]))
+    out: dict[str, pd.DataFrame] = {}
+    for name in (ident.table, transform.dead_letter_table):
+        if not {*COORDS, "batch_id"} <= set(sink.specs[name].column_names):
+            continue
+        rows = sink.read_rows(name, where=lambda t: sa.and_(t.c.batch_id <= last_batch, past(t)))
+        if name == ident.table and len(rows):
+            rows = rows[[k not in wanted for k in zip(*[rows[c].tolist() for c in ident.columns])]]
+        out[name] = rows.reset_index(drop=True)
     return out

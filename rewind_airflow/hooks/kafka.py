@@ -17,7 +17,11 @@ from airflow.sdk import BaseHook
 
 
 class RewindKafkaHook(BaseHook):
-    """Kafka for Rewind's tasks: ``bootstrap()`` and ``client_config()`` from the connection."""
+    """Kafka for Rewind's tasks: ``bootstrap()`` and ``client_config()`` from the connection.
+
+    :param kafka_conn_id: the Kafka connection (default ``rewind_kafka``); without one, the environment
+        (``REWIND_KAFKA_BOOTSTRAP``) or the embedded platform answers
+    """
 
     conn_name_attr = "kafka_conn_id"
     default_conn_name = "rewind_kafka"

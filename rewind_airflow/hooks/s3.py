@@ -14,6 +14,13 @@ from airflow.sdk import BaseHook
 
 
 class RewindS3Hook(BaseHook):
+    """Savepoint storage for Rewind's tasks: ``config()`` (a ``rewind.storage.S3Config``) and ``store()`` from the
+    connection.
+
+    :param s3_conn_id: the ``aws`` connection (default ``rewind_s3``); what it lacks, the environment or the
+        embedded platform gives
+    """
+
     conn_name_attr = "s3_conn_id"
     default_conn_name = "rewind_s3"
     conn_type = "aws"

@@ -1,57 +1,300 @@
-"""Launch a registered stream through spark-submit, detached when it is a long-running local job."""
+"""Launch a registered stream's driver through spark-submit, on the Spark connection (``spark_default``).
+
+Where the driver runs is the connection's to say, read as the Spark provider reads it:
+
+- **on this worker** (local, standalone or YARN client mode): spark-submit is started detached
+  (`RewindStreamHook.launch_detached`), in its own session, its output appended to the stream's log; the
+  task returns and the stream reports through its status and heartbeat;
+- **in a YARN container** (master ``yarn``, extra ``deploy-mode: cluster``): the Spark provider's public
+  ``SparkSubmitHook.submit`` (`RewindStreamHook.submit_to_yarn`), which returns once YARN accepted the
+  application (``spark.yarn.submit.waitAppCompletion=false``); the driver reports the same way.
+
+Why the detached command is built here, from the connection, and not by the Spark provider: its public way
+to run spark-submit, ``SparkSubmitHook.submit()``, starts it as a child of the task with its output piped
+into the task's log, and waits until it exits. A driver in local or client mode is spark-submit's child and
+a stream never ends, so ``submit()`` would hold the task (and its worker slot) for the stream's life, and
+the driver would die with the task; the supervisor defers its watch and needs the driver to outlive the
+task that launched it. The provider has no public method that returns the command instead of running it
+(``_build_spark_submit_command`` and the connection it resolves are private, and its reading of the
+connection changed between releases). So `SparkConnection` reads the connection (``get_connection``, the
+hook's public surface) the way provider 6.3 does: the master from host (and port; a URI form's scheme),
+``deploy-mode``, ``queue``, ``spark-binary``, ``namespace``, ``principal`` and ``keytab`` from the extra;
+no connection means ``--master yarn``. ``tests/test_provider.py`` pins the commands and checks them
+against what the installed provider's own ``submit`` runs for the same connection, so a provider release
+that reads connections differently fails there. In cluster mode ``submit()`` returns by itself, so that
+path goes through it unchanged.
+
+The YARN submit's content (the job archive, the registry, the conf, no secret on the command line) is
+decided by ``rewind.runtime.cluster_submit``; here it is handed to the provider, with S3's keys from the
+``rewind_s3`` connection in a 0600 properties file that lives while spark-submit runs. The
+ResourceManager's address is the connection's ``yarn_resourcemanager_webapp_address`` (the provider's own
+key), else ``yarn.resourcemanager.webapp.address`` of ``$HADOOP_CONF_DIR/yarn-site.xml``.
+"""
 
 from __future__ import annotations
 
+import base64
 import os
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.hooks.spark_submit import (
+    ALLOWED_SPARK_BINARIES,
+    DEFAULT_SPARK_BINARY,
+    SparkSubmitHook,
+)
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException
+
+#: Rewind's knobs of a driver (``rewind.settings``) that follow it into its YARN container when set where it
+#: is submitted, as they follow a driver launched on the worker itself (``REWIND_FAULTS``: tests only).
+DRIVER_KNOBS = ("REWIND_LAG_PROBE_S", "REWIND_SPARK_LOG_LEVEL", "REWIND_DRIVER_WAIT_S", "REWIND_LEASE_TTL_S",
+                "REWIND_FAULTS")
+
+#: The worker's settings a driver in a YARN container must not get: Spark's YARN client appends the worker's
+#: ``PYTHONPATH`` to the driver's, where its paths mean nothing; the driver's and executors' Python there is
+#: the deployment's ``spark.pyspark.python``.
+WORKER_ONLY = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 
 
-class RewindStreamHook(SparkSubmitHook):
-    """SparkSubmitHook that can leave a streaming driver running.
+def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
+    """What Rewind sets in the environment of every spark-submit it runs, over the worker's own:
 
-    ``SparkSubmitHook.submit`` waits for spark-submit to end, which for a stream in local
-    or client mode is never. `launch_detached` builds the same command (connection,
-    conf, env) and starts it in its own session, returning the pid; the stream then
-    reports through its status file. On a cluster (deploy mode ``cluster``) spark-submit
-    returns once the driver is accepted, so plain `submit` is right there.
+    - this interpreter's folder first on ``PATH``: its ``spark-submit`` (pyspark's, when the worker has it;
+      else a Spark installation's on ``PATH``);
+    - with the driver on this worker (local, standalone or YARN client mode): ``PYSPARK_PYTHON`` and
+      ``PYSPARK_DRIVER_PYTHON`` this interpreter (it has pyarrow and Rewind), and, from a checkout, the
+      checkout first on ``PYTHONPATH``;
+    - with the driver in a YARN container: nothing more; `WORKER_ONLY` is left out of the worker's.
+
+    The replay task passes it as ``SparkSubmitHook(env_vars=...)``; the launches start spark-submit in the
+    worker's environment with it on top (`_spark_submit_environ`).
+    """
+    from rewind.settings import python_path
+
+    python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable} if driver_on_worker else {}
+    env = {**python, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    if driver_on_worker and python_path():
+        env["PYTHONPATH"] = python_path()
+    return env
+
+
+def _spark_submit_environ(*, driver_on_worker: bool = True) -> dict[str, str]:
+    """spark-submit's whole environment: the worker's (without `WORKER_ONLY` for a driver in a YARN container)
+    with `submit_env` on top."""
+    kept = {k: v for k, v in os.environ.items() if driver_on_worker or k not in WORKER_ONLY}
+    return {**kept, **submit_env(driver_on_worker=driver_on_worker)}
+
+
+@dataclass(frozen=True)
+class SparkConnection:
+    """A Spark connection as spark-submit reads it (the Spark provider's reading of ``spark_default``).
+
+    :param master: ``--master``; ``yarn`` when there is no connection (the provider's default)
+    :param deploy_mode: ``--deploy-mode`` (extra ``deploy-mode``): ``client``, ``cluster`` or None
+    :param queue: ``--queue`` (extra ``queue``), YARN only
+    :param spark_binary: the command (extra ``spark-binary``): ``spark-submit``, ``spark2-submit`` or
+        ``spark3-submit``, found on ``PATH``
+    :param namespace: Kubernetes namespace (extra ``namespace``)
+    :param principal: Kerberos principal (extra ``principal``)
+    :param keytab: the keytab's content, base64 (extra ``keytab``); written to a file when a command needs it
+    :param resourcemanager: the ResourceManager's web address (extra ``yarn_resourcemanager_webapp_address``)
     """
 
-    def __init__(self, stream: str, registry: str | None = None, bootstrap: str | None = None,
-                 conn_id: str = "spark_default", standby: bool = False, **kwargs: Any) -> None:
-        from rewind.runtime.jvm import submit_jars
+    master: str = "yarn"
+    deploy_mode: str | None = None
+    queue: str | None = None
+    spark_binary: str = DEFAULT_SPARK_BINARY
+    namespace: str | None = None
+    principal: str | None = None
+    keytab: str | None = None
+    resourcemanager: str | None = None
 
-        args = [stream] + (["--registry", registry] if registry else []) + \
-            (["--bootstrap", bootstrap] if bootstrap else []) + (["--standby"] if standby else [])
-        kwargs.setdefault("name", f"rewind-{stream}")
-        # Spark's Kafka connector and Rewind's checkpoint file manager: under spark-submit the JVM starts
-        # before the session's conf is read, so spark.jars set in Python would not reach its class path.
-        kwargs.setdefault("jars", ",".join(submit_jars()))
-        # An s3a:// checkpoint: the S3A jars on the driver's class path, which under spark-submit is
-        # fixed before the session's spark.driver.extraClassPath is read (rewind.runtime.s3a).
-        kwargs.setdefault("driver_class_path", s3a_driver_class_path(stream, registry))
-        super().__init__(conn_id=conn_id, application_args=args, **kwargs)
-        self.stream = stream
+    @classmethod
+    def of(cls, conn: Any) -> SparkConnection:
+        """Read an Airflow connection (``conn_type``, ``host``, ``port``, ``extra``) as provider 6.3 does: a
+        ``spark`` connection whose host holds a URL (or has no port) has the master in its host; otherwise the
+        master is ``<conn_type>://<host>``, the URI form's; the port is appended to either."""
+        host = conn.host or ""
+        master = host if conn.conn_type == "spark" and host and ("://" in host or not conn.port) \
+            else f"{conn.conn_type}://{host}"
+        extra = conn.extra_dejson or {}
+        if extra.get("spark-home"):
+            raise ValueError(f"Spark connection {conn.conn_id!r}: the `spark-home` extra is not allowed any more "
+                             f"(as in the Spark provider): put one of {ALLOWED_SPARK_BINARIES} on PATH and set "
+                             "`spark-binary` if needed")
+        binary = extra.get("spark-binary", DEFAULT_SPARK_BINARY)
+        if binary not in ALLOWED_SPARK_BINARIES:
+            raise ValueError(f"Spark connection {conn.conn_id!r}: spark-binary {binary!r} is not one of "
+                             f"{ALLOWED_SPARK_BINARIES} (as in the Spark provider)")
+        return cls(f"{master}:{conn.port}" if conn.port else master, extra.get("deploy-mode"), extra.get("queue"),
+                   binary, extra.get("namespace"), extra.get("principal"), extra.get("keytab"),
+                   extra.get("yarn_resourcemanager_webapp_address"))
+
+    @property
+    def is_yarn_cluster(self) -> bool:
+        """The driver runs in a YARN container (master ``yarn``, deploy mode ``cluster``)."""
+        return "yarn" in self.master and self.deploy_mode == "cluster"
+
+    def command(self, application: str, application_args: list[str], *, name: str, jars: str | None = None,
+                driver_class_path: str | None = None) -> list[str]:
+        """spark-submit of ``application``: the options Rewind's launches use, in the order the provider writes
+        them (``--master``, the Kubernetes namespace, ``--driver-class-path``, ``--jars``, ``--keytab``,
+        ``--principal``, ``--name``, ``--queue``, ``--deploy-mode``), then the application and its arguments."""
+        command = [self.spark_binary, "--master", self.master]
+        if "k8s" in self.master and self.namespace:
+            command += ["--conf", f"spark.kubernetes.namespace={self.namespace}"]
+        if driver_class_path:
+            command += ["--driver-class-path", driver_class_path]
+        if jars:
+            command += ["--jars", jars]
+        if self.keytab:
+            command += ["--keytab", keytab_file(self.keytab, self.principal)]
+        if self.principal:
+            command += ["--principal", self.principal]
+        command += ["--name", name]
+        if self.queue:
+            command += ["--queue", self.queue]
+        if self.deploy_mode:
+            command += ["--deploy-mode", self.deploy_mode]
+        return [*command, application, *application_args]
+
+
+def keytab_file(base64_keytab: str, principal: str | None) -> str:
+    """The keytab written where the Spark provider writes it (``<tmp>/airflow_keytab-<principal>``; kept when
+    it already holds the same bytes), readable by this user only."""
+    content = base64.b64decode(base64_keytab)
+    path = Path(tempfile.gettempdir()).resolve() / f"airflow_keytab-{principal or os.urandom(8).hex()}"
+    if path.exists() and path.read_bytes() == content:
+        return str(path)
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(content)
+    os.replace(staging, path)
+    return str(path)
+
+
+class RewindStreamHook(BaseHook):
+    """Launch a registry stream's driver (or warm standby) through spark-submit, where the Spark connection
+    says: detached on this worker (`launch_detached`), or into YARN in cluster mode (`submit_to_yarn`).
+
+    :param stream: the registry stream
+    :param registry: the registry file (default: ``$REWIND_REGISTRY``, read by the driver)
+    :param bootstrap: Kafka, as the driver reaches it (default: the driver's own resolution)
+    :param conn_id: the Spark connection (type ``spark``, the Spark provider's)
+    :param standby: launch a warm standby (``--standby``) instead of the driver
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    conn_type = "spark"
+    hook_name = "Rewind stream launch"
+
+    def __init__(self, stream: str, registry: str | None = None, bootstrap: str | None = None,
+                 conn_id: str = default_conn_name, standby: bool = False) -> None:
+        super().__init__()
+        self.stream, self.registry, self.bootstrap = stream, registry, bootstrap
+        self.conn_id, self.standby = conn_id, standby
+        self._connection: SparkConnection | None = None
+
+    def get_conn(self) -> SparkConnection:
+        """The Spark connection as spark-submit reads it (``yarn`` with nothing else when there is none)."""
+        if self._connection is None:
+            try:
+                conn = self.get_connection(self.conn_id)
+            except AirflowException:  # not found: the Spark provider's default is YARN client mode
+                self.log.info("no Spark connection %r: spark-submit --master yarn", self.conn_id)
+                self._connection = SparkConnection()
+            else:
+                self._connection = SparkConnection.of(conn)
+        return self._connection
+
+    def is_yarn_cluster(self) -> bool:
+        """The connection submits to YARN in cluster mode: the driver runs in a container, not on this worker."""
+        return self.get_conn().is_yarn_cluster
+
+    def resourcemanager_url(self) -> str | None:
+        """The ResourceManager's web address: the connection's ``yarn_resourcemanager_webapp_address``, else
+        ``yarn.resourcemanager.webapp.address`` of ``$HADOOP_CONF_DIR/yarn-site.xml``; None when neither says."""
+        raw = self.get_conn().resourcemanager
+        if raw:
+            return raw if "://" in raw else f"http://{raw}"
+        from rewind.embedded.yarn_config import webapp_address_of
+
+        found = webapp_address_of(os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR"))
+        return f"http://{found}" if found else None
+
+    def application_args(self) -> list[str]:
+        """The stream job's arguments (``spark_jobs/stream.py``)."""
+        return [self.stream] + (["--registry", self.registry] if self.registry else []) + \
+            (["--bootstrap", self.bootstrap] if self.bootstrap else []) + (["--standby"] if self.standby else [])
 
     def submit_command(self) -> list[str]:
+        """The spark-submit command of a driver on this worker: the connection's settings, Spark's Kafka
+        connector and Rewind's classes with ``--jars`` and, for an ``s3a://`` checkpoint, the S3A jars with
+        ``--driver-class-path`` (under spark-submit the JVM's class path is fixed before the session's conf is
+        read), the stream job and its arguments."""
+        from rewind.runtime.jvm import submit_jars
         from spark_jobs import STREAM_JOB
 
-        return self._build_spark_submit_command(str(STREAM_JOB))
+        command = self.get_conn().command(str(STREAM_JOB), self.application_args(), name=f"rewind-{self.stream}",
+                                          jars=",".join(submit_jars()),
+                                          driver_class_path=s3a_driver_class_path(self.stream, self.registry))
+        self.log.info("spark-submit command: %s", " ".join(command))
+        return command
 
     def launch_detached(self, log_path: Path, env: dict[str, str] | None = None) -> int:
+        """Start `submit_command` in its own session (it outlives the task), its output appended to
+        ``log_path``, in the worker's environment with `submit_env` and ``env`` on top; spark-submit's pid."""
         from rewind.supervision.process_control import spawn_detached
 
-        full_env = {**os.environ, **(self._env_vars or {}), **(env or {})}
-        # spark-submit and the driver's Python come from the interpreter running Airflow.
-        full_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), full_env.get("PATH", "")])
-        full_env.setdefault("PYSPARK_PYTHON", sys.executable)
-        full_env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        pid = spawn_detached(self.submit_command(), log_path, full_env)
+        pid = spawn_detached(self.submit_command(), log_path, {**_spark_submit_environ(), **(env or {})})
         self.log.info("launched %s detached: pid %d, log %s", self.stream, pid, log_path)
         return pid
+
+    def submit_to_yarn(self) -> dict[str, Any]:
+        """spark-submit the driver (or standby) into YARN through ``SparkSubmitHook.submit``, which returns once
+        YARN accepted the application: ``{"tag", "submitted_at", "resourcemanager"}``."""
+        from rewind import faults
+        from rewind.registry import load_registry
+        from rewind.runtime.cluster_submit import job_archive, stream_submit, write_properties
+        from rewind.runtime.jvm import submit_jars
+        from rewind.settings import default_registry, jars_dir, rewind_home
+        from rewind_airflow.hooks.s3 import RewindS3Hook
+        from spark_jobs import STREAM_JOB
+
+        if not self.bootstrap:
+            raise ValueError(f"{self.stream}: a driver in a YARN container is told where Kafka is (bootstrap)")
+        registry = str(self.registry or default_registry())
+        spec = load_registry(registry).get(self.stream)
+        archive = job_archive(spec.transform, rewind_home() / "ship")
+        s3 = RewindS3Hook().config()
+        driver_env = {"REWIND_JARS": str(jars_dir()), "REWIND_S3_BUCKET": s3.bucket, "AWS_REGION": s3.region,
+                      **({"AWS_ENDPOINT_URL": s3.endpoint, "REWIND_S3_ENDPOINT": s3.endpoint} if s3.endpoint else {}),
+                      **{k: os.environ[k] for k in DRIVER_KNOBS if os.environ.get(k)}}
+        if driver_env.get(faults.ENV):  # YARN's launch script keeps no double quote of an environment value
+            driver_env[faults.ENV] = faults.encoded(driver_env[faults.ENV])
+        secret_env = {"AWS_ACCESS_KEY_ID": s3.access_key or "", "AWS_SECRET_ACCESS_KEY": s3.secret_key or ""}
+        submit = stream_submit(self.stream, Path(registry).resolve(), self.bootstrap, archive,
+                               standby=self.standby, driver_env=driver_env,
+                               secret_env={k: v for k, v in secret_env.items() if v})
+        started = time.time()
+        with tempfile.TemporaryDirectory(prefix="rewind-submit-") as private:  # mode 0700
+            props = write_properties(Path(private) / "spark.properties", submit.secret_conf,
+                                     os.environ.get("SPARK_CONF_DIR"))
+            hook = SparkSubmitHook(conf=submit.conf, conn_id=self.conn_id, files=submit.files,
+                                   archives=submit.archives, jars=",".join(submit_jars()),
+                                   driver_class_path=s3a_driver_class_path(self.stream, registry),
+                                   properties_file=str(props), name=submit.name,
+                                   application_args=submit.application_args)
+            hook.submit(str(STREAM_JOB), env=_spark_submit_environ(driver_on_worker=False))
+        return {"tag": submit.conf["spark.yarn.tags"].split(",")[-1], "submitted_at": started,
+                "resourcemanager": self.resourcemanager_url()}
 
 
 def s3a_driver_class_path(stream: str, registry: str | None) -> str | None:
@@ -67,15 +310,3 @@ def s3a_driver_class_path(stream: str, registry: str | None) -> str | None:
     except (Refused, OSError):
         return None
     return ":".join(s3a_jars()) if is_s3a(checkpoint) else None
-
-
-def submit_env() -> dict[str, str]:
-    """What a spark-submit of a Rewind job needs in its environment: this interpreter's Python and
-    spark-submit on PATH, and (from a checkout) the package on PYTHONPATH."""
-    from rewind.settings import python_path
-
-    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if python_path():
-        env["PYTHONPATH"] = python_path()
-    return env

@@ -9,14 +9,14 @@ that cannot start fails the task with YARN's diagnostics and where the driver's 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rewind_airflow.hooks.kafka import RewindKafkaHook
+if TYPE_CHECKING:  # the Spark provider loads when a launch runs, not when a DAG file is parsed
+    from rewind_airflow.hooks.stream import RewindStreamHook
 
 
-def launch_on_yarn(stream: str, registry: str | None, conn_id: str, wait_s: float,
-                   standby: bool = False) -> dict[str, Any]:
-    """spark-submit the stream's driver (or, with ``standby``, a warm standby) into YARN; for a driver, wait
+def launch_on_yarn(hook: RewindStreamHook, wait_s: float) -> dict[str, Any]:
+    """spark-submit the hook's driver (or, with its ``standby``, a warm standby) into YARN; for a driver, wait
     until it reports running."""
     from rewind.control.status_store import read_stream_status
     from rewind.errors import Refused
@@ -24,17 +24,14 @@ def launch_on_yarn(stream: str, registry: str | None, conn_id: str, wait_s: floa
     from rewind.runtime.yarn_rm import ResourceManagerClient
     from rewind.settings import default_registry
     from rewind.supervision.cluster_control import wait_running_on_yarn, where
-    from rewind_airflow.hooks.cluster import RewindClusterHook
 
-    registry = str(registry or default_registry())
-    spec = load_registry(registry).get(stream)
-    submitted = RewindClusterHook(stream, registry, RewindKafkaHook().bootstrap(), conn_id=conn_id,
-                                  standby=standby).launch()
+    spec = load_registry(hook.registry or default_registry()).get(hook.stream)
+    submitted = hook.submit_to_yarn()
     if not submitted["resourcemanager"]:
-        raise Refused(f"Spark connection {conn_id!r} submits to YARN, but nothing says where its ResourceManager's "
-                      "web address is: set yarn_resourcemanager_webapp_address in the connection's extra (or "
-                      "HADOOP_CONF_DIR with a yarn-site.xml)")
-    if standby:
+        raise Refused(f"Spark connection {hook.conn_id!r} submits to YARN, but nothing says where its "
+                      "ResourceManager's web address is: set yarn_resourcemanager_webapp_address in the connection's "
+                      "extra (or HADOOP_CONF_DIR with a yarn-site.xml)")
+    if hook.standby:
         return {"standby_launched": True, "standby_tag": submitted["tag"]}
     client = ResourceManagerClient(submitted["resourcemanager"])
     st, app = wait_running_on_yarn(spec, client, submitted["submitted_at"], wait_s,

@@ -19,24 +19,23 @@ from rewind_airflow.hooks.s3 import RewindS3Hook
 
 
 def launch(stream: str, registry: str | None, conn_id: str, wait_s: float) -> dict[str, Any]:
-    """spark-submit the stream (detached) and wait until its driver reports running; refused while a
-    driver of the stream is alive (``rewind.supervision.process_control.ensure_no_driver``)."""
+    """spark-submit the stream (detached, or into YARN when the Spark connection says cluster mode) and wait
+    until its driver reports running; refused while a driver of the stream is alive
+    (``rewind.supervision.process_control.ensure_no_driver``)."""
     from rewind.registry import load_registry
     from rewind.supervision.process_control import default_log_path, ensure_no_driver, wait_running
     from rewind_airflow.hooks.stream import RewindStreamHook
 
     spec = load_registry(registry).get(stream)
     ensure_no_driver(spec)
-    from rewind_airflow.hooks.cluster import connection_is_yarn_cluster
-
-    if connection_is_yarn_cluster(conn_id):  # the driver runs in a YARN container, not on this worker
+    hook = RewindStreamHook(stream, registry, RewindKafkaHook().bootstrap(), conn_id=conn_id)
+    if hook.is_yarn_cluster():  # the driver runs in a YARN container, not on this worker
         from rewind_airflow.operators.cluster import launch_on_yarn
 
-        return launch_on_yarn(stream, registry, conn_id, wait_s)
+        return launch_on_yarn(hook, wait_s)
     log_path = default_log_path(spec)
     started = time.time()
-    submit_pid = RewindStreamHook(stream, registry, RewindKafkaHook().bootstrap(), conn_id=conn_id).launch_detached(
-        log_path)
+    submit_pid = hook.launch_detached(log_path)
     st = wait_running(spec, submit_pid, wait_s, log_path, started_after=started)
     return {"pid": st.pid, "submit_pid": submit_pid, "launched_at": started, "running_at": time.time(),
             "log": str(log_path)}
@@ -56,15 +55,13 @@ def launch_standby(stream: str, registry: str | None, conn_id: str) -> dict[str,
     there = read_standby(spec)
     if there:
         return {"standby_pid": there["pid"], "standby_launched": False}
-    from rewind_airflow.hooks.cluster import connection_is_yarn_cluster
-
-    if connection_is_yarn_cluster(conn_id):
+    hook = RewindStreamHook(stream, registry, RewindKafkaHook().bootstrap(), conn_id=conn_id, standby=True)
+    if hook.is_yarn_cluster():
         from rewind_airflow.operators.cluster import launch_on_yarn
 
-        return launch_on_yarn(stream, registry, conn_id, 0.0, standby=True)
+        return launch_on_yarn(hook, 0.0)
     log_path = paths_of(spec).log.with_suffix(".standby.log")
-    pid = RewindStreamHook(stream, registry, RewindKafkaHook().bootstrap(), conn_id=conn_id,
-                           standby=True).launch_detached(log_path)
+    pid = hook.launch_detached(log_path)
     return {"standby_submit_pid": pid, "standby_launched": True, "standby_log": str(log_path)}
 
 

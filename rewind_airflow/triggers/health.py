@@ -22,6 +22,14 @@ class StreamHealthTrigger(BaseTrigger):
     verdict is a restart or an alert; a lag alert already raised within ``alert_every`` does not
     fire again. Fires ``{"healthy": True}`` after ``watch_s`` without trouble, so one supervision run
     (and its log) stays bounded; the next run picks up the watch.
+
+    :param stream: the registry stream to watch
+    :param registry: the registry file (default: ``$REWIND_REGISTRY``)
+    :param poll_s: seconds between observations (registry ``supervision.poll``)
+    :param watch_s: seconds of a healthy stream after which it fires ``action: none``, ending the run's watch
+    :param thresholds: ``rewind.supervision.health.Thresholds`` keywords (registry ``supervision:``)
+    :param since: when the watch began (epoch seconds; default: now); kept across the trigger's serialization,
+        so a triggerer that restarts it does not extend the watch
     """
 
     def __init__(self, stream: str, registry: str | None = None, poll_s: float = 2.0, watch_s: float = 3600.0,
