@@ -17,6 +17,9 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rewind.errors import Refused
+from rewind.settings import default_registry
+from rewind.sink.delta_target import is_delta_url, parse_delta_sink
+from rewind.sink.kafka_target import is_kafka_url, parse_kafka_sink
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^{}]*))?\}")  # innermost first
@@ -105,8 +108,6 @@ class SinkSpec(_Strict):
 
     @model_validator(mode="after")
     def _exactly_once_possible(self) -> SinkSpec:
-        from rewind.sink.delta_target import is_delta_url, parse_delta_sink
-        from rewind.sink.kafka_target import is_kafka_url, parse_kafka_sink
 
         if is_delta_url(self.url):
             parse_delta_sink(self.url, self.options)  # refuses an app id or version of its own, naming the option
@@ -342,7 +343,6 @@ def _format_errors(path: Path, prefix: str, exc: ValidationError) -> str:
 
 def load_registry(path: str | Path | None = None, env: dict[str, str] | None = None) -> Registry:
     """Load and validate; ``${VAR:-default}`` is expanded from ``env`` (default: os.environ)."""
-    from rewind.settings import default_registry
 
     path = Path(path) if path else default_registry()
     if not path.exists():

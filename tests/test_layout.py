@@ -176,3 +176,27 @@ def test_what_a_stream_author_imports_needs_neither_pyspark_nor_airflow() -> Non
     assert done.returncode == 0, done.stderr
     loaded = eval(done.stdout)  # noqa: S307 - our own child's printed list
     assert not [m for m in loaded if m.split(".")[1] not in ("api", "errors")], loaded
+
+
+def test_an_import_of_rewind_inside_a_function_says_why() -> None:
+    """Imports between rewind's modules sit at the top of the module; one inside a function is there for
+    start-up time only (``rewind --help`` and a refusal answer before pandas, boto3 or PySpark load; a
+    module that loads PySpark), and says so on its line with ``# lazy: <why>`` (issue 35: 402 of 561
+    imports between packages hid inside functions, some of them hiding a cycle)."""
+    unmarked = []
+    for m, p in modules().items():
+        if not m.startswith("rewind."):  # the core; the provider imports it lazily for Airflow's DAG parsing
+            continue
+        tree = ast.parse(p.read_text())
+        lines = p.read_text().splitlines()
+        top = {id(n) for n in tree.body}
+        guarded = {id(x) for n in ast.walk(tree) if isinstance(n, (ast.If, ast.Try)) and n in tree.body
+                   for x in ast.walk(n)}
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            if not any(n == "rewind" or n.startswith("rewind.") for n in names) or id(node) in top | guarded:
+                continue
+            if not any("# lazy:" in lines[n - 1] for n in (node.lineno, node.end_lineno or node.lineno)):
+                unmarked.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+    assert not unmarked, f"imports inside functions without '# lazy: <why>': {unmarked}"

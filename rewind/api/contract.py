@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rewind.api.declarations import MEASURE_FUNCTIONS, Aggregate, Identity, Measure
+from rewind.api.late import LATE_CANDIDATE
+from rewind.api.routing import route_by_kind
 from rewind.errors import Refused
 
 if TYPE_CHECKING:
@@ -78,7 +80,6 @@ class Transform(ABC):
         columns and ``batch_id`` (None: written by a replay). Pure: no I/O. The default routes a row
         to the table its ``kind`` names (or ``kinds`` maps it to); late candidates go to the
         dead-letter table."""
-        from rewind.api.routing import route_by_kind
 
         tables = self.__dict__.get("_resolved_tables") or self.tables  # columns from the output, once known
         return route_by_kind(frame, tables, batch_id, kinds=self.kinds, dead_letter_table=self.dead_letter_table)
@@ -314,7 +315,6 @@ def check_late_candidates(transform: Transform, tables: Sequence[TableSpec], fie
 def check_kinds(transform: Transform, tables: Mapping[str, TableSpec], where: str) -> None:
     """With the default ``split``, ``kinds`` must route to tables it has, and late candidates to the
     dead-letter table (a row of a kind routed to no table is written nowhere)."""
-    from rewind.api.late import LATE_CANDIDATE
 
     if type(transform).split is not Transform.split:
         return

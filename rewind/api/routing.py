@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.api.late import LATE_CANDIDATE
+
 __all__ = ["KIND", "route_by_kind"]
 
 #: The output column that names where a row goes.
@@ -23,7 +25,6 @@ def route_by_kind(frame: pd.DataFrame, tables: Sequence[Any], batch_id: int | No
                   dead_letter_table: str = "dead_letter") -> dict[str, pd.DataFrame]:
     """The default ``split``: each row to the table its ``kind`` names (or ``kinds`` maps it to), late
     candidates to the dead-letter table; each table's frame has its columns and ``batch_id`` (pure)."""
-    from rewind.api.late import LATE_CANDIDATE
 
     routes = {**{t.name: t.name for t in tables}, LATE_CANDIDATE: dead_letter_table, **(kinds or {})}
     kind = frame[KIND] if KIND in frame.columns else pd.Series([None] * len(frame), index=frame.index)

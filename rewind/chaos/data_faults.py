@@ -29,10 +29,20 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
+from rewind.api.late import BEHIND_WATERMARK
 from rewind.chaos.backlog import skew_backlog
 from rewind.chaos.faults import RunState, newest_id
 from rewind.chaos.known_set import backlog_behind
 from rewind.chaos.schedule import Action, Fault
+from rewind.checkpoints.inspection import resume_files
+from rewind.checkpoints.logs import parse_offsets_file
+from rewind.checkpoints.manifest import FILES_DIR, savepoint_prefix
+from rewind.checkpoints.savepoint_errors import SavepointError
+from rewind.checkpoints.savepoints import create_savepoint, list_savepoints
+from rewind.kafka.lookups import true_end_offsets
+from rewind.runtime.processes import pid_alive, terminate_group
+from rewind.settings import python_path
+from rewind.storage import S3Error
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +61,6 @@ class DataFaults(RunState):
     """The actions on savepoints and S3, replays, and skewed backlogs."""
 
     def do_savepoint(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.checkpoints.savepoint_errors import SavepointError
-        from rewind.checkpoints.savepoints import create_savepoint
-        from rewind.storage import S3Error
 
         deadline = time.monotonic() + float(a.args.get("retry_s", 0.0))
         attempts, t = 0, time.time()
@@ -72,10 +79,6 @@ class DataFaults(RunState):
         rec.setdefault("savepoints", []).append(sp)
 
     def do_savepoint_cut(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.checkpoints.inspection import resume_files
-        from rewind.checkpoints.savepoint_errors import SavepointError
-        from rewind.checkpoints.savepoints import create_savepoint
-        from rewind.storage import S3Error
 
         assert self.proxy is not None
         cp = self.checkpoint()
@@ -112,8 +115,6 @@ class DataFaults(RunState):
         time.sleep(self.proxy.seconds_down_left())
 
     def do_check_savepoints(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.checkpoints.manifest import FILES_DIR, savepoint_prefix
-        from rewind.checkpoints.savepoints import list_savepoints
 
         listing = list_savepoints(self.store, self.spec.name)
         complete = {m.savepoint_id: m for m in listing.complete}
@@ -138,7 +139,6 @@ class DataFaults(RunState):
                                                                                f"is NOT complete: {missing[:3]}")))
 
     def do_replay(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.runtime.processes import pid_alive, terminate_group
 
         st = self.status()
         if st is None or st.state != "running" or not pid_alive(st.pid):
@@ -157,7 +157,6 @@ class DataFaults(RunState):
         if not start:
             raise RuntimeError(f"nothing processed to replay yet (committed {st.end_offsets})")
         replay_id = f"chaos-{fault.index}"
-        from rewind.settings import python_path
 
         run_dir = self.work / "replays" / replay_id
         argv = [sys.executable, "-m", "rewind.cli", "replay", "run", self.spec.name, "--registry",
@@ -200,7 +199,6 @@ class DataFaults(RunState):
 
     def _watermark_at_stop(self) -> tuple[int, str]:
         """The watermark the next batch judges lateness by: ``batchWatermarkMs`` of the newest offsets file."""
-        from rewind.checkpoints.logs import parse_offsets_file
 
         cp = self.checkpoint()
         newest = newest_id(cp / "offsets")
@@ -210,7 +208,6 @@ class DataFaults(RunState):
         return int(meta.get("batchWatermarkMs") or 0), f"offsets/{newest}"
 
     def _behind_coords(self) -> set[tuple[str, int, int]]:
-        from rewind.api.late import BEHIND_WATERMARK
 
         dead = self.sink.read_table("dead_letter")
         if not len(dead):
@@ -219,7 +216,6 @@ class DataFaults(RunState):
         return set(zip(late["topic"], late["partition"].astype(int), late["offset"].astype(int)))
 
     def _end_offsets(self) -> dict[str, int]:
-        from rewind.kafka.lookups import true_end_offsets
 
         return {f"{tp.topic}/{tp.partition}": o for tp, o in true_end_offsets(self.bootstrap, self.spec.topics).items()}
 

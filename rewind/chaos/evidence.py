@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.chaos.known_set import Coord, Expected, compare_known
+from rewind.demo.events import classify_many
 
 
 def kafka_facts(records: list[Any], delivered: list[Coord]) -> dict[str, Any]:
@@ -61,7 +62,6 @@ def _coords(frame: Any) -> list[Coord]:
 
 def _valid_ids_by_coord(records: list[Any], allowed_lateness: timedelta) -> dict[Coord, str]:
     """The event id of every Kafka record the stream's classifier takes for a valid event."""
-    from rewind.demo.events import classify_many
 
     out: dict[Coord, str] = {}
     step = 50_000

@@ -34,6 +34,12 @@ from rewind.chaos.producer import ChaosProducer
 from rewind.chaos.report import landing
 from rewind.chaos.schedule import DAMAGES, Action, Fault
 from rewind.chaos.supervisor import ChaosSupervisor, recovery_after
+from rewind.checkpoints.inspection import inspect_checkpoint
+from rewind.checkpoints.pointer import active_checkpoint
+from rewind.control.status import read_status
+from rewind.paths import status_path
+from rewind.runtime.processes import pid_alive
+from rewind.supervision.process_control import StreamControlError, stop_stream
 
 if TYPE_CHECKING:
     from rewind.chaos.fault_proxy import FaultProxy
@@ -57,7 +63,6 @@ def newest_id(d: Path) -> int | None:
 
 def _kill_group(pid: int, timeout: float = 30.0) -> None:
     """SIGKILL the stream's process group (driver, JVM, Python workers) and wait for the driver."""
-    from rewind.runtime.processes import pid_alive
 
     try:
         os.killpg(os.getpgid(pid), signal.SIGKILL)
@@ -95,7 +100,6 @@ class RunState:
 
     def running_unattended(self, st: Any) -> bool:
         """A driver runs (status ``running``, its pid alive) and no recovery is under way."""
-        from rewind.runtime.processes import pid_alive
 
         return (self.supervisor is not None and not self.supervisor.busy.is_set() and st is not None
                 and st.state == "running" and pid_alive(st.pid))
@@ -115,14 +119,11 @@ class RunState:
 
     def status(self) -> Any:
         """The stream's status file as the driver last wrote it (None before the first write)."""
-        from rewind.control.status import read_status
-        from rewind.paths import status_path
 
         return read_status(status_path(self.spec.status_dir, self.spec.name))
 
     def checkpoint(self) -> Path:
         """The checkpoint the stream runs on now (a restore moves the pointer)."""
-        from rewind.checkpoints.pointer import active_checkpoint
 
         return Path(active_checkpoint(self.spec))
 
@@ -172,7 +173,6 @@ class StreamFaults(RunState):
         rec["moment"] = {"asked": asked, "used": moment, "seen": seen}
 
     def do_sigkill(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.runtime.processes import pid_alive
 
         st = self.status()
         if st is None or not pid_alive(st.pid):
@@ -206,8 +206,6 @@ class StreamFaults(RunState):
 
     def do_stop(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
         """Stop the stream as an operator does (SIGTERM: it stops after the batch in flight commits)."""
-        from rewind.runtime.processes import pid_alive
-        from rewind.supervision.process_control import StreamControlError, stop_stream
 
         st = self.status()
         if st is None or st.state != "running" or not pid_alive(st.pid):
@@ -237,7 +235,6 @@ class StreamFaults(RunState):
         rec["_held"] = False
 
     def do_corrupt(self, a: Action, rec: dict[str, Any], fault: Fault) -> None:
-        from rewind.checkpoints.inspection import inspect_checkpoint
 
         cp = self.checkpoint()
         report = inspect_checkpoint(cp)

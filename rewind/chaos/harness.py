@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.chaos.evidence import kafka_facts, known_facts, read_late_checks
+from rewind.chaos.fault_proxy import FaultProxy
 from rewind.chaos.injector import FaultInjector
 from rewind.chaos.known_set import ProducerKnobs, expected_records
 from rewind.chaos.producer import ChaosProducer
@@ -45,7 +46,20 @@ from rewind.chaos.report import build_report, format_text
 from rewind.chaos.schedule import ChaosConfig, Schedule, make_schedule
 from rewind.chaos.supervisor import ChaosSupervisor, recovery_json
 from rewind.chaos.timeline import check_timeline
+from rewind.demo.producer import ensure_topic
+from rewind.driver.runner import open_sink
+from rewind.embedded.services import EmbeddedPlatform
 from rewind.errors import Failed, Refused
+from rewind.kafka.lookups import true_end_offsets
+from rewind.paths import late_checks_path, status_path
+from rewind.proof.dq import run_proof
+from rewind.proof.verify import read_records, verify_stream
+from rewind.registry import load_registry
+from rewind.runtime.processes import pid_alive, terminate_group
+from rewind.settings import rewind_home
+from rewind.storage import S3Config, S3Storage
+from rewind.supervision.failures import reset
+from rewind.supervision.process_control import launch_stream, stop_stream, wait_running
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +89,6 @@ class ChaosOptions:
 
 
 def default_report_dir(stream: str, seed: int) -> Path:
-    from rewind.settings import rewind_home
 
     return rewind_home() / "chaos" / stream / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-seed{seed}"
 
@@ -106,7 +119,6 @@ class ChaosRun(FaultInjector):
     def write_registry(self) -> Path:
         import yaml
 
-        from rewind.registry import load_registry
 
         src = load_registry(self.opts.registry).get(self.opts.stream)
         if src.dq_suite != "exactly_once":
@@ -134,7 +146,6 @@ class ChaosRun(FaultInjector):
 
     def start_stream(self) -> dict[str, Any]:
         """What the supervisor DAG's `launch` does, with `rewind stream run` instead of spark-submit."""
-        from rewind.supervision.process_control import launch_stream, wait_running
 
         t = time.time()
         pid = launch_stream(self.spec, self.registry, self.bootstrap, self.log_path, env=self.stream_env())
@@ -143,9 +154,6 @@ class ChaosRun(FaultInjector):
 
     # ------------------------------------------------------------ the run
     def run(self) -> dict[str, Any]:
-        from rewind.driver.runner import open_sink
-        from rewind.embedded.services import EmbeddedPlatform
-        from rewind.storage import S3Config, S3Storage
 
         t0 = time.time()
         self.work.mkdir(parents=True, exist_ok=True)
@@ -205,7 +213,6 @@ class ChaosRun(FaultInjector):
     def _setup_s3(self, info: Any, S3Config: Any, S3Storage: Any) -> None:
         from urllib.parse import urlparse
 
-        from rewind.chaos.fault_proxy import FaultProxy
 
         up = urlparse(info.s3_endpoint)
         self.proxy = FaultProxy(up.hostname or "127.0.0.1", int(up.port or 80)).start()
@@ -213,7 +220,6 @@ class ChaosRun(FaultInjector):
                                       info.s3_region))
 
     def _create_topics(self) -> None:
-        from rewind.demo.producer import ensure_topic
 
         for topic in self.spec.topics:
             ensure_topic(self.bootstrap, topic, self.spec.partitions)
@@ -228,7 +234,6 @@ class ChaosRun(FaultInjector):
         self.facts["producer_rate"] = rate
 
     def _launch_and_supervise(self) -> None:
-        from rewind.supervision.failures import reset
 
         reset(self.spec)
         t = time.time()
@@ -251,8 +256,6 @@ class ChaosRun(FaultInjector):
     # ------------------------------------------------------------ the end
     def finish(self) -> None:
         """Release everything, wait for the producer and for the stream to catch up and idle, stop both."""
-        from rewind.kafka.lookups import true_end_offsets
-        from rewind.supervision.process_control import stop_stream
 
         assert self.producer is not None and self.supervisor is not None
         self.producer.release_to(self.config.events)
@@ -282,9 +285,6 @@ class ChaosRun(FaultInjector):
 
     def prove(self) -> None:
         """The DQ proof, the verifier, the known-set comparison and the late checks, over everything."""
-        from rewind.paths import late_checks_path, status_path
-        from rewind.proof.dq import run_proof
-        from rewind.proof.verify import read_records, verify_stream
 
         proof = run_proof(self.spec, self.bootstrap, run_dir=self.work / "dq", s3=self.store,
                           run_id=f"chaos-seed{self.config.seed}")
@@ -304,7 +304,6 @@ class ChaosRun(FaultInjector):
         self.facts["late_checks"] = read_late_checks(path, self.status())
 
     def teardown(self) -> None:
-        from rewind.runtime.processes import pid_alive, terminate_group
 
         if self.supervisor is not None:
             self.supervisor.stop()

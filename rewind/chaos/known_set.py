@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from rewind.api.late import BEHIND_WATERMARK
 from rewind.chaos.backlog import BacklogPlan
+from rewind.demo.events import event_id_for
+from rewind.demo.producer import ProduceSpec, plan_record
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,6 @@ class Expected:
 
 def expected_records(events: int, knobs: ProducerKnobs = ProducerKnobs()) -> Expected:
     """What the producer's plan (``rewind.demo.producer.plan_record``) sends for sequence numbers 0..events-1."""
-    from rewind.demo.events import event_id_for
-    from rewind.demo.producer import ProduceSpec, plan_record
 
     spec = ProduceSpec(topic="-", count=events, id_prefix=knobs.id_prefix, keys=knobs.keys,
                        malformed_every=knobs.malformed_every, late_every=knobs.late_every,
@@ -76,7 +77,6 @@ def backlog_behind(plan: BacklogPlan, knobs: ProducerKnobs = ProducerKnobs()) ->
     """Records of valid events (re-sends included) that a skewed restart's backlog puts at or behind
     the watermark the stream stopped at: what the first catch-up batches must route to the
     dead-letter table as ``behind_watermark`` (a catch-up over more batches routes more)."""
-    from rewind.demo.producer import ProduceSpec, plan_record
 
     spec = ProduceSpec(topic="-", count=plan.end_seq - plan.start_seq, id_prefix=knobs.id_prefix, keys=knobs.keys,
                        malformed_every=knobs.malformed_every, late_every=knobs.late_every,
@@ -99,7 +99,6 @@ def compare_known(expected: Expected, ids_by_coord: dict[Coord, str], events: It
     """The known-set comparison (``facts["known"]``): ``ids_by_coord`` is the event id of every
     valid record in Kafka (duplicate sends included), ``events`` the events table as (event id,
     coordinates), ``dead`` the dead-letter table as (coordinates, reason)."""
-    from rewind.api.late import BEHIND_WATERMARK
 
     events = list(events)
     dead = list(dead)

@@ -23,6 +23,7 @@ from typing import Any
 
 from rewind.chaos.backlog import BacklogPlan
 from rewind.chaos.known_set import ProducerKnobs
+from rewind.demo.producer import ProduceSpec, plan_record, produce
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,6 @@ class ChaosProducer(threading.Thread):
             self.cond.notify_all()
 
     def run(self) -> None:
-        from rewind.demo.producer import ProduceSpec, produce
 
         k = self.knobs
         while self.produced < self.events and not self.stopping.is_set():
@@ -126,7 +126,6 @@ class ChaosProducer(threading.Thread):
         """Every record of the plan's sequence numbers, unthrottled (a backlog is there already)."""
         from confluent_kafka import KafkaException, Producer
 
-        from rewind.demo.producer import ProduceSpec, plan_record
 
         k = self.knobs
         spec = ProduceSpec(topic=self.topic, count=plan.end_seq - plan.start_seq, partitions=self.partitions,

@@ -24,6 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rewind.registry import parse_duration
+from rewind.supervision.failures import CrashLoop
+from rewind.supervision.health import evaluate, thresholds_of
+from rewind.supervision.observe import observe
+from rewind.supervision.reconcile import alert, begin_restart, recover_checkpoint, relaunch_until_progress
+
 log = logging.getLogger(__name__)
 
 
@@ -56,8 +62,6 @@ class ChaosSupervisor(threading.Thread):
 
     def __init__(self, spec: Any, start: Callable[[], dict[str, Any]], store: Any,
                  current_fault: Callable[[], int | None], timeout_s: float) -> None:
-        from rewind.registry import parse_duration
-        from rewind.supervision.health import thresholds_of
 
         super().__init__(name="chaos-supervisor", daemon=True)
         self.spec, self.start_stream, self.store, self.current_fault = spec, start, store, current_fault
@@ -90,10 +94,6 @@ class ChaosSupervisor(threading.Thread):
     def check_once(self) -> None:
         """One pass of the supervision loop, as the DAG runs it: observe -> evaluate -> act, with
         the recovery's timings recorded step by step."""
-        from rewind.supervision.failures import CrashLoop
-        from rewind.supervision.health import evaluate
-        from rewind.supervision.observe import observe
-        from rewind.supervision.reconcile import alert, begin_restart, recover_checkpoint, relaunch_until_progress
 
         obs = observe(self.spec)
         verdict = evaluate(obs, self.thresholds)

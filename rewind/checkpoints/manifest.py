@@ -23,6 +23,7 @@ from typing import Any
 
 from rewind.checkpoints.savepoint_errors import InvalidSavepointId, SavepointCorrupt
 from rewind.registry import StreamSpec
+from rewind.safe_names import UnsafeName, check_savepoint_id
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -32,7 +33,6 @@ FILES_DIR = "files/"
 # --------------------------------------------------------------------------- ids, paths and keys
 def validate_savepoint_id(value: str) -> str:
     """The id (it becomes an S3 prefix and a directory name), or InvalidSavepointId saying why (rewind.safe_names)."""
-    from rewind.safe_names import UnsafeName, check_savepoint_id
 
     try:
         return check_savepoint_id(value)

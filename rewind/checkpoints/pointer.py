@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rewind import paths
 from rewind.errors import Refused
 from rewind.registry import StreamSpec
 from rewind.storage.base import Storage
@@ -41,7 +42,6 @@ class PointerEntry:
 
 
 def pointer_path(spec: StreamSpec) -> Path:
-    from rewind import paths
 
     return paths.pointer_path(spec.checkpoint)
 

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rewind.checkpoints.inspection import CheckpointError, inspect_checkpoint, resume_files, state_versions
 from rewind.checkpoints.manifest import (
     FILES_DIR,
     MANIFEST,
@@ -42,6 +43,7 @@ from rewind.checkpoints.manifest import (
     validate_savepoint_id,
     verify_file,
 )
+from rewind.checkpoints.pointer import active_checkpoint, point_to
 from rewind.checkpoints.retention import PrunePlan
 from rewind.checkpoints.savepoint_errors import (
     FileVanished,
@@ -104,7 +106,6 @@ def _delete_quietly(store: Storage, rels: list[str]) -> None:
 
 
 def _copy_batch(spec: StreamSpec, store: Storage, source: Storage, mode: str, progress: bool) -> Manifest:
-    from rewind.checkpoints.inspection import CheckpointError, inspect_checkpoint, resume_files, state_versions
 
     where = source.location.rstrip("/")
     report = inspect_checkpoint(source)
@@ -151,7 +152,6 @@ def create_savepoint(spec: StreamSpec, store: Storage, *, checkpoint: str | Path
                      mode: str = "online", progress: bool = False) -> Manifest:
     """Copy the last complete batch of the stream's active checkpoint (local, or ``s3a://``) to ``store``;
     safe while it runs."""
-    from rewind.checkpoints.pointer import active_checkpoint
 
     location = str(checkpoint or active_checkpoint(spec))
     if "://" in location and not is_s3_url(location):
@@ -330,8 +330,6 @@ def restore_savepoint(spec: StreamSpec, store: Storage, savepoint_id: str, *, ru
     ``running`` is the caller's finding that the stream is running or its checkpoint in use (the reason;
     ``rewind.supervision.observe.running_reason``): then nothing is done. SavepointCorrupt says nothing was
     restored and the stream's checkpoint is unchanged."""
-    from rewind.checkpoints.inspection import inspect_checkpoint
-    from rewind.checkpoints.pointer import point_to
 
     started = time.monotonic()
     validate_savepoint_id(savepoint_id)

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rewind.checkpoints.logs import parse_offsets_file
+from rewind.checkpoints.pointer import active_checkpoint, open_active_checkpoint
+
 
 @dataclass(frozen=True)
 class LastCommit:
@@ -23,8 +26,6 @@ class LastCommit:
 def _offsets_of(spec: Any, batch: int | None) -> tuple[int | None, dict[str, Any], list[dict[str, Any]]]:
     """(N, the offsets file's metadata, its sources) of ``offsets/N`` in the active checkpoint, N = ``batch`` or
     the newest ``commits/N``; (None, {}, []) when nothing is committed. Raises when it cannot be read."""
-    from rewind.checkpoints.logs import parse_offsets_file
-    from rewind.checkpoints.pointer import open_active_checkpoint
 
     store = open_active_checkpoint(spec)
     if batch is None:
@@ -65,7 +66,6 @@ def stream_watermark(spec: Any, batch: int | None) -> tuple[datetime | None, int
 
     Returns (watermark, batch, note); (None, None, note) when the checkpoint cannot say.
     """
-    from rewind.checkpoints.pointer import active_checkpoint
 
     try:
         found, meta, _ = _offsets_of(spec, batch)

@@ -52,8 +52,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from rewind.chaos.schedule import ChaosConfig, make_schedule
-    from rewind.chaos.timeline import check_timeline
+    from rewind.chaos.schedule import ChaosConfig, make_schedule  # lazy: start-up of the CLI
+    from rewind.chaos.timeline import check_timeline  # lazy: start-up of the CLI
 
     config = ChaosConfig(seed=args.seed, events=args.events, kills=args.kills, broker_restarts=args.broker_restarts,
                          corruptions=args.corruptions, replays=args.replays, s3_outages=args.s3_outages,
@@ -72,7 +72,12 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
     import logging
 
-    from rewind.chaos.harness import ChaosHarnessError, ChaosOptions, ChaosRefused, run_chaos
+    from rewind.chaos.harness import (  # lazy: start-up of the CLI
+        ChaosHarnessError,
+        ChaosOptions,
+        ChaosRefused,
+        run_chaos,
+    )
 
     logging.getLogger("great_expectations").setLevel(logging.WARNING)  # per-expectation INFO lines
 

@@ -40,9 +40,9 @@ def add_parser(sub: Any) -> None:
 
 def resolve_target(target: str, registry: str | None) -> tuple[str, Any]:
     """STREAM|PATH -> (checkpoint location, the registry stream that owns it or None)."""
-    from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.registry import NAME_RE, RegistryError, load_registry
-    from rewind.storage import is_s3_url
+    from rewind.checkpoints.pointer import active_checkpoint  # lazy: start-up of the CLI
+    from rewind.registry import NAME_RE, RegistryError, load_registry  # lazy: start-up of the CLI
+    from rewind.storage import is_s3_url  # lazy: start-up of the CLI
 
     if NAME_RE.match(target) and not Path(target).exists():
         spec = load_registry(registry).get(target)
@@ -61,9 +61,9 @@ def resolve_target(target: str, registry: str | None) -> tuple[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.checkpoints.inspection import format_report, inspect_checkpoint
-    from rewind.checkpoints.repair import format_record, repair_checkpoint
-    from rewind.supervision.observe import running_reason
+    from rewind.checkpoints.inspection import format_report, inspect_checkpoint  # lazy: start-up of the CLI
+    from rewind.checkpoints.repair import format_record, repair_checkpoint  # lazy: start-up of the CLI
+    from rewind.supervision.observe import running_reason  # lazy: start-up of the CLI
 
     if args.action == "repartition":
         return repartition(args)
@@ -81,11 +81,15 @@ def run(args: argparse.Namespace) -> int:
 def repartition(args: argparse.Namespace) -> int:
     import sys
 
-    from rewind.registry import load_registry
-    from rewind.settings import default_registry, resolve_bootstrap
-    from rewind.storage import S3Storage, resolve_s3_config
-    from rewind.supervision.process_control import default_log_path, launch_stream, wait_running
-    from rewind.upgrade.repartition import RepartitionRefused, repartition
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.settings import default_registry, resolve_bootstrap  # lazy: start-up of the CLI
+    from rewind.storage import S3Storage, resolve_s3_config  # lazy: start-up of the CLI
+    from rewind.supervision.process_control import (  # lazy: start-up of the CLI
+        default_log_path,
+        launch_stream,
+        wait_running,
+    )
+    from rewind.upgrade.repartition import RepartitionRefused, repartition  # lazy: start-up of the CLI
 
     if args.partitions is None:
         raise RepartitionRefused("repartition needs --partitions N (the state partitions wanted); nothing was done")

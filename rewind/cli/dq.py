@@ -38,18 +38,18 @@ def add_parser(subparsers: Any) -> None:
 
 
 def cmd_dq(args: argparse.Namespace) -> int:
-    from rewind.paths import paths_of
-    from rewind.proof.dq import new_run_id, run_proof
-    from rewind.proof.report import format_proof
-    from rewind.registry import load_registry
-    from rewind.settings import resolve_bootstrap
+    from rewind.paths import paths_of  # lazy: start-up of the CLI
+    from rewind.proof.dq import new_run_id, run_proof  # lazy: start-up of the CLI
+    from rewind.proof.report import format_proof  # lazy: start-up of the CLI
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.settings import resolve_bootstrap  # lazy: start-up of the CLI
 
     spec = load_registry(args.registry).get(args.stream)
     run_id = new_run_id()
     run_dir = Path(args.run_dir) if args.run_dir else paths_of(spec).dq_run(run_id)
     store = None
     if not args.no_s3:
-        from rewind.storage import S3Error, S3Storage, resolve_s3_config
+        from rewind.storage import S3Error, S3Storage, resolve_s3_config  # lazy: start-up of the CLI
 
         try:
             config = resolve_s3_config(args.bucket, require_bucket=False)

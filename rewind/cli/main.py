@@ -18,6 +18,7 @@ import logging
 import sys
 from typing import Any
 
+from rewind import __version__
 from rewind.errors import EXIT_CODES_HELP, EXIT_FAILED, RewindError, exit_code_of
 
 log = logging.getLogger("rewind")
@@ -30,7 +31,6 @@ COMMANDS = ("services", "produce", "stream", "verify", "checkpoint", "savepoint"
 def build_parser() -> argparse.ArgumentParser:
     from importlib import import_module
 
-    from rewind import __version__
 
     p = argparse.ArgumentParser(prog="rewind", description=__doc__.split("\n\n")[0],
                                 epilog=EXIT_CODES_HELP + ". `rewind COMMAND --help` for each command.",
@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 def load_embedded_platform() -> None:
     """The embedded platform's settings into the environment (see the module docstring); a file that cannot be
     read is said once and skipped: a command that needs Kafka or S3 then says which setting is missing."""
-    from rewind.embedded.services import export_platform_env
-    from rewind.settings import services_dir
+    from rewind.embedded.services import export_platform_env  # lazy: start-up of the CLI
+    from rewind.settings import services_dir  # lazy: start-up of the CLI
 
     try:
         export_platform_env(services_dir())

@@ -33,8 +33,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.demo.producer import ProduceSpec, produce
-    from rewind.settings import resolve_bootstrap
+    from rewind.demo.producer import ProduceSpec, produce  # lazy: start-up of the CLI
+    from rewind.settings import resolve_bootstrap  # lazy: start-up of the CLI
 
     spec = ProduceSpec(topic=args.topic, count=args.count, rate=args.rate, partitions=args.partitions,
                        id_prefix=args.id_prefix, start_seq=args.start_seq, keys=args.keys,

@@ -20,7 +20,10 @@ from typing import Any
 
 from rewind.cli.common import command
 from rewind.errors import EXIT_FAILED, EXIT_REFUSED
-from rewind.replay.plan import DEFAULT_COUNT_CAP
+from rewind.kafka.types import KafkaTimeoutError
+from rewind.replay.plan import DEFAULT_COUNT_CAP, ReplayPlan, format_plan
+from rewind.replay.problems import ReplayRefused, refuse
+from rewind.replay.request import ReplayRequest
 
 REPLAY_CODES = {3: "refused: bad input, unknown stream/topic/partition, a range beyond retention or past the end, "
                    "nothing to replay, another replay of the stream running (every reason is listed)",
@@ -71,10 +74,9 @@ def add_range_arguments(p: argparse.ArgumentParser, required: bool = True) -> No
 
 def build_plan(args: argparse.Namespace) -> Any:
     """Parse and validate (no Kafka needed to refuse bad input), then plan against Kafka."""
-    from rewind.registry import load_registry
-    from rewind.replay.planner import plan_replay
-    from rewind.replay.request import ReplayRequest
-    from rewind.settings import resolve_bootstrap
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.replay.planner import plan_replay  # lazy: start-up of the CLI
+    from rewind.settings import resolve_bootstrap  # lazy: start-up of the CLI
 
     registry = load_registry(args.registry)  # RegistryError (file missing, invalid): exit 2 in cli.main
     request = ReplayRequest.parse(args.stream, args.start, args.end, args.topics, args.partitions,
@@ -86,9 +88,6 @@ def build_plan(args: argparse.Namespace) -> Any:
 def cmd_replay_plan(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from rewind.kafka.types import KafkaTimeoutError
-    from rewind.replay.plan import format_plan
-    from rewind.replay.problems import ReplayRefused
 
     try:
         plan = build_plan(args)
@@ -108,7 +107,7 @@ def cmd_replay_plan(args: argparse.Namespace) -> int:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    from rewind.replay.setup import DEFAULT_CHUNK_OFFSETS
+    from rewind.replay.setup import DEFAULT_CHUNK_OFFSETS  # lazy: start-up of the CLI
 
     p.add_argument("--mode", default="into-sink", metavar="MODE",
                    help="into-sink (default: restore into the stream's tables, idempotently) or shadow (separate "
@@ -133,7 +132,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def _s3_store(args: argparse.Namespace) -> Any:
     if args.no_s3:
         return None
-    from rewind.storage import S3Error, S3Storage, resolve_s3_config
+    from rewind.storage import S3Error, S3Storage, resolve_s3_config  # lazy: start-up of the CLI
 
     try:
         config = resolve_s3_config(args.bucket, require_bucket=False)
@@ -161,15 +160,12 @@ def cmd_replay_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, plan_json: str | None) -> int:
     from confluent_kafka import KafkaException
 
-    from rewind.kafka.types import KafkaTimeoutError
-    from rewind.registry import load_registry
-    from rewind.replay.guard import check_mode, check_replay_id
-    from rewind.replay.plan import ReplayPlan
-    from rewind.replay.problems import ReplayRefused, refuse
-    from rewind.replay.report import ReplayFailed, ReplayProofFailed, format_report
-    from rewind.replay.run import describe_replay, run_replay
-    from rewind.replay.setup import prepare_replay
-    from rewind.settings import resolve_bootstrap
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.replay.guard import check_mode, check_replay_id  # lazy: start-up of the CLI
+    from rewind.replay.report import ReplayFailed, ReplayProofFailed, format_report  # lazy: start-up of the CLI
+    from rewind.replay.run import describe_replay, run_replay  # lazy: start-up of the CLI
+    from rewind.replay.setup import prepare_replay  # lazy: start-up of the CLI
+    from rewind.settings import resolve_bootstrap  # lazy: start-up of the CLI
 
     try:
         check_mode(args.mode)  # bad mode or id: refused before Kafka is asked anything
@@ -195,14 +191,14 @@ def _run(args: argparse.Namespace, plan_json: str | None) -> int:
         return EXIT_FAILED
     store = _s3_store(args)
     if args.dry_run:
-        from rewind.replay.job import check_before_writing
+        from rewind.replay.job import check_before_writing  # lazy: start-up of the CLI
 
         try:
             check_before_writing(setup, resolve_bootstrap(args.bootstrap))  # what a run would refuse
         except ReplayRefused as exc:
             return _refused(exc, args.json)
         if args.json:
-            from rewind.api.contract import load_transform
+            from rewind.api.contract import load_transform  # lazy: start-up of the CLI
 
             names = [t.name for t in load_transform(spec).tables]
             print(json.dumps({"dry_run": True, "replay_id": setup.replay_id, "mode": setup.mode,
@@ -243,7 +239,7 @@ def job_main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("botocore", "boto3", "urllib3", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from rewind.registry import RegistryError
+    from rewind.registry import RegistryError  # lazy: start-up of the CLI
 
     text = None
     if args.plan_json is not None:

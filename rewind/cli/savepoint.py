@@ -86,8 +86,8 @@ def _human_bytes(n: float) -> str:
 
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
-    from rewind.registry import load_registry
-    from rewind.storage import S3Storage, S3Unreachable, resolve_s3_config
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.storage import S3Storage, S3Unreachable, resolve_s3_config  # lazy: start-up of the CLI
 
     spec = load_registry(args.registry).get(args.stream)
     if args.savepoint_action == "history":  # the stream's own records: no S3 needed
@@ -104,12 +104,12 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
 
 
 def _create(args: argparse.Namespace, spec: Any, store: Any) -> int:
-    from rewind.checkpoints.manifest import savepoint_prefix
-    from rewind.checkpoints.savepoints import create_savepoint, savepoint_with_stop
+    from rewind.checkpoints.manifest import savepoint_prefix  # lazy: start-up of the CLI
+    from rewind.checkpoints.savepoints import create_savepoint, savepoint_with_stop  # lazy: start-up of the CLI
 
     started = time.monotonic()
     if args.stop:
-        from rewind.supervision.process_control import stop_stream
+        from rewind.supervision.process_control import stop_stream  # lazy: start-up of the CLI
 
         restart = None if args.no_restart else _restarter(args, spec)
         manifest = savepoint_with_stop(spec, store, stop=stop_stream, restart=restart, stop_timeout=args.stop_timeout,
@@ -128,8 +128,12 @@ def _create(args: argparse.Namespace, spec: Any, store: Any) -> int:
 
 def _restarter(args: argparse.Namespace, spec: Any) -> Any:
     """The restart after --stop, resolved up front so a missing Kafka address fails before the stop."""
-    from rewind.settings import resolve_bootstrap
-    from rewind.supervision.process_control import default_log_path, launch_stream, wait_running
+    from rewind.settings import resolve_bootstrap  # lazy: start-up of the CLI
+    from rewind.supervision.process_control import (  # lazy: start-up of the CLI
+        default_log_path,
+        launch_stream,
+        wait_running,
+    )
 
     bootstrap = resolve_bootstrap(args.bootstrap)
     log_path = default_log_path(spec)
@@ -148,7 +152,7 @@ def _age(created: datetime) -> str:
 
 
 def _list(args: argparse.Namespace, spec: Any, store: Any) -> int:
-    from rewind.checkpoints.savepoints import list_savepoints
+    from rewind.checkpoints.savepoints import list_savepoints  # lazy: start-up of the CLI
 
     listing = list_savepoints(store, spec.name)
     if args.json:
@@ -168,7 +172,7 @@ def _list(args: argparse.Namespace, spec: Any, store: Any) -> int:
 
 
 def _show(args: argparse.Namespace, spec: Any, store: Any) -> int:
-    from rewind.checkpoints.savepoints import load_manifest
+    from rewind.checkpoints.savepoints import load_manifest  # lazy: start-up of the CLI
 
     m = load_manifest(store, spec.name, args.savepoint_id)
     if args.json:
@@ -185,9 +189,9 @@ def _show(args: argparse.Namespace, spec: Any, store: Any) -> int:
 
 
 def _prune(args: argparse.Namespace, spec: Any, store: Any) -> int:
-    from rewind.checkpoints.retention import plan_prune
-    from rewind.checkpoints.savepoints import apply_prune, list_savepoints
-    from rewind.registry import parse_duration
+    from rewind.checkpoints.retention import plan_prune  # lazy: start-up of the CLI
+    from rewind.checkpoints.savepoints import apply_prune, list_savepoints  # lazy: start-up of the CLI
+    from rewind.registry import parse_duration  # lazy: start-up of the CLI
 
     keep_last = args.keep_last if args.keep_last is not None else spec.savepoints.keep_last
     if keep_last < 1:
@@ -215,8 +219,8 @@ def _prune(args: argparse.Namespace, spec: Any, store: Any) -> int:
 
 
 def _restore(args: argparse.Namespace, spec: Any, store: Any) -> int:
-    from rewind.checkpoints.savepoints import restore_savepoint
-    from rewind.supervision.observe import running_reason
+    from rewind.checkpoints.savepoints import restore_savepoint  # lazy: start-up of the CLI
+    from rewind.supervision.observe import running_reason  # lazy: start-up of the CLI
 
     result = restore_savepoint(spec, store, args.savepoint_id, running=running_reason(spec), to=args.to,
                                progress=not args.no_progress)
@@ -235,8 +239,8 @@ def _restore(args: argparse.Namespace, spec: Any, store: Any) -> int:
 
 
 def _history(args: argparse.Namespace, spec: Any) -> int:
-    from rewind.upgrade.history import read_history
-    from rewind.upgrade.views import history_rows
+    from rewind.upgrade.history import read_history  # lazy: start-up of the CLI
+    from rewind.upgrade.views import history_rows  # lazy: start-up of the CLI
 
     rows = history_rows(read_history(spec))
     if args.json:

@@ -25,11 +25,11 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.embedded.services import EmbeddedPlatform, read_platform, stop_recorded
-    from rewind.embedded.yarn import read_yarn
-    from rewind.embedded.yarn import stop_recorded as stop_yarn
-    from rewind.runtime.processes import pid_alive
-    from rewind.settings import services_dir
+    from rewind.embedded.services import EmbeddedPlatform, read_platform, stop_recorded  # lazy: start-up of the CLI
+    from rewind.embedded.yarn import read_yarn  # lazy: start-up of the CLI
+    from rewind.embedded.yarn import stop_recorded as stop_yarn  # lazy: start-up of the CLI
+    from rewind.runtime.processes import pid_alive  # lazy: start-up of the CLI
+    from rewind.settings import services_dir  # lazy: start-up of the CLI
 
     workdir = services_dir()
     yarn_dir = workdir / "yarn"
@@ -67,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _yarn_up(yarn_dir: Any, nodes: int) -> dict[str, Any]:
     """Start YARN in the background unless a recorded one answers; what a submitter needs to reach it."""
-    from rewind.embedded.yarn import YarnCluster, read_yarn
-    from rewind.embedded.yarn import stop_recorded as stop_yarn
-    from rewind.runtime.processes import pid_alive
+    from rewind.embedded.yarn import YarnCluster, read_yarn  # lazy: start-up of the CLI
+    from rewind.embedded.yarn import stop_recorded as stop_yarn  # lazy: start-up of the CLI
+    from rewind.runtime.processes import pid_alive  # lazy: start-up of the CLI
 
     existing = read_yarn(yarn_dir)
     if existing is None or not all(pid_alive(p) for p in existing.pids.values()):

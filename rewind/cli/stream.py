@@ -12,7 +12,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from rewind.cli import upgrade
 from rewind.cli.common import add_bootstrap, add_registry, command
+from rewind.cli.scaffold import ScaffoldRefused, add_to_registry, next_commands, package_files
+from rewind.errors import Refused, exit_code_of
 
 
 def add_parser(sub: Any) -> None:
@@ -67,16 +70,14 @@ def add_parser(sub: Any) -> None:
                        help="the topic's partitions, when the producer creates it (default: 3)")
     new_p.set_defaults(func=new)
 
-    from rewind.cli import upgrade
 
     upgrade.add_parser(actions)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.driver.driver import run_stream
-    from rewind.errors import exit_code_of
-    from rewind.registry import load_registry
-    from rewind.settings import resolve_bootstrap
+    from rewind.driver.driver import run_stream  # lazy: start-up of the CLI
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.settings import resolve_bootstrap  # lazy: start-up of the CLI
 
     spec = load_registry(args.registry).get(args.stream)
     try:
@@ -100,8 +101,8 @@ def _exit_anyway(code: int, after_s: float = 30.0) -> None:
 
 
 def stop(args: argparse.Namespace) -> int:
-    from rewind.registry import load_registry
-    from rewind.supervision.process_control import stop_stream
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.supervision.process_control import stop_stream  # lazy: start-up of the CLI
 
     spec = load_registry(args.registry).get(args.stream)
     print(f"{spec.name}: stopped" if stop_stream(spec, args.timeout) else f"{spec.name}: no driver was running")
@@ -110,9 +111,8 @@ def stop(args: argparse.Namespace) -> int:
 
 def new(args: argparse.Namespace) -> int:
     """Check everything first (a refusal writes nothing), then the package, then the registry."""
-    from rewind.cli.scaffold import ScaffoldRefused, add_to_registry, next_commands, package_files
-    from rewind.registry import load_registry
-    from rewind.settings import default_registry
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.settings import default_registry  # lazy: start-up of the CLI
 
     files = package_files(args.name, args.topic, args.partitions)
     directory = Path(args.dir).resolve()
@@ -154,8 +154,7 @@ def new(args: argparse.Namespace) -> int:
 
 def _registry_flag(given: str | None, registry: Path) -> Path | None:
     """The registry the next commands must name (--registry), or None when it is the default one."""
-    from rewind.errors import Refused
-    from rewind.settings import default_registry
+    from rewind.settings import default_registry  # lazy: start-up of the CLI
 
     if not given:
         return None

@@ -39,8 +39,8 @@ def _when(ts: float | None) -> str:
 
 def supervisor_view(spec: Any) -> dict[str, Any]:
     """What the supervisor sees and would do, with the registry's thresholds (the trigger's view)."""
-    from rewind.supervision.health import evaluate, thresholds_of
-    from rewind.supervision.observe import observe
+    from rewind.supervision.health import evaluate, thresholds_of  # lazy: start-up of the CLI
+    from rewind.supervision.observe import observe  # lazy: start-up of the CLI
 
     obs = observe(spec)
     return observation_view(obs, evaluate(obs, thresholds_of(spec)))
@@ -50,7 +50,7 @@ def observation_view(obs: Observation, verdict: Verdict) -> dict[str, Any]:
     """What an observation shows and the evaluator's verdict on it (pure); ``yarn_verdict``: the ResourceManager's."""
     from dataclasses import asdict
 
-    from rewind.ops.view import yarn_app
+    from rewind.ops.view import yarn_app  # lazy: start-up of the CLI
 
     health, st = verdict.health, obs.status
     app_id, tracking_url = yarn_app(st)
@@ -85,8 +85,8 @@ def format_view(v: dict[str, Any]) -> str:
 
 
 def cmd_supervisor(args: argparse.Namespace) -> int:
-    from rewind.registry import load_registry
-    from rewind.supervision.failures import reset
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.supervision.failures import reset  # lazy: start-up of the CLI
 
     spec = load_registry(args.registry).get(args.stream)
     if args.action == "reset":

@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.embedded.up import run_up
-    from rewind.settings import rewind_home
+    from rewind.embedded.up import run_up  # lazy: start-up of the CLI
+    from rewind.settings import rewind_home  # lazy: start-up of the CLI
 
     return run_up(rewind_home(), args.registry, args.stream, rate=args.rate)

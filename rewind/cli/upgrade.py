@@ -51,11 +51,15 @@ def _say(step: str, detail: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.settings import default_registry, resolve_bootstrap
-    from rewind.storage import S3Storage, resolve_s3_config
-    from rewind.supervision.process_control import default_log_path, launch_stream, wait_running
-    from rewind.upgrade.entry import EntryRefused
-    from rewind.upgrade.run import UpgradeRequest, prepare, upgrade
+    from rewind.settings import default_registry, resolve_bootstrap  # lazy: start-up of the CLI
+    from rewind.storage import S3Storage, resolve_s3_config  # lazy: start-up of the CLI
+    from rewind.supervision.process_control import (  # lazy: start-up of the CLI
+        default_log_path,
+        launch_stream,
+        wait_running,
+    )
+    from rewind.upgrade.entry import EntryRefused  # lazy: start-up of the CLI
+    from rewind.upgrade.run import UpgradeRequest, prepare, upgrade  # lazy: start-up of the CLI
 
     registry = str(Path(args.registry) if args.registry else default_registry())
     where = "standard input" if args.registry_entry == "-" else args.registry_entry

@@ -49,11 +49,11 @@ def _utc_time(text: str) -> datetime:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewind.proof.cursor import Since
-    from rewind.proof.scope import committed_position, nothing_to_prove
-    from rewind.proof.verify import verify_stream
-    from rewind.registry import load_registry
-    from rewind.settings import resolve_bootstrap
+    from rewind.proof.cursor import Since  # lazy: start-up of the CLI
+    from rewind.proof.scope import committed_position, nothing_to_prove  # lazy: start-up of the CLI
+    from rewind.proof.verify import verify_stream  # lazy: start-up of the CLI
+    from rewind.registry import load_registry  # lazy: start-up of the CLI
+    from rewind.settings import resolve_bootstrap  # lazy: start-up of the CLI
 
     spec = load_registry(args.registry).get(args.stream)
     # First, before Kafka and the sink: what the stream had committed. The proof answers for that
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
               f"{_offsets_doc(bounds)}", file=sys.stderr)
     since: Since | None = "cursor" if args.since_last_proof else "time" if args.since else None
     if spec.dq_suite == "contract":  # any stream: proven from what its transform declares
-        from rewind.proof.contract_proof import verify_contract_stream
+        from rewind.proof.contract_proof import verify_contract_stream  # lazy: start-up of the CLI
 
         report: Any = verify_contract_stream(spec, resolve_bootstrap(args.bootstrap), bounds, since=since,
                                              since_time=args.since, committed=position)
@@ -92,7 +92,7 @@ def _offsets_doc(bounds: dict[tuple[str, int], int]) -> dict[str, dict[str, int]
 
 def _print(args: argparse.Namespace, stream: str, summary: dict[str, Any]) -> int:
     """The verdict line first; then the notes and the figures, or (``--json``) the summary as JSON on stdout."""
-    from rewind.proof.verdict import problems_of, verdict_line
+    from rewind.proof.verdict import problems_of, verdict_line  # lazy: start-up of the CLI
 
     line = verdict_line(stream, summary)
     if args.json:

@@ -27,6 +27,8 @@ from rewind.control.lease import SKEW_S, Holder, Lease, describe
 from rewind.control.leases import DriverBusy, LeaseKeeper, acquire, me, read_lease
 from rewind.control.location import control_store
 from rewind.control.store import ControlStore
+from rewind.runtime.processes import pid_alive
+from rewind.settings import driver_lock_wait_s, lease_ttl_s
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,6 @@ STANDBY_BEAT_S = 5.0
 
 
 def _ttl() -> float:
-    from rewind.settings import lease_ttl_s
 
     return lease_ttl_s()
 
@@ -49,7 +50,6 @@ def _ttl() -> float:
 def take_driver_lease(spec: Any, wait_s: float | None = None, holder: Holder | None = None) -> LeaseKeeper:
     """The stream's lease with the next epoch, renewed from a thread; ``DriverBusy`` after ``wait_s``
     (default ``REWIND_DRIVER_WAIT_S``) while another driver holds it."""
-    from rewind.settings import driver_lock_wait_s
 
     store = control_store(spec)
     got = acquire(store, holder or me(), _ttl(), driver_lock_wait_s() if wait_s is None else wait_s)
@@ -80,7 +80,6 @@ def wait_for_takeover(spec: Any, stop: threading.Event, notice: dict[str, Any]) 
 def driver_alive(spec: Any, lease: Lease | None = None, now: float | None = None,
                  here: Holder | None = None) -> tuple[bool, str]:
     """Whether a driver holds the stream now, and why (see the module docstring)."""
-    from rewind.runtime.processes import pid_alive
 
     if lease is None:
         lease = read_lease(control_store(spec))[0]
@@ -138,7 +137,6 @@ def mark_standby(spec: Any, state: str, warm_up_s: float | None = None, *, store
 
 def read_standby(spec: Any, now: float | None = None) -> dict[str, Any]:
     """The standby's notice ({} when none, stale, or its process on this host is gone)."""
-    from rewind.runtime.processes import pid_alive
 
     got = control_store(spec).read(STANDBY)
     if got is None:

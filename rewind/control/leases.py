@@ -26,6 +26,7 @@ from rewind.control.lease import Fenced, Holder, Lease, Take, decide_renew, deci
 from rewind.control.lease import valid_until as lease_valid_until
 from rewind.control.store import ControlStore, ControlStoreError
 from rewind.errors import Refused
+from rewind.runtime.processes import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,6 @@ def acquire(store: ControlStore, holder: Holder, ttl_s: float, wait_s: float | N
     """Take the lease (see the module docstring): the lease and its stored version; None only when
     ``stop`` was set while waiting. ``wait_s`` None waits as long as it takes (a standby). ``name``:
     another lease of the stream (one replay at a time), ``info`` what the holder says it does."""
-    from rewind.runtime.processes import pid_alive
 
     is_alive = alive or pid_alive
     started = clock()

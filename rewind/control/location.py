@@ -19,6 +19,7 @@ from typing import Any
 from rewind.control.directory import DirectoryStore
 from rewind.control.s3 import S3ControlStore
 from rewind.control.store import ControlStore
+from rewind.storage.s3_config import s3_client
 
 __all__ = ["control_location", "control_store"]
 
@@ -41,7 +42,6 @@ def control_store(spec: Any) -> ControlStore:
         bucket, _, prefix = where.split("://", 1)[1].partition("/")
         if getattr(spec, "control", None):  # a shared store of many streams: one prefix each
             prefix = f"{prefix.strip('/')}/{spec.name}".strip("/")
-        from rewind.storage.s3_config import s3_client  # the process's one client (rewind.storage)
 
         return S3ControlStore(s3_client(), bucket, prefix, spec.name)
     return DirectoryStore(where, spec.name)

@@ -13,6 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewind.checkpoints.logs import parse_offsets_file
+from rewind.driver.late_routing import keep_behind, late_events_watermark_ms, mark_behind
+from rewind.faults import fault_point
+from rewind.sink.errors import SinkRefused
+from rewind.sink.unwritable import route_unwritable
+from rewind.storage.location import read_text
+
 log = logging.getLogger(__name__)
 
 __all__ = ["BatchWriter", "arrow_to_pandas"]
@@ -58,8 +65,6 @@ class BatchWriter:
         """The batch with, of the transform's late candidates, exactly those Spark's state operators
         drop, and the watermark that judged them (fault point ``batch.write`` first: a test's poison
         batch fails here). Both writers start here."""
-        from rewind.driver.late_routing import keep_behind, late_events_watermark_ms
-        from rewind.faults import fault_point
 
         fault_point("batch.write", batch=batch_id)
         watermark = late_events_watermark_ms(self.checkpoint, batch_id) if self.checkpoint else None
@@ -68,7 +73,6 @@ class BatchWriter:
         return df, watermark
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        from rewind.driver.late_routing import mark_behind
 
         t0 = time.perf_counter()
         df, watermark = self.late_filtered(df, batch_id)
@@ -89,8 +93,6 @@ class BatchWriter:
     def write(self, batch_id: int, tables: dict[str, Any]) -> Any:
         """The sink's write of the batch; if the sink refuses values some rows carry, those rows go to
         the dead-letter table and the rest is written (``rewind.sink.unwritable``)."""
-        from rewind.sink.errors import SinkRefused
-        from rewind.sink.unwritable import route_unwritable
 
         offsets = self.source_offsets(batch_id)
         self.check_lease(batch_id)
@@ -119,8 +121,6 @@ class BatchWriter:
         watermark; after a rollback across it, Spark plans a new R, which the ledger never held."""
         if self.checkpoint is None:
             return None
-        from rewind.checkpoints.logs import parse_offsets_file
-        from rewind.storage.location import read_text
 
         try:
             meta, sources = parse_offsets_file(read_text(self.checkpoint, f"offsets/{batch_id}"))

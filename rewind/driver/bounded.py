@@ -20,6 +20,11 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.driver.batch_writer import arrow_to_pandas
+from rewind.driver.outputs import KIND, _empty_source, output_frame, resolved_tables
+from rewind.driver.source import bounded_options, bounded_read
+from rewind.kafka.client_config import stream_consumer_config
+from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.kafka.types import TP
 
 log = logging.getLogger(__name__)
@@ -32,8 +37,6 @@ Ranges = dict[TP, tuple[int, int]]
 
 def partitions_of(spec: Any, bootstrap: str) -> tuple[dict[TP, int], dict[TP, int]]:
     """(earliest retained offset, end offset) of every partition of the stream's topics."""
-    from rewind.kafka.client_config import stream_consumer_config
-    from rewind.kafka.lookups import KafkaOffsetClient
 
     config = stream_consumer_config(spec.source.options, bootstrap, f"rewind-bounded-{spec.name}")
     with KafkaOffsetClient(config, 60.0) as client:
@@ -69,9 +72,6 @@ def build_batch(spark: Any, spec: Any, transform: Any, bootstrap: str, ranges: M
     looked up when not given). Filtering by ``kind`` right after ``build`` lets Spark drop the
     branches of other kinds from the plan.
     """
-    from rewind.driver.batch_writer import arrow_to_pandas
-    from rewind.driver.outputs import KIND, output_frame, resolved_tables
-    from rewind.driver.source import bounded_options, bounded_read
 
     resolved_tables(transform, spec, spark)  # the default split routes to the columns build outputs
     live = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
@@ -109,8 +109,6 @@ def build_records(spark: Any, spec: Any, transform: Any, records: Sequence[Any],
 
     from pyspark.sql import functions as F
 
-    from rewind.driver.batch_writer import arrow_to_pandas
-    from rewind.driver.outputs import KIND, _empty_source, output_frame, resolved_tables
 
     resolved_tables(transform, spec, spark)
     if not records:

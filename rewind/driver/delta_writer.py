@@ -24,9 +24,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rewind.api.contract import load_transform
 from rewind.api.tables import TableSpec
 from rewind.driver.batch_writer import BatchWriter, arrow_to_pandas
+from rewind.driver.late_routing import mark_behind
 from rewind.faults import fault_point
+from rewind.runtime.jars import require_delta_jars
+from rewind.sink.convert import prepare_table
+from rewind.sink.delta_tables import arrow_schema, arrow_table, merge_clauses
+from rewind.sink.errors import SinkRefused
+from rewind.sink.unwritable import route_unwritable
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +70,6 @@ def split_partition(task: SplitTask, batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from rewind.api.contract import load_transform
-    from rewind.driver.late_routing import mark_behind
-    from rewind.sink.delta_tables import arrow_schema
 
     ctx = TaskContext.get()
     seq = (ctx.partitionId() if ctx is not None else 0) << SEQ_BITS
@@ -99,10 +103,6 @@ def split_partition(task: SplitTask, batches: Iterator[Any]) -> Iterator[Any]:
 def _prepared(transform: Any, specs: list[TableSpec], tables: dict[str, Any], batch_id: int) -> list[tuple[str, Any]]:
     """Each table's rows as Arrow, checked like any sink write; rows whose values a column cannot
     take become dead letters (``rewind.sink.unwritable``) when they carry Kafka coordinates."""
-    from rewind.sink.convert import prepare_table
-    from rewind.sink.delta_tables import arrow_table
-    from rewind.sink.errors import SinkRefused
-    from rewind.sink.unwritable import route_unwritable
 
     by_name = {s.name: s for s in specs}
     try:
@@ -122,7 +122,6 @@ class DeltaBatchWriter(BatchWriter):
     spec: Any = None
 
     def __post_init__(self) -> None:
-        from rewind.runtime.jars import require_delta_jars
 
         require_delta_jars()  # else the first batch fails inside Spark with a class not found
 
@@ -169,7 +168,6 @@ class DeltaBatchWriter(BatchWriter):
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        from rewind.sink.delta_tables import merge_clauses
 
         part = split.where(F.col("__table") == spec.name)
         order = {"ignore": [F.col("__seq").asc()], "replace": [F.col("__seq").desc()],

@@ -20,11 +20,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rewind.api.contract import load_transform
+from rewind.checkpoints.pointer import active_checkpoint
+from rewind.control.cluster_identity import cluster_of
+from rewind.control.driver_lease import clear_standby, keep_standby_notice, take_driver_lease
+from rewind.control.driver_lease import stop_requested as stop_request_of
 from rewind.control.lease import fenced_line
 from rewind.control.leases import LeaseKeeper, LeaseLost
 from rewind.control.status import StreamStatus, await_last_progress, make_listener
 from rewind.control.status_store import StoreChannel
 from rewind.control.store import ControlStoreError
+from rewind.driver.checkpoint_fence import fence as fence_checkpoint
+from rewind.driver.checkpoint_fence import grant, withdraw
+from rewind.driver.progress_metrics import progress_figures
 from rewind.driver.runner import (
     build_query,
     driver_defaults_for,
@@ -34,8 +42,12 @@ from rewind.driver.runner import (
     start_lag_probe,
 )
 from rewind.driver.source import check_source
+from rewind.driver.spark_session import build_session
+from rewind.driver.standby import become_driver
+from rewind.kafka.group_offsets import progress_end_offsets
 from rewind.paths import late_checks_path, status_path
 from rewind.registry import StreamSpec
+from rewind.runtime.s3a import apply_credentials, is_url, s3a_conf
 
 __all__ = ["GRACEFUL_STOP_S", "run_stream"]
 
@@ -55,13 +67,9 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     ``standby``: start and warm the session first, then wait for the lease and take over
     (``rewind.driver.standby``). A driver whose lease is taken over stops, having committed nothing
     more, and raises ``LeaseLost`` ("fenced: epoch N was taken over by epoch M on HOST", exit 3)."""
-    from rewind.api.contract import load_transform
-    from rewind.control.driver_lease import clear_standby, keep_standby_notice, take_driver_lease
-    from rewind.driver.spark_session import build_session
 
     load_transform(spec)  # a transform that breaks the contract is refused before Spark starts
     check_source(spec, bootstrap)
-    from rewind.runtime.s3a import apply_credentials, is_url, s3a_conf
 
     if not is_url(spec.checkpoint):  # s3a://: Hadoop creates the "folders" (S3 has none)
         Path(spec.checkpoint).parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +94,6 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
                               sources=False, defaults=driver_defaults_for(spec))
         apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
         if keeper is None:
-            from rewind.driver.standby import become_driver
 
             keeper = become_driver(spark, spec, bootstrap, stop_requested, time.perf_counter() - started, warmed)
             if keeper is None:
@@ -129,9 +136,6 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
            keeper: LeaseKeeper) -> int:
     """The driver's part once it holds the lease: status, listener, query, graceful stop; a takeover
     (``keeper.fenced``) stops the query at once."""
-    from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.driver.checkpoint_fence import fence as fence_checkpoint
-    from rewind.driver.checkpoint_fence import grant, withdraw
 
     channel = StoreChannel(keeper.store, keeper.epoch)
     status = driver_status(spec, keeper)
@@ -143,8 +147,6 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
     tracked = spark.conf.get("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", "true") == "true"
 
     def on_progress(p: Any) -> None:
-        from rewind.driver.progress_metrics import progress_figures
-        from rewind.kafka.group_offsets import progress_end_offsets
 
         status.progress = progress_figures(p, tracked)
         record_late_check(status, late, p, late_log)
@@ -154,7 +156,6 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
     listener = make_listener(channel, status, on_progress=on_progress)
     spark.streams.addListener(listener)
     status.spark_ui = spark.sparkContext.uiWebUrl
-    from rewind.control.cluster_identity import cluster_of
 
     status.cluster = cluster_of(spark)  # on YARN: the application, so every host can ask the ResourceManager
     checkpoint = active_checkpoint(spec)  # a savepoint restore may have pointed the stream elsewhere
@@ -193,7 +194,6 @@ def answer_stop_request(spec: StreamSpec, keeper: LeaseKeeper, stop_requested: t
     stops the driver after its batch in flight; a forced one (a hung driver) at once: its checkpoint
     writes are fenced and its lease released, so a new driver may start whatever this one still does,
     and the process ends if it has not within a grace period."""
-    from rewind.control.driver_lease import stop_requested as stop_request_of
 
     asked = stop_request_of(keeper.store, keeper.epoch)
     if asked is None or stop_requested.is_set() and not asked.get("force"):

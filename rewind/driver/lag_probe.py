@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.control.status import StatusChannel, StreamStatus, channel_of, lag_of
+from rewind.kafka.lookups import KafkaOffsetClient
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,6 @@ class LagProbe(threading.Thread):
         self.channel.sample(st)
 
     def run(self) -> None:
-        from rewind.kafka.lookups import KafkaOffsetClient
 
         warned = False
         with KafkaOffsetClient(self.config, self.timeout_s) as client:

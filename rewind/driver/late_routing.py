@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from rewind.api.late import BEHIND_WATERMARK, LATE_CANDIDATE
+from rewind.checkpoints.logs import parse_offsets_file
 from rewind.errors import Failed
+from rewind.storage.location import read_text
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,6 @@ class WatermarkUnknown(Failed, RuntimeError):
 def late_events_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
     """The watermark (ms) Spark's stateful operators use for late rows in ``batch_id``:
     ``batchWatermarkMs`` of ``offsets/<batch_id - 1>``, 0 for the first batch."""
-    from rewind.checkpoints.logs import parse_offsets_file
-    from rewind.storage.location import read_text
 
     if batch_id <= 0:
         return 0
@@ -180,7 +180,6 @@ def batch_ranges(
         checkpoint: str | Path) -> list[tuple[int, dict[tuple[str, int], int], dict[tuple[str, int], int], int]]:
     """Every batch still in the offset log as (batch id, start offsets, end offsets, the watermark
     its stateful operators judged lateness by); a batch's start is the previous batch's end."""
-    from rewind.checkpoints.logs import parse_offsets_file
 
     folder = Path(checkpoint) / "offsets"
     logged: dict[int, tuple[dict[str, Any], dict[tuple[str, int], int]]] = {}

@@ -16,9 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rewind.api.contract import Transform, TransformRefused, check_declarations
+from rewind.api.contract import Transform, TransformRefused, check_declarations, check_late_candidates
 from rewind.api.routing import KIND, route_by_kind
 from rewind.api.tables import Column, TableSpec, decimal_of, output_table
+from rewind.driver.late_routing import streaming_candidates
+from rewind.driver.spark_session import build_session
+from rewind.errors import Refused
 
 __all__ = ["KIND", "output_frame", "output_table", "resolved_tables", "route_by_kind", "spark_for"]
 
@@ -110,9 +113,6 @@ def resolved_tables(transform: Transform, spec: Any, spark: Any = None) -> tuple
     outputs in a streaming query (planned over an empty stream, ``late_routing.streaming_candidates``):
     their dead-letter table needs ``reason`` and ``watermark``, they need ``event_time`` and the
     coordinates."""
-    from rewind.api.contract import check_late_candidates
-    from rewind.driver.late_routing import streaming_candidates
-    from rewind.errors import Refused
 
     tables = tuple(transform.tables)
     if all(t.resolved for t in tables):
@@ -153,7 +153,6 @@ def spark_for(spec: Any) -> Any:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    from rewind.driver.spark_session import build_session
 
     return build_session(f"rewind-{spec.name}-bounded", conf={"spark.ui.showConsoleProgress": "false",
                                                              **spec.spark_conf}, sources=False)

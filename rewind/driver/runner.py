@@ -15,12 +15,28 @@ from pathlib import Path
 from typing import Any
 
 from rewind import settings
+from rewind.api.contract import check_late_candidates, load_transform
+from rewind.checkpoints.inspection import CheckpointError, NotACheckpoint, inspect_checkpoint
 from rewind.control.leases import LeaseKeeper
 from rewind.control.status import StatusChannel, StreamStatus
 from rewind.driver.batch_writer import BatchWriter, arrow_to_pandas
+from rewind.driver.delta_writer import DeltaBatchWriter
+from rewind.driver.lag_probe import LagProbe
+from rewind.driver.late_routing import check_progress, streaming_candidates
+from rewind.driver.outputs import output_frame
 from rewind.driver.sink_factory import open_sink
 from rewind.driver.source import check_source, source_options
+from rewind.driver.spark_conf import driver_defaults, event_log_dir
+from rewind.driver.spark_session import ensure_source, use_checkpoint_file_manager
+from rewind.driver.staged_writer import StagedBatchWriter
+from rewind.kafka.client_config import kafka_options, librdkafka_config, stream_consumer_config
+from rewind.kafka.group_offsets import GroupOffsets, consumer_group
 from rewind.registry import StreamSpec
+from rewind.runtime.processes import free_port
+from rewind.sink.delta_target import is_delta_url
+from rewind.sink.errors import SinkFenced
+from rewind.sink.kafka_target import is_kafka_url
+from rewind.storage.location import open_storage
 
 __all__ = ["BatchWriter", "arrow_to_pandas", "build_query", "check_source", "open_sink", "source_options"]
 
@@ -34,16 +50,10 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
 
     ``lease``: the driver's lease. The sink is fenced at its epoch before the query starts (a driver
     it took over from commits nothing more), and every batch checks it before its commit."""
-    from rewind.api.contract import load_transform
-    from rewind.driver.outputs import output_frame
-    from rewind.driver.spark_session import ensure_source, use_checkpoint_file_manager
-    from rewind.sink.delta_target import is_delta_url
 
     transform = load_transform(spec)
     sink = open_sink(spec, transform, spark)
     if all(t.resolved for t in transform.tables):  # else resolved_tables (in open_sink) checked them
-        from rewind.api.contract import check_late_candidates
-        from rewind.driver.late_routing import streaming_candidates
 
         late_fields = streaming_candidates(transform, spark, spec)
         if late_fields is not None:  # refused before the first batch, not when a late record arrives
@@ -55,13 +65,11 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     checkpoint = checkpoint or spec.checkpoint
     writer: BatchWriter
     if spec.sink.write_from == "executors" and is_delta_url(spec.sink.url):
-        from rewind.driver.delta_writer import DeltaBatchWriter
 
         writer = DeltaBatchWriter(sink, transform.split, checkpoint, phases,
                                   late if late is not None else {}, spec=spec,
                                   dead_letter=transform.dead_letter_table)
     elif spec.sink.write_from == "executors":
-        from rewind.driver.staged_writer import StagedBatchWriter
 
         writer = StagedBatchWriter(sink, transform.split, checkpoint, phases,
                                    late if late is not None else {}, spec=spec,
@@ -88,7 +96,6 @@ def fence_sink(sink: Any, lease: LeaseKeeper) -> None:
     nothing more). A sink that holds a higher epoch than the lease's own store has seen was written under
     another store (the stream moved between stores through a savepoint, or its store was wiped): the lease,
     still this driver's, is raised above it (``LeaseKeeper.advance``)."""
-    from rewind.sink.errors import SinkFenced
 
     try:
         sink.fence(lease.epoch)
@@ -103,8 +110,6 @@ def fence_sink(sink: Any, lease: LeaseKeeper) -> None:
 def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
     """A stream driver's Spark defaults: its UI on a free port, its event log beside the checkpoint
     (``rewind.driver.spark_conf.driver_defaults``; the deployment's settings win)."""
-    from rewind.driver.spark_conf import driver_defaults, event_log_dir
-    from rewind.runtime.processes import free_port
 
     logs = event_log_dir(spec.checkpoint)
     if logs:
@@ -115,9 +120,6 @@ def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
 def group_offsets_for(spec: StreamSpec, bootstrap: str) -> Any:
     """The committer of the stream's consumer-group offsets (``rewind.kafka.group_offsets``), or None
     where the sink commits them in its own transaction (Kafka)."""
-    from rewind.kafka.client_config import kafka_options, librdkafka_config
-    from rewind.kafka.group_offsets import GroupOffsets, consumer_group
-    from rewind.sink.kafka_target import is_kafka_url
 
     if is_kafka_url(spec.sink.url):
         return None
@@ -131,7 +133,6 @@ def record_late_check(status: StreamStatus, late: dict[int, tuple[int, int]], pr
     """When a batch's progress arrives: its behind-the-watermark dead letters against Spark's own
     count of rows dropped by the watermark, logged, appended to ``log_file`` and kept in the status
     (a mismatch is an error)."""
-    from rewind.driver.late_routing import check_progress
 
     check = check_progress(late, progress)
     if check is None:
@@ -158,8 +159,6 @@ def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
     progress by the last committed batch; a relaunched driver that fails before its first
     progress event must still report the batch it is stuck behind, not "none".
     """
-    from rewind.checkpoints.inspection import CheckpointError, NotACheckpoint, inspect_checkpoint
-    from rewind.storage.location import open_storage
 
     try:
         store = open_storage(checkpoint)
@@ -180,8 +179,6 @@ def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
 
 def start_lag_probe(spec: StreamSpec, bootstrap: str, status: StreamStatus, channel: StatusChannel) -> Any:
     """The Kafka lag look-up thread (REWIND_LAG_PROBE_S seconds apart, default 10; 0 turns it off)."""
-    from rewind.driver.lag_probe import LagProbe
-    from rewind.kafka.client_config import stream_consumer_config
 
     interval = settings.lag_probe_interval_s()
     probe = LagProbe(stream_consumer_config(spec.source.options, bootstrap, f"rewind-lag-{spec.name}"),

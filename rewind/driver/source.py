@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rewind.driver.spark_session import ensure_source
+from rewind.kafka.client_config import kafka_options
+from rewind.kafka.lookups import check_reachable
+from rewind.kafka.types import offsets_json_text
+from rewind.runtime.jars import connector_jars, spark_packages_name_connector
+
 __all__ = ["POSITION_KEYS", "bounded_options", "bounded_read", "check_source", "source_options"]
 
 #: Options that position or pace a stream; a bounded read's own offsets replace them.
@@ -15,11 +21,8 @@ POSITION_KEYS = ("startingoffsets", "startingtimestamp", "startingoffsetsbytimes
 
 def check_source(spec: Any, bootstrap: str) -> None:
     """Refuse before Spark starts: an unreachable bootstrap, a missing topic, a missing connector."""
-    from rewind.kafka.client_config import kafka_options
-    from rewind.kafka.lookups import check_reachable
 
     if spec.source.format == "kafka":
-        from rewind.runtime.jars import connector_jars, spark_packages_name_connector
 
         if not spark_packages_name_connector():  # else Spark resolves the connector (compose)
             connector_jars(required=True)
@@ -47,8 +50,6 @@ def bounded_read(spark: Any, spec: Any, options: dict[str, str], ranges: dict[An
     """A batch DataFrame of exactly ``[start, end)`` per partition with the stream's source format and
     ``options`` (``bounded_options``); a batch read with per-partition offsets must name every
     partition of its topics."""
-    from rewind.driver.spark_session import ensure_source
-    from rewind.kafka.types import offsets_json_text
 
     ensure_source(spark, spec.source.format)
     return (spark.read.format(spec.source.format).options(**options)

@@ -8,6 +8,10 @@ from typing import Any
 
 from rewind import settings
 from rewind.driver import spark_conf
+from rewind.driver.checkpoint_fence import use_fenced_file_manager
+from rewind.kafka.options import SOURCE_NAME
+from rewind.runtime.jars import connector_jars
+from rewind.runtime.jvm import rewind_jar
 
 
 def python_env() -> dict[str, str]:
@@ -53,8 +57,6 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
-    from rewind.runtime.jars import connector_jars
-    from rewind.runtime.jvm import rewind_jar
 
     preset = deployment_conf()
     builder = SparkSession.builder.appName(app_name)
@@ -102,7 +104,6 @@ def use_checkpoint_file_manager(spark: Any, checkpoint: str) -> None:
     other file systems (``s3a://``) it keeps Spark's default. Either way it refuses writes once the
     driver's lease has lapsed and publishes offset and commit files only if absent.
     """
-    from rewind.driver.checkpoint_fence import use_fenced_file_manager
 
     use_fenced_file_manager(spark)
 
@@ -116,7 +117,7 @@ def register_sources(spark) -> None:
     one; a stream on Spark's own connector never needs it."""
     if getattr(spark, "_rewind_sources", False):
         return
-    from rewind.kafka.source import KafkaDataSource
+    from rewind.kafka.source import KafkaDataSource  # lazy: PySpark
 
     spark.dataSource.register(KafkaDataSource)
     spark._rewind_sources = True
@@ -124,7 +125,6 @@ def register_sources(spark) -> None:
 
 def ensure_source(spark, source_format: str) -> None:
     """Before ``spark.read(Stream).format(source_format)``: register Rewind's source if that is it."""
-    from rewind.kafka.options import SOURCE_NAME
 
     if source_format == SOURCE_NAME:
         register_sources(spark)

@@ -22,7 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rewind.api.contract import load_transform
 from rewind.driver.batch_writer import BatchWriter, arrow_to_pandas
+from rewind.driver.late_routing import mark_behind
+from rewind.driver.sink_factory import open_sink
+from rewind.sink.errors import SinkRefused
+from rewind.sink.staging import SqlStaging
+from rewind.sink.unwritable import route_unwritable
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +54,6 @@ def stage_partition(task: StageTask, batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from rewind.api.contract import load_transform
-    from rewind.driver.late_routing import mark_behind
-    from rewind.driver.sink_factory import open_sink
-    from rewind.sink.staging import SqlStaging
 
     ctx = TaskContext.get()
     seq = (ctx.partitionId() if ctx is not None else 0) << SEQ_BITS
@@ -84,8 +86,6 @@ def stage_partition(task: StageTask, batches: Iterator[Any]) -> Iterator[Any]:
 def _stage(staging: Any, transform: Any, name: str, part: Any, task: StageTask, seq: int) -> list[tuple[str, Any]]:
     """Stage one table's rows; rows whose values a column cannot take are staged as dead letters
     instead when they carry Kafka coordinates (``rewind.sink.unwritable``), else the task fails."""
-    from rewind.sink.errors import SinkRefused
-    from rewind.sink.unwritable import route_unwritable
 
     try:
         return [(name, staging.stage(name, part, task.attempt, seq))]
@@ -105,7 +105,6 @@ class StagedBatchWriter(BatchWriter):
     spec: Any = None
 
     def __post_init__(self) -> None:
-        from rewind.sink.staging import SqlStaging
 
         self.staging = SqlStaging(self.sink)
         self.staging.create()

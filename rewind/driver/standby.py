@@ -25,10 +25,15 @@ import threading
 import time
 from typing import Any
 
+from rewind.api.contract import load_transform
 from rewind.control.driver_lease import clear_standby, wait_for_takeover
 from rewind.control.lease import describe
 from rewind.control.leases import LeaseKeeper, read_lease
 from rewind.control.location import control_store
+from rewind.driver.outputs import output_frame
+from rewind.driver.source import bounded_options, bounded_read
+from rewind.kafka.client_config import stream_consumer_config
+from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.registry import StreamSpec
 
 log = logging.getLogger(__name__)
@@ -38,8 +43,6 @@ __all__ = ["become_driver", "warm_up"]
 
 def _last_records(spec: StreamSpec, bootstrap: str) -> dict[Any, tuple[int, int]]:
     """[end - 1, end) of every partition of the stream's topics that has a record."""
-    from rewind.kafka.client_config import stream_consumer_config
-    from rewind.kafka.lookups import KafkaOffsetClient
 
     client = KafkaOffsetClient(stream_consumer_config(spec.source.options, bootstrap, f"rewind-standby-{spec.name}"),
                                30.0)
@@ -53,9 +56,6 @@ def _last_records(spec: StreamSpec, bootstrap: str) -> dict[Any, tuple[int, int]
 
 def warm_up(spark: Any, spec: StreamSpec, bootstrap: str) -> dict[str, Any]:
     """Run the stream's transform over the last record of each partition; returns what it did."""
-    from rewind.api.contract import load_transform
-    from rewind.driver.outputs import output_frame
-    from rewind.driver.source import bounded_options, bounded_read
 
     started = time.perf_counter()
     ranges = _last_records(spec, bootstrap)

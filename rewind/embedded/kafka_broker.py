@@ -29,6 +29,7 @@ from pathlib import Path
 
 from rewind.runtime.jars import broker_classpath, java_binary
 from rewind.runtime.processes import ManagedProcess, ServiceError, free_port, port_open, wait_until
+from rewind.settings import kafka_heap
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,6 @@ def _write_properties(path: Path, props: Mapping[str, str]) -> None:
 
 
 def default_heap(cluster: bool) -> str:
-    from rewind.settings import kafka_heap
 
     return kafka_heap(cluster)
 

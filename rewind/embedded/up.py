@@ -17,9 +17,13 @@ from pathlib import Path
 from rewind.control.status_store import read_stream_status
 from rewind.embedded.airflow_local import LocalAirflow
 from rewind.embedded.services import EmbeddedPlatform
+from rewind.kafka.group_offsets import consumer_group
 from rewind.paths import status_path
 from rewind.registry import load_registry
+from rewind.runtime.airflow_client import AirflowClient
 from rewind.runtime.processes import ManagedProcess
+from rewind.settings import SOURCE_ROOT, python_path
+from rewind.supervision.process_control import default_log_path, stop_stream
 
 #: The second stream ``rewind up`` runs beside the demo, when the registry declares it.
 INVENTORY = "inventory"
@@ -33,7 +37,6 @@ DAG_FILE = ("from rewind_airflow.dags.factory import build_dags\n\nglobals().upd
 
 def dags_folder(home: Path) -> Path:
     """The checkout's ``dags/`` when Rewind runs from one, else a folder in ``home`` with the DAG file."""
-    from rewind.settings import SOURCE_ROOT
 
     if SOURCE_ROOT is not None and (SOURCE_ROOT / "dags").is_dir():
         return SOURCE_ROOT / "dags"
@@ -61,7 +64,6 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
     signal.signal(signal.SIGTERM, on_signal)
     print(f"starting the embedded platform in {home} ...", flush=True)
     info = platform.start()
-    from rewind.settings import python_path
 
     env = {**info.env(), "REWIND_HOME": str(home), "PYTHONPATH": python_path()}
     if registry:
@@ -91,8 +93,6 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
             children.append(inv_producer)
         time.sleep(2)  # the producers create the topics
         airflow.wait_ready(timeout=300)
-        from rewind.runtime.airflow_client import AirflowClient
-        from rewind.supervision.process_control import default_log_path
 
         # The stream is Airflow's to run: the supervisor DAG launches it (spark-submit) and heals it.
         client = AirflowClient(airflow.url, airflow.username, airflow.password)
@@ -109,7 +109,6 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
                       f"\n  inventory stream    launched by the DAG {inv_supervisor} (run {inv_run}); sink "
                       f"{inventory.sink.url}; prove it: .venv/bin/rewind verify {INVENTORY}")
         stream_log = default_log_path(spec)
-        from rewind.kafka.group_offsets import consumer_group
 
         groups = ", ".join(consumer_group(s.name) for s in (spec, inventory) if s is not None)
         # The generated password is shown once, on the start that made it; later starts say where it is.
@@ -149,7 +148,6 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
         _say("stopping ...")
         if airflow is not None:
             airflow.stop()  # first, so that no DAG relaunches the stream being stopped
-        from rewind.supervision.process_control import stop_stream
 
         for started in (spec, inventory):
             if started is None:

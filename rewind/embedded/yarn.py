@@ -44,7 +44,15 @@ from rewind.embedded.yarn_config import (
     site_xml,
 )
 from rewind.runtime.jars import java_binary, yarn_classpath
-from rewind.runtime.processes import ManagedProcess, ServiceError, free_port, port_open, wait_until
+from rewind.runtime.processes import (
+    ManagedProcess,
+    ServiceError,
+    free_port,
+    pid_alive,
+    port_open,
+    terminate_group,
+    wait_until,
+)
 from rewind.runtime.yarn_rm import ResourceManagerClient
 
 log = logging.getLogger(__name__)
@@ -326,7 +334,6 @@ def read_yarn(workdir: Path) -> YarnInfo | None:
 
 def stop_recorded(workdir: Path) -> list[str]:
     """Stop the daemons recorded in ``yarn.json`` and every container under them (``rewind services down``)."""
-    from rewind.runtime.processes import pid_alive, terminate_group
 
     info = read_yarn(workdir)
     if info is None:

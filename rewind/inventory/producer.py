@@ -23,8 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
+from rewind.embedded.services import export_platform_env
 from rewind.inventory.catalog import SIZE, sku_for
 from rewind.kafka.topics import ensure_topic
+from rewind.settings import resolve_bootstrap, services_dir
 
 log = logging.getLogger(__name__)
 WAREHOUSES = ("WH-AMS", "WH-BER", "WH-LIS", "WH-OSL", "WH-WAW")
@@ -141,7 +143,6 @@ def produce_inventory(bootstrap: str, topic: str, count: int, partitions: int = 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m rewind.inventory.producer``: send updates until the count is reached or SIGTERM/SIGINT."""
-    from rewind.settings import resolve_bootstrap
 
     p = argparse.ArgumentParser(prog="python -m rewind.inventory.producer", description=__doc__.split("\n")[0])
     p.add_argument("--topic", required=True)
@@ -156,8 +157,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="first version (default: now in microseconds, so a restart's versions are newer)")
     p.add_argument("--bootstrap", default=None, help="host:port (default: the embedded platform's)")
     args = p.parse_args(argv)
-    from rewind.embedded.services import export_platform_env
-    from rewind.settings import services_dir
 
     export_platform_env(services_dir())  # a command line: the embedded platform's Kafka, when one runs
     stop: list[int] = []

@@ -24,7 +24,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rewind import paths
+from rewind.checkpoints.savepoints import list_savepoints
+from rewind.control.driver_lease import driver_alive
+from rewind.control.location import control_store
 from rewind.control.status import StreamStatus
+from rewind.control.status_store import read_stream_history, read_stream_status
+from rewind.paths import paths_of
+from rewind.replay.guard import current_holder
+from rewind.safe_names import check_run_id
+from rewind.supervision.failures import read_failures
 from rewind.supervision.health import Thresholds, diagnose
 from rewind.upgrade.history import read_history as read_upgrades
 from rewind.upgrade.views import history_rows
@@ -38,7 +47,6 @@ ACTIVE_RUN_STATES = ("queued", "running")
 
 def dag_ids(stream: str) -> dict[str, str]:
     """The DAGs the factory generates for a stream (and the shared replay DAG), as ``rewind.paths`` names them."""
-    from rewind import paths
 
     return asdict(paths.dag_ids(stream))
 
@@ -305,7 +313,6 @@ def build_stream_view(inp: Inputs, now: float) -> StreamView:
 # --------------------------------------------------------------------------- I/O edge
 def rewind_home_of(spec: Any) -> Path:
     """Where proofs and replay reports of the stream live (``rewind.paths``)."""
-    from rewind.paths import paths_of
 
     return paths_of(spec).home
 
@@ -335,7 +342,6 @@ def newest_proof(spec: Any) -> tuple[dict[str, Any] | None, float | None, Path |
 
 def proof_dir(spec: Any, run_id: str) -> Path:
     """The local run dir of one proof (run id checked: it becomes a path)."""
-    from rewind.safe_names import check_run_id
 
     return rewind_home_of(spec) / "dq" / spec.name / check_run_id(run_id)
 
@@ -365,11 +371,6 @@ def replay_reports(spec: Any, limit: int = 5) -> list[dict[str, Any]]:
 def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Inputs:
     """Read the stream's files (status, history, failures, proof, replay lock and reports) and, given an
     ``rewind.storage.S3Storage``, its savepoint manifests. DAG runs are the caller's (Airflow) part."""
-    from rewind.control.driver_lease import driver_alive
-    from rewind.control.location import control_store
-    from rewind.control.status_store import read_stream_history, read_stream_status
-    from rewind.replay.guard import current_holder
-    from rewind.supervision.failures import read_failures
 
     now = time.time() if now is None else now
     control = control_store(spec)
@@ -386,7 +387,6 @@ def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Input
         inp.replay_holder = None
     if store is not None:
         try:
-            from rewind.checkpoints.savepoints import list_savepoints
 
             inp.savepoints = [m.summary() for m in list_savepoints(store, spec.name).complete]
         except Exception as exc:  # noqa: BLE001 - S3 down: the page says so and shows the rest

@@ -24,6 +24,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rewind.api.contract import identity_of
+from rewind.api.late import BEHIND_WATERMARK
+from rewind.checkpoints.watermark import stream_watermark
+from rewind.driver.bounded import build_batch, partitions_of, whole_span
+from rewind.driver.outputs import spark_for
+from rewind.kafka.types import TP
 from rewind.proof.aggregates import (
     FRAME_COLUMNS,
     closing_horizon,
@@ -35,6 +41,7 @@ from rewind.proof.aggregates import (
 )
 from rewind.proof.checks import COORDS
 from rewind.proof.values import rules_for
+from rewind.proof.verify import with_duplicates
 
 Coord = tuple[str, int, int]
 
@@ -55,7 +62,6 @@ def empty_proof() -> AggregateProof:
 
 def late_coordinates(sink: Any, dead_letter_table: str) -> set[Coord]:
     """Coordinates of the records the stream routed as behind the watermark (never counted by its aggregates)."""
-    from rewind.api.late import BEHIND_WATERMARK
 
     rows = sink.read_rows(dead_letter_table, lambda t: t.c.reason == BEHIND_WATERMARK, columns=COORDS)
     return {(str(t), int(p), int(o)) for t, p, o in zip(rows["topic"], rows["partition"], rows["offset"])}
@@ -84,9 +90,6 @@ def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
     batch when the proof began (rows of later batches are left out); ``watermark``: the one that
     batch ran with (groups closed up to it), by default read from ``offsets/<last_batch>``.
     """
-    from rewind.api.contract import identity_of
-    from rewind.checkpoints.watermark import stream_watermark
-    from rewind.proof.verify import with_duplicates
 
     aggregates = list(transform.aggregates)
     if not aggregates:
@@ -142,9 +145,6 @@ def _recompute_by_build(spec: Any, transform: Any, bootstrap: str, span: Mapping
                         aggregates: Sequence[Any], late: set[Coord], span_tables: Mapping[str, pd.DataFrame] | None,
                         spark: Any) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
     """(recomputed rows per aggregate table over the whole span, the groups the proved span touches)."""
-    from rewind.driver.bounded import build_batch, partitions_of, whole_span
-    from rewind.driver.outputs import spark_for
-    from rewind.kafka.types import TP
 
     spark = spark or spark_for(spec)
     earliest, ends = partitions_of(spec, bootstrap)

@@ -39,6 +39,7 @@ import pandas as pd
 
 from rewind.proof.aggregates import FRAME_COLUMNS
 from rewind.proof.checks import COORDS
+from rewind.proof.frames import range_mask
 from rewind.proof.values import ANY, ValueRule, equal_values, shown
 from rewind.proof.values import coords_of as _coords
 from rewind.proof.values import text_key as _text
@@ -120,7 +121,6 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     kafka_valid = d["_coord"].map(lambda c: bool(c in by_coord.index and pd.isna(by_coord.at[c, "reason"])))
     kafka_known = d["_coord"].map(lambda c: c in by_coord.index)
     if records_in is not None and len(d):
-        from rewind.proof.frames import range_mask
 
         read = range_mask(d, dict(records_in)) & (d["reason"] == late_reason).to_numpy(dtype=bool) \
             if "reason" in d else np.zeros(len(d), dtype=bool)
@@ -341,7 +341,6 @@ def _in_scope(rows: pd.DataFrame, scope: Mapping[tuple[str, int], tuple[int, int
     """Rows at coordinates inside ``scope`` (none when the table has no coordinates)."""
     if not len(rows) or not set(COORDS) <= set(rows.columns):
         return np.zeros(len(rows), dtype=bool)
-    from rewind.proof.frames import range_mask
 
     return range_mask(rows, dict(scope))
 
@@ -358,7 +357,6 @@ def written_past_end(frame: pd.DataFrame, scope: Mapping[tuple[str, int], tuple[
     (a replay's rows, ``batch_id`` null, and later batches' are not judged)."""
     if last_batch is None or not len(frame) or not {*COORDS, "batch_id"} <= set(frame.columns):
         return np.zeros(len(frame), dtype=bool)
-    from rewind.proof.frames import range_mask
 
     batch = pd.to_numeric(frame["batch_id"], errors="coerce")
     committed = (batch <= last_batch).fillna(False).to_numpy(dtype=bool)

@@ -32,12 +32,27 @@ import numpy as np
 import pandas as pd
 
 from rewind.api.contract import Transform, has_expect, identity_of, load_transform
+from rewind.api.late import BEHIND_WATERMARK
+from rewind.driver.bounded import build_batch, build_records, partitions_of, whole_span
+from rewind.driver.outputs import spark_for
+from rewind.driver.runner import open_sink
 from rewind.errors import Refused
+from rewind.kafka.types import TP
+from rewind.proof.aggregate_proof import prove_aggregates
 from rewind.proof.checks import COORDS
-from rewind.proof.contract_frames import EXPECT_COLUMNS, ContractFrames, build_contract_frames
+from rewind.proof.contract_frames import (
+    EXPECT_COLUMNS,
+    FILTERED,
+    PAST_ANY_OFFSET,
+    ContractFrames,
+    build_contract_frames,
+)
 from rewind.proof.cursor import Since, Span, resolve_span, write_cursor
-from rewind.proof.scope import Committed
-from rewind.proof.verify import read_records, records_frame
+from rewind.proof.frames import range_mask
+from rewind.proof.scope import Committed, committed_position
+from rewind.proof.values import rules_for
+from rewind.proof.verify import read_records, records_frame, with_duplicates
+from rewind.sink.dialects import coordinates_in
 
 #: How many example rows a report shows per problem.
 EXAMPLES = 5
@@ -106,11 +121,6 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
     began; rows of later batches are not judged. ``watermark``: the watermark that batch ran with
     (default: read from its checkpoint).
     """
-    from rewind.api.late import BEHIND_WATERMARK
-    from rewind.driver.runner import open_sink
-    from rewind.proof.aggregate_proof import prove_aggregates
-    from rewind.proof.values import rules_for
-    from rewind.proof.verify import with_duplicates
 
     transform = transform or load_transform(spec)
     ident = identity_of(transform)
@@ -130,11 +140,9 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
             exp = expected_frame(transform, records_frame(records), spec)
             del records
             if wide:
-                from rewind.proof.frames import range_mask
 
                 judged = range_mask(exp, dict(span or {}))
         else:
-            from rewind.driver.outputs import spark_for
 
             spark = spark or spark_for(spec)
             exp, span_tables, why = expected_from_build(spark, spec, transform, bootstrap, span)
@@ -180,9 +188,6 @@ def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: 
     again over only the records without a row, until each has one or ``build`` writes nothing for
     it: those are ``filtered`` (its own rule drops them).
     """
-    from rewind.driver.bounded import build_batch, build_records, partitions_of, whole_span
-    from rewind.kafka.types import TP
-    from rewind.proof.contract_frames import FILTERED
 
     earliest, ends = partitions_of(spec, bootstrap)
     if span is None:
@@ -264,7 +269,6 @@ def touched_rows(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span,
     """The identity table's rows of the span's identities or at its coordinates, and its dead letters."""
     import sqlalchemy as sa
 
-    from rewind.sink.dialects import coordinates_in
 
     ident = identity_of(transform)
     specs = sink.specs
@@ -315,7 +319,6 @@ def verify_contract_stream(spec: Any, bootstrap: str, bounds: dict[tuple[str, in
     bounded proof of the span ``rewind.proof.cursor.resolve_span`` picks; a passed bounded proof moves
     the cursor.
     """
-    from rewind.proof.scope import committed_position
 
     committed = committed or committed_position(spec)
     if bounds is None:
@@ -357,12 +360,10 @@ def rows_past_end(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span
     there would never be judged (``contract_frames.written_past_end``)."""
     import sqlalchemy as sa
 
-    from rewind.sink.dialects import coordinates_in
 
     if last_batch is None:
         return {}
     ident = identity_of(transform)
-    from rewind.proof.contract_frames import PAST_ANY_OFFSET
 
     past = coordinates_in({k: (end, PAST_ANY_OFFSET) for k, (_, end) in span.items()})  # the span's partitions only
     valid = exp[exp["reason"].isna()]

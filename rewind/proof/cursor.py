@@ -19,6 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from rewind.control.location import control_store
+from rewind.control.store import update
+from rewind.kafka.client_config import stream_consumer_config
+from rewind.kafka.lookups import KafkaOffsetClient
+
 Span = dict[tuple[str, int], tuple[int, int]]
 Since = Literal["cursor", "beginning", "time"]
 
@@ -37,7 +42,6 @@ def _ends(doc: dict[str, Any]) -> dict[tuple[str, int], int]:
 
 def read_cursor(spec: Any) -> dict[tuple[str, int], int]:
     """The end offsets of the last passed proof ({} before the first)."""
-    from rewind.control.location import control_store
 
     got = control_store(spec).read(CURSOR)
     return _ends(got.doc) if got else {}
@@ -45,8 +49,6 @@ def read_cursor(spec: Any) -> dict[tuple[str, int], int]:
 
 def write_cursor(spec: Any, span: Span, run_id: str) -> None:
     """Record that ``span`` is proven: the next proof starts at its ends (kept per partition)."""
-    from rewind.control.location import control_store
-    from rewind.control.store import update
 
     def move(stored: dict[str, Any]) -> dict[str, Any]:
         ends = _ends(stored)
@@ -91,8 +93,6 @@ def choose_span(earliest: Mapping[tuple[str, int], int], ends: Mapping[tuple[str
 def resolve_span(spec: Any, bootstrap: str, *, since: Since = "cursor", since_time: datetime | None = None,
                  committed: Mapping[tuple[str, int], int] | None = None) -> tuple[Span, list[str]]:
     """Ask Kafka for the partitions' first and end offsets (and offsets for ``since_time``), then ``choose_span``."""
-    from rewind.kafka.client_config import stream_consumer_config
-    from rewind.kafka.lookups import KafkaOffsetClient
 
     config = stream_consumer_config(spec.source.options, bootstrap, "rewind-proof-range")
     with KafkaOffsetClient(config) as client:

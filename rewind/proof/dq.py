@@ -32,6 +32,10 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.api.contract import load_transform
+from rewind.checkpoints.pointer import active_checkpoint
+from rewind.driver.late_routing import explain
+from rewind.driver.runner import open_sink
 from rewind.proof.checks import (
     CHECKS,
     CONTRACT_CHECKS,
@@ -41,6 +45,8 @@ from rewind.proof.checks import (
     FRAME_NOTES,
     SUITE,
 )
+from rewind.proof.contract_proof import contract_frames, records_frame
+from rewind.proof.cursor import resolve_span, write_cursor
 from rewind.proof.frames import Bounds, build_frames, kafka_frame, normalize_bounds
 from rewind.proof.gx import validate_frames
 from rewind.proof.publish import (
@@ -53,7 +59,9 @@ from rewind.proof.publish import (
 )
 from rewind.proof.report import ProofResult
 from rewind.proof.scope import committed_position, nothing_to_prove
-from rewind.proof.verify import read_records
+from rewind.proof.values import rules_for
+from rewind.proof.verify import read_records, with_duplicates
+from rewind.safe_names import check_run_id
 
 
 def new_run_id() -> str:
@@ -71,7 +79,6 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     ``s3``: an ``rewind.storage.S3Storage`` or ``S3Config`` to upload to (None: local only). An
     upload failure does not change the verdict; it is in ``s3_error`` and in the log text.
     """
-    from rewind.safe_names import check_run_id
 
     if spec.dq_suite not in (SUITE, CONTRACT_SUITE):
         raise ValueError(f"stream {spec.name}: unknown dq_suite {spec.dq_suite!r} (known: {SUITE!r}, "
@@ -120,7 +127,6 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
                          local_paths(run_dir, docs_dir), notes=notes)
     write_validation_result(result, ge_results)
     if result.ok and spec.dq_suite == CONTRACT_SUITE and bounds is None:
-        from rewind.proof.cursor import write_cursor
 
         write_cursor(spec, frames_of.span, run_id)
 
@@ -141,8 +147,6 @@ def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, position
                      notes: list[str]) -> Any:
     """A contract stream's two frames (``rewind.proof.contract_proof``): explicit bounds, else since the
     last passed proof (its cursor) up to the last committed batch: the hourly run proves the last hour."""
-    from rewind.proof.contract_proof import contract_frames
-    from rewind.proof.cursor import resolve_span
 
     t = time.perf_counter()
     if bounds is not None:
@@ -161,11 +165,6 @@ def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, position
 def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str, float], notes: list[str],
                          watermark: Any, wm_batch: Any, last_batch: Any, d: Any) -> Any:
     """The demo-shaped suite's four frames (events, dead letters, coverage, windows)."""
-    from rewind.api.contract import load_transform
-    from rewind.driver.runner import open_sink
-    from rewind.proof.contract_proof import records_frame
-    from rewind.proof.values import rules_for
-    from rewind.proof.verify import with_duplicates
 
     transform = load_transform(spec)
     aggregate = next((a for a in transform.aggregates if a.table == "window_results"), None)
@@ -204,8 +203,6 @@ def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str
 def explain_missing_rows(spec: Any, coverage: pd.DataFrame, kafka: pd.DataFrame,
                          limit: int = 50) -> list[dict[str, Any]]:
     """Which batch read each missing record and whether it was behind that batch's watermark."""
-    from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.driver.late_routing import explain
 
     gone = coverage[coverage["landed_in"] == "missing"].head(limit).merge(
         kafka[[*COORDS, "event_time"]], on=COORDS, how="left", suffixes=("", "_k"))

@@ -42,7 +42,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rewind.proof.aggregates import closing_horizon, counts_of, group_text, judge_groups, recompute_measures
+from rewind.api.late import BEHIND_WATERMARK
+from rewind.proof.aggregates import (
+    FRAME_COLUMNS,
+    closing_horizon,
+    counts_of,
+    group_text,
+    judge_groups,
+    recompute_measures,
+)
 from rewind.proof.checks import COORDS, FRAMES
 from rewind.proof.verify import KafkaRecord, utc_ns
 
@@ -225,7 +233,6 @@ def _dead_letter_check(dl: pd.DataFrame) -> np.ndarray:
     the watermark recorded with it), else what is wrong ('absent', 'event', 'not_behind_watermark')."""
     if not len(dl):
         return np.array([], dtype=object)
-    from rewind.api.late import BEHIND_WATERMARK
 
     verdict = dl["kafka_verdict"].astype(object).fillna("absent").to_numpy()
     reason = (dl["reason"] if "reason" in dl else pd.Series([None] * len(dl))).astype(object).to_numpy()
@@ -286,7 +293,6 @@ def _aggregates(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, aggreg
     The horizon comes from the context only (what is below the end bounds).
     """
     if aggregate is None:
-        from rewind.proof.aggregates import FRAME_COLUMNS
 
         empty = pd.DataFrame(columns=FRAME_COLUMNS)
         return empty, {**counts_of(empty), "windows_checked": 0, "windows_mismatched": 0, "windows_missing": 0,

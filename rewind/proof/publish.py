@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.proof.report import ProofResult
+from rewind.storage import S3Config, S3Storage
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,6 @@ def s3_store(s3: Any) -> Any:
     """``s3`` as a store: an ``rewind.storage.S3Config`` is opened, a store is kept, None stays None (local only)."""
     if s3 is None:
         return None
-    from rewind.storage import S3Config, S3Storage
 
     return S3Storage(s3) if isinstance(s3, S3Config) else s3
 

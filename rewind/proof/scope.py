@@ -19,6 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rewind.checkpoints.pointer import active_checkpoint
+from rewind.checkpoints.watermark import last_commit, stream_watermark
+from rewind.control.status_store import read_stream_status
+from rewind.runtime.s3a import is_url
+from rewind.supervision.process_control import stream_running
+
 
 @dataclass(frozen=True)
 class Committed:
@@ -55,15 +61,12 @@ def committed_position(spec: Any) -> Committed:
     The checkpoint is the truth (Spark writes ``commits/N`` after the sink committed batch N); the
     status in the control store stands in when the checkpoint cannot be read from here.
     """
-    from rewind.checkpoints.watermark import last_commit
-    from rewind.supervision.process_control import stream_running
 
     running, status = stream_running(spec)
     commit = last_commit(spec)
     if commit is not None:
         return Committed(commit.batch, commit.end_offsets, commit.watermark, running, "checkpoint", status)
     if status is not None and status.last_batch_id is not None:
-        from rewind.checkpoints.watermark import stream_watermark
 
         ends = {(t, int(p)): int(o) for t, parts in (status.end_offsets or {}).items() for p, o in parts.items()}
         return Committed(int(status.last_batch_id), ends or None, stream_watermark(spec, status.last_batch_id)[0],
@@ -88,13 +91,10 @@ def committed_batch(spec: Any, status: Any = None) -> int | None:
     ``commits/N`` of its active checkpoint (local checkpoints; an ``s3a://`` one without a status counts
     as none committed)."""
     if status is None:
-        from rewind.control.status_store import read_stream_status
 
         status = read_stream_status(spec)
     if status is not None and status.last_batch_id is not None:
         return int(status.last_batch_id)
-    from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.runtime.s3a import is_url
 
     checkpoint = active_checkpoint(spec)
     if is_url(checkpoint):

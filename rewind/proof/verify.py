@@ -22,7 +22,18 @@ from typing import Any
 
 import pandas as pd
 
-from rewind.api.contract import RECORD_COLUMNS
+from rewind.api.contract import RECORD_COLUMNS, load_transform
+from rewind.api.late import BEHIND_WATERMARK
+from rewind.checkpoints.pointer import active_checkpoint
+from rewind.driver.late_routing import explain
+from rewind.driver.runner import open_sink
+from rewind.kafka.client_config import kafka_options, stream_consumer_config
+from rewind.kafka.lookups import check_reachable
+from rewind.kafka.reader import read_to_end
+from rewind.kafka.types import TP
+from rewind.proof.aggregates import closing_horizon, judge_groups, recompute_measures
+from rewind.proof.scope import committed_position
+from rewind.proof.values import rules_for
 
 Coord = tuple[str, int, int]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -130,7 +141,6 @@ def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dea
     stateful operators would have dropped it); every other valid record's event id must be in the
     events table, and no record may be both an event row and a dead letter.
     """
-    from rewind.api.late import BEHIND_WATERMARK
 
     records = list(records)
     rep = ExactlyOnceReport()
@@ -211,7 +221,6 @@ def _check_windows(rep: ExactlyOnceReport, counted: pd.DataFrame, windows: pd.Da
     the raw horizon (max event time minus the delay) and, given ``closed_until`` (a running stream's
     last committed watermark), not past it: the stream emits a window in the batch after its watermark
     passes it."""
-    from rewind.proof.aggregates import closing_horizon, judge_groups, recompute_measures
 
     latest = utc_ns(counted["event_time"]).max() if len(counted) else None
     horizon = closing_horizon(closed_until, latest, watermark_delay)
@@ -234,10 +243,6 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
     """Every record of ``topics`` up to each partition's end as it was when the read began (below
     ``upper`` per partition when given), read with the stream's own ``kafka.*`` options (security,
     isolation level). ``timeout``: the longest wait without progress."""
-    from rewind.kafka.client_config import kafka_options, stream_consumer_config
-    from rewind.kafka.lookups import check_reachable
-    from rewind.kafka.reader import read_to_end
-    from rewind.kafka.types import TP
 
     check_reachable(bootstrap, topics, kafka_options(source_options or {}))  # one clear line, not 60 s of retries
     config = stream_consumer_config(source_options or {}, bootstrap, "rewind-verify")
@@ -257,8 +262,6 @@ def read_records(bootstrap: str, topics: list[str], timeout: float = 60.0,
 def explain_missing(spec, records: list[KafkaRecord], expected: pd.DataFrame,  # type: ignore[no-untyped-def]
                     missing_ids: set[str]) -> list[dict]:
     """Where the records of missing events were read, and whether they were behind the watermark."""
-    from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.driver.late_routing import explain
 
     coords = []
     exp = expected.reset_index(drop=True)
@@ -296,10 +299,6 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
     here when not given): the proof judges records below ``bounds`` (default: that batch's end
     offsets) and rows of that batch or earlier; windows count as closed up to its watermark.
     """
-    from rewind.api.contract import load_transform
-    from rewind.driver.runner import open_sink
-    from rewind.proof.scope import committed_position
-    from rewind.proof.values import rules_for
 
     committed = committed or committed_position(spec)
     if bounds is None:

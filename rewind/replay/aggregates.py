@@ -54,6 +54,8 @@ from typing import Any
 import pandas as pd
 
 from rewind.kafka.types import TP
+from rewind.proof.aggregates import group_text, plain_value
+from rewind.proof.values import ANY, equal_values
 from rewind.replay.problems import Problem
 
 EXAMPLES = 5
@@ -261,8 +263,6 @@ def changed_rows(fresh: pd.DataFrame, current: pd.DataFrame, agg: Any, values: S
     """The recomputed rows that are missing from ``current`` or differ from it (pure), and a few
     examples (before -> after). ``rules``: the table's column rules (``rewind.proof.values.rules_for``),
     the proofs' own: a total off by one is rewritten, as the proof would fail it."""
-    from rewind.proof.aggregates import group_text, plain_value
-    from rewind.proof.values import ANY, equal_values
 
     rules = rules or {}
 
@@ -289,7 +289,6 @@ def sink_rows(current: pd.DataFrame, agg: Any, *, last_batch: int | None) -> tup
     """Per group of ``current``: its rows, and of those the settled ones (pure): written by a replay
     (``batch_id`` NULL) or by a batch up to ``last_batch``, the stream's last committed one (None:
     only a replay's rows are settled). A later batch's row may hold records a recomputation did not read."""
-    from rewind.proof.aggregates import group_text
 
     if not len(current):
         return {}, {}
@@ -321,7 +320,6 @@ def decide(touched: Mapping[str, pd.Timestamp | None], present: Iterable[str], f
     ``present``: the touched groups the sink held when the replay chose what to recompute
     (``to_recompute``); ``fresh``: the recomputation's rows of those groups (empty: none recomputed);
     ``current``: the sink's table read after the recomputation (empty when none was)."""
-    from rewind.proof.aggregates import group_text
 
     have = set(present)
     changed, examples = changed_rows(fresh, current, agg, values, rules) if len(fresh) else (fresh, [])

@@ -27,9 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from rewind.api.contract import identity_of
+from rewind.api.late import BEHIND_WATERMARK
 from rewind.driver.batch_writer import arrow_to_pandas
+from rewind.driver.outputs import output_frame
+from rewind.driver.source import bounded_options, bounded_read
+from rewind.replay.recompute import from_identity_rows, touched_groups
 from rewind.replay.report import ReplayReport
 from rewind.replay.setup import Ranges, ReplaySetup, plan_chunks
+from rewind.sink.dialects import coordinates_in
 
 log = logging.getLogger("rewind.replay.run")
 
@@ -44,10 +50,6 @@ def replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, t
     """
     from tqdm import tqdm
 
-    from rewind.api.contract import identity_of
-    from rewind.driver.outputs import output_frame
-    from rewind.driver.source import bounded_options, bounded_read
-    from rewind.replay.recompute import from_identity_rows, touched_groups
 
     spec, plan = setup.spec, setup.plan
     aggregated = {a.table for a in transform.aggregates}
@@ -168,15 +170,12 @@ def keep_dead_letters_dead(target: Any, tables: dict[str, Any], chunk: Ranges, t
     write it as an event too, and the record would then be in two places. A replay repairs what is
     missing; it does not overturn the stream's verdicts unless asked to (``rewind.replay.late``).
     """
-    from rewind.api.contract import identity_of
-    from rewind.api.late import BEHIND_WATERMARK
 
     name, dead_table = identity_of(transform).table, transform.dead_letter_table
     events = tables.get(name)
     if events is None or not len(events) or dead_table not in target.specs \
             or not {"topic", "partition", "offset"} <= set(events.columns):
         return tables, 0, 0
-    from rewind.sink.dialects import coordinates_in
 
     dead = target.read_rows(dead_table, where=coordinates_in(chunk), columns=["topic", "partition", "offset",
                                                                                "reason"])

@@ -21,9 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from rewind.control.directory import DirectoryStore
+from rewind.control.lease import SKEW_S
 from rewind.control.leases import DriverBusy, LeaseKeeper, acquire, holder_gone, me, read_lease
 from rewind.control.store import ControlStore
 from rewind.replay.problems import Problem, ReplayRefused, refuse
+from rewind.runtime.processes import pid_alive
+from rewind.safe_names import UnsafeName
+from rewind.safe_names import check_replay_id as _check
+from rewind.settings import lease_ttl_s
 
 MODES = ("into-sink", "shadow")
 #: The longest spec table name a shadow prefix must leave room for (``rewind_batches``).
@@ -39,8 +44,6 @@ def new_replay_id(now: datetime | None = None) -> str:
 
 def check_replay_id(replay_id: str) -> str:
     """The id, or ReplayRefused saying what is allowed (it becomes a path, S3 keys and table names)."""
-    from rewind.safe_names import UnsafeName
-    from rewind.safe_names import check_replay_id as _check
 
     try:
         _check(replay_id)
@@ -118,7 +121,6 @@ class ReplayBusy(ReplayRefused):
 def acquire_lock(where: Where, stream: str, replay_id: str, range_doc: Any = None,
                  mode: str | None = None) -> ReplayLock:
     """Take the stream's replay lease now or raise ReplayBusy naming the running replay."""
-    from rewind.settings import lease_ttl_s
 
     store = _store(where, stream)
     info = {"replay_id": replay_id, "stream": stream, "mode": mode, "started_at": datetime.now(UTC).isoformat(),
@@ -152,8 +154,6 @@ def busy_message(stream: str, holder: dict[str, Any], path: Any) -> str:
 
 def current_holder(where: Where, stream: str) -> dict[str, Any] | None:
     """Who holds the stream's replay lease now (None: nobody)."""
-    from rewind.control.lease import SKEW_S
-    from rewind.runtime.processes import pid_alive
 
     lease = read_lease(_store(where, stream), REPLAY)[0]
     if lease is None or lease.released or time.time() >= lease.expires_at + SKEW_S \

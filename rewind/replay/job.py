@@ -13,18 +13,26 @@ import logging
 import time
 from typing import Any
 
+from rewind.api.contract import load_transform
+from rewind.driver.bounded import partitions_of
+from rewind.driver.runner import open_sink
+from rewind.proof.aggregate_proof import late_coordinates
+from rewind.proof.dq import run_proof
+from rewind.proof.report import format_proof
+from rewind.replay.aggregates import refusals
 from rewind.replay.chunks import replay_chunks
+from rewind.replay.late import late_in_range, late_refusals, retire_dead_letters
 from rewind.replay.problems import ReplayRefused
+from rewind.replay.recompute import recompute_touched
 from rewind.replay.report import ReplayReport
 from rewind.replay.setup import ReplaySetup
+from rewind.replay.shadow import compare_shadow, compare_tables
 
 log = logging.getLogger("rewind.replay.run")
 
 
 def _sinks(setup: ReplaySetup, spark: Any) -> tuple[Any, Any, Any]:
     """(target sink, main sink, the stream's transform); target is main in into-sink mode."""
-    from rewind.api.contract import load_transform
-    from rewind.driver.runner import open_sink
 
     transform = load_transform(setup.spec)
     main = open_sink(setup.spec, transform, spark)
@@ -36,10 +44,6 @@ def _sinks(setup: ReplaySetup, spark: Any) -> tuple[Any, Any, Any]:
 def check_before_writing(setup: ReplaySetup, bootstrap: str) -> None:
     """Refuse (``ReplayRefused``, nothing written) a replay that could not keep the stream's aggregates
     whole, or bring late records back into a sink that cannot delete."""
-    from rewind.api.contract import load_transform
-    from rewind.driver.bounded import partitions_of
-    from rewind.replay.aggregates import refusals
-    from rewind.replay.late import late_refusals
 
     transform = load_transform(setup.spec)
     earliest, _ = partitions_of(setup.spec, bootstrap)
@@ -53,10 +57,6 @@ def execute(setup: ReplaySetup, bootstrap: str, spark: Any, report: ReplayReport
             chunk_offsets: int) -> None:
     """Replay every chunk, recompute the touched aggregate groups, bring late records back (if asked),
     compare (shadow mode); fills ``report``."""
-    from rewind.driver.bounded import partitions_of
-    from rewind.proof.aggregate_proof import late_coordinates
-    from rewind.replay.late import late_in_range, retire_dead_letters
-    from rewind.replay.recompute import recompute_touched
 
     target, main, transform = _sinks(setup, spark)
     try:
@@ -81,7 +81,6 @@ def execute(setup: ReplaySetup, bootstrap: str, spark: Any, report: ReplayReport
         if late and setup.mode == "into-sink":
             report.counts["late_dead_letters_retired"] = retire_dead_letters(main, transform, late, setup.replay_id)
         if setup.mode == "shadow":
-            from rewind.replay.shadow import compare_shadow, compare_tables
 
             t0 = time.perf_counter()
             demo_shaped = {"events", "dead_letter", "window_results"} <= set(target.specs) and \
@@ -96,8 +95,6 @@ def execute(setup: ReplaySetup, bootstrap: str, spark: Any, report: ReplayReport
 
 
 def prove_range(setup: ReplaySetup, bootstrap: str, report: ReplayReport, s3: Any) -> None:
-    from rewind.proof.dq import run_proof
-    from rewind.proof.report import format_proof
 
     t = time.perf_counter()
     result = run_proof(setup.target_spec, bootstrap, bounds=setup.bounds, run_dir=setup.run_dir / "proof", s3=s3,

@@ -25,15 +25,18 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.api.late import BEHIND_WATERMARK
 from rewind.kafka.types import TP
 from rewind.replay.problems import Problem
+from rewind.sink.deletes import delete_keys
+from rewind.sink.delta_target import is_delta_url
+from rewind.sink.dialects import coordinates_in
 
 Coord = tuple[str, int, int]
 
 
 def late_refusals(setup: Any) -> list[Problem]:
     """Refuse ``--reprocess-late`` where the dead letters could not be retired (pure)."""
-    from rewind.sink.delta_target import is_delta_url
 
     if getattr(setup, "reprocess_late", False) and is_delta_url(setup.spec.sink.url):
         return [Problem("late_unsupported", "--reprocess-late deletes the records' dead letters once they are rows, "
@@ -43,8 +46,6 @@ def late_refusals(setup: Any) -> list[Problem]:
 
 def late_in_range(sink: Any, transform: Any, ranges: Mapping[TP, tuple[int, int]]) -> set[Coord]:
     """Coordinates of the range's records the stream routed as behind the watermark."""
-    from rewind.api.late import BEHIND_WATERMARK
-    from rewind.sink.dialects import coordinates_in
 
     dead = sink.read_rows(transform.dead_letter_table, where=coordinates_in(dict(ranges)),
                           columns=["topic", "partition", "offset", "reason"])
@@ -54,7 +55,6 @@ def late_in_range(sink: Any, transform: Any, ranges: Mapping[TP, tuple[int, int]
 
 def retire_dead_letters(sink: Any, transform: Any, late: set[Coord], replay_id: str) -> int:
     """Delete the dead letters of the late records this replay made rows; returns how many."""
-    from rewind.sink.deletes import delete_keys
 
     keys = pd.DataFrame(sorted(late), columns=["topic", "partition", "offset"])
     return delete_keys(sink, transform.dead_letter_table, keys, label=f"replay {replay_id}: late records back")

@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from rewind.kafka.types import TP, OffsetRange
+from rewind.kafka.client_config import stream_consumer_config
+from rewind.kafka.lookups import KafkaOffsetClient
+from rewind.kafka.reader import iter_range
+from rewind.kafka.types import TP, OffsetRange, UnknownTopicError
 from rewind.replay.plan import (
     DEFAULT_COUNT_CAP,
     PartitionPlan,
@@ -28,7 +31,6 @@ from rewind.replay.request import Bound, ReplayRequest, select_partitions, valid
 def consumer_config(spec: Any, bootstrap: str) -> dict[str, Any]:
     """Consumer settings for look-ups and counts: the stream's own ``kafka.*`` source options
     (isolation level, security) so the plan counts what the stream itself would read."""
-    from rewind.kafka.client_config import stream_consumer_config
 
     return stream_consumer_config(spec.source.options, bootstrap, f"rewind-replay-plan-{spec.name}")
 
@@ -39,7 +41,6 @@ def count_records(config: Mapping[str, Any], plan: PartitionPlan,
 
     Reading is the only exact way: transaction markers take offsets and are never delivered.
     """
-    from rewind.kafka.reader import iter_range
 
     n, first, last = 0, None, None
     for batch in iter_range(config, OffsetRange(plan.topic, plan.partition, plan.start, plan.end), 10_000, timeout_s):
@@ -59,8 +60,6 @@ def plan_replay(request: ReplayRequest, registry: Any, bootstrap: str, *, client
     topics; no Kafka needed), then partitions on Kafka, then the per-partition ranges. Records
     are counted only when the plan is not refused and the total range is within ``count_cap``.
     """
-    from rewind.kafka.lookups import KafkaOffsetClient
-    from rewind.kafka.types import UnknownTopicError
 
     spec = validate_request(request, registry)
     now = now or datetime.now(UTC)

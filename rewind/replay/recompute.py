@@ -12,8 +12,15 @@ from typing import Any
 
 import pandas as pd
 
+from rewind.api.contract import identity_of
+from rewind.checkpoints.watermark import committed_end_offsets, stream_watermark
+from rewind.driver.bounded import build_batch, whole_span
 from rewind.kafka.types import TP
+from rewind.proof.aggregates import group_text, plain_value, utc, value_columns
+from rewind.proof.values import rules_for
+from rewind.proof.verify import read_records
 from rewind.replay.aggregates import EXAMPLES, AggregateOutcome, classes_text, decide, to_recompute
+from rewind.sink.deletes import delete_keys, supports_delete
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +30,6 @@ Touched = dict[str, dict[str, pd.Timestamp | None]]  # aggregate table -> group 
 def from_identity_rows(transform: Any, tables: Mapping[str, Any]) -> list[Any]:
     """The aggregates whose touched groups the identity rows name (declared measures over columns the
     identity table carries): the replay then needs none of the transform's aggregate rows."""
-    from rewind.api.contract import identity_of
 
     spec = tables.get(identity_of(transform).table)
     have = set(spec.column_names) if spec is not None else set()
@@ -34,8 +40,6 @@ def touched_groups(transform: Any, spec: Any, tables: Mapping[str, pd.DataFrame]
                    touched: Touched) -> None:
     """Add the groups one chunk's output touches: from its identity rows (``by_identity``) or from its
     (partial) aggregate rows."""
-    from rewind.api.contract import identity_of
-    from rewind.proof.aggregates import group_text, utc
 
     rows = tables.get(identity_of(transform).table)
     for agg in transform.aggregates:
@@ -60,7 +64,6 @@ def horizon_of(spec: Any, sink: Any, transform: Any, agg: Any, checkpoint: tuple
                ) -> tuple[pd.Timestamp | None, str]:
     """Up to where the live stream has closed groups, and how that was learned; ``checkpoint``: the
     stream's (watermark, last committed batch, note), ``stream_watermark(spec, None)``."""
-    from rewind.api.contract import identity_of
 
     watermark, batch, note = checkpoint
     if watermark is not None:
@@ -77,7 +80,6 @@ def horizon_of(spec: Any, sink: Any, transform: Any, agg: Any, checkpoint: tuple
 def retained_from(spec: Any, bootstrap: str, earliest: Mapping[TP, int]) -> pd.Timestamp | None:
     """The latest Kafka timestamp among the first retained records of partitions retention has cut
     (None: nothing deleted). A window starting before it may have lost records."""
-    from rewind.proof.verify import read_records
 
     cut = {(tp.topic, tp.partition): first for tp, first in earliest.items() if first > 0}
     if not cut:
@@ -95,11 +97,6 @@ def recompute_touched(setup: Any, bootstrap: str, spark: Any, target: Any, main:
     """Recompute every touched group the stream has closed (or already wrote) from all its records and
     write what differs into ``target``; ``exclude``: records behind the watermark still dead letters.
     Every touched group ends in one class (``rewind.replay.aggregates.group_fate``)."""
-    from rewind.checkpoints.watermark import committed_end_offsets, stream_watermark
-    from rewind.driver.bounded import build_batch, whole_span
-    from rewind.proof.aggregates import group_text, value_columns
-    from rewind.proof.values import rules_for
-    from rewind.sink.deletes import supports_delete
 
     spec = setup.spec
     cut_from = retained_from(spec, bootstrap, earliest)
@@ -153,8 +150,6 @@ def remove_unsupported(setup: Any, target: Any, agg: Any, unmade: pd.DataFrame, 
     """Rows no record makes (``unmade``): written to the run dir first (``removed-<table>.jsonl``), then
     those of ``removed`` groups deleted from ``target``; a sink that cannot delete keeps the others
     (their groups left alone, ``sink_cannot_delete``; the proof names them)."""
-    from rewind.proof.aggregates import group_text, plain_value
-    from rewind.sink.deletes import delete_keys
 
     path = setup.run_dir / f"removed-{agg.table}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from rewind.errors import Failed, ProofViolation
+from rewind.replay.aggregates import classes_text
+from rewind.storage import S3Config, S3Storage
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,6 @@ def store_report(report: ReplayReport, run_dir: Path, s3: Any = None) -> ReplayR
 def _store(s3: Any) -> Any:
     if s3 is None:
         return None
-    from rewind.storage import S3Config, S3Storage
 
     return S3Storage(s3) if isinstance(s3, S3Config) else s3
 
@@ -112,7 +113,6 @@ def _ranges(plan: dict[str, Any]) -> str:
 
 def _aggregate_text(w: dict[str, Any]) -> str:
     """One aggregate table's outcome: its touched groups as a sum of their classes, then the horizon."""
-    from rewind.replay.aggregates import classes_text
 
     tail = f"(closed up to {w.get('horizon')}: {w.get('horizon_source')})"
     if "rewritten" in w:

@@ -160,7 +160,7 @@ def validate_request(request: ReplayRequest, registry: Any) -> Any:
 
 def _stream_problems(registry: Any, stream: str, topics: Sequence[str] | None,
                      bounds: Sequence[Bound]) -> tuple[Any, list[Problem]]:
-    from rewind.registry import RegistryError
+    from rewind.registry import RegistryError  # lazy: start-up of the CLI
 
     try:
         spec = registry.get(stream)

@@ -40,7 +40,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rewind.api.contract import load_transform
 from rewind.control.location import control_store
+from rewind.driver.spark_session import build_session
 from rewind.replay.guard import acquire_lock, current_holder
 from rewind.replay.job import check_before_writing, execute, prove_range
 from rewind.replay.plan import ReplayPlan, format_plan
@@ -57,7 +59,6 @@ def describe_replay(setup: ReplaySetup, s3_where: str | None = None,
                     chunk_offsets: int = DEFAULT_CHUNK_OFFSETS) -> str:
     """The dry run: the plan, and what a run would write where (nothing is changed)."""
     spec = setup.spec
-    from rewind.api.contract import load_transform
 
     transform = load_transform(spec)
     specs = list(transform.tables)
@@ -130,7 +131,6 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
 
             spark = SparkSession.getActiveSession()  # a caller's session (e.g. an Airflow worker's) is kept
             if spark is None:
-                from rewind.driver.spark_session import build_session
 
                 spark = build_session(f"rewind-replay-{spec.name}",
                                       conf={"spark.ui.showConsoleProgress": "false", **spec.spark_conf}, sources=False)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.kafka.types import TP
+from rewind.paths import paths_of
 from rewind.replay.guard import check_mode, check_replay_id, new_replay_id, shadow_prefix
 from rewind.replay.plan import ReplayPlan
 from rewind.replay.problems import ReplayRefused, refuse
@@ -75,7 +76,6 @@ class ReplaySetup:
 
 def default_run_dir(spec: Any, replay_id: str) -> Path:
     """``<home>/replays/STREAM/ID`` (``rewind.paths``): where the DAG's replays go too."""
-    from rewind.paths import paths_of
 
     return paths_of(spec).replay_run(replay_id)
 

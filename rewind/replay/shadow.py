@@ -19,6 +19,8 @@ import pandas as pd
 import sqlalchemy as sa
 
 from rewind.kafka.types import TP
+from rewind.proof.aggregates import group_text, value_columns
+from rewind.proof.values import ANY, equal_values, rules_for
 from rewind.sink.dialects import coordinates_in
 
 EXAMPLES = 5
@@ -81,8 +83,6 @@ def compare_dead_letters(main: Any, shadow: Any, where: Any) -> dict[str, Any]:
 def compare_aggregate(main: Any, shadow: Any, agg: Any) -> dict[str, Any]:
     """The shadow's rows of one aggregate table against main's rows of the same groups (values by
     ``rewind.proof.values``' rule for each column's type)."""
-    from rewind.proof.aggregates import group_text, value_columns
-    from rewind.proof.values import ANY, equal_values, rules_for
 
     rules = rules_for(shadow.specs[agg.table])
     sh = shadow.read_table(agg.table)

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import rewind
 from rewind.errors import Refused
 from rewind.runtime.yarn_rm import stream_tag
 
@@ -64,7 +65,6 @@ class ClusterSubmit:
 def code_roots(transform: str) -> list[Path]:
     """The folders or files to ship: the ``rewind`` package, and the top-level package (or module) of the
     stream's transform when it is not Rewind's own."""
-    import rewind
 
     roots = [Path(rewind.__file__).resolve().parent]
     top = transform.split(":", 1)[0].split(".", 1)[0]

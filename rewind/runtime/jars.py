@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rewind.errors import Refused
 from rewind.runtime.processes import ServiceError
+from rewind.settings import jars_dir as configured
 
 #: The jars of Spark's Kafka connector, by artifact name prefix: all must be present.
 CONNECTOR_ARTIFACTS = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients-",
@@ -28,7 +29,6 @@ class JarsMissing(Refused, ServiceError):
 
 
 def jars_dir() -> Path:
-    from rewind.settings import jars_dir as configured
 
     return configured()
 

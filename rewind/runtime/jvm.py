@@ -17,7 +17,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from rewind.runtime.jars import JarsMissing, java_binary
+from rewind.runtime.jars import JarsMissing, connector_jars, java_binary
+from rewind.settings import jvm_cache_dir
 
 __all__ = ["SOURCES", "rewind_jar", "submit_jars"]
 
@@ -61,14 +62,12 @@ def _fingerprint(sources: list[Path]) -> str:
 def submit_jars() -> list[str]:
     """What a spark-submit of a stream passes with ``--jars``: Spark's Kafka connector (when fetched) and
     Rewind's own classes. Under spark-submit the JVM starts before the session's ``spark.jars`` is read."""
-    from rewind.runtime.jars import connector_jars
 
     return [*connector_jars(required=False), rewind_jar()]
 
 
 def rewind_jar(cache: Path | None = None) -> str:
     """The path of the jar holding Rewind's JVM classes, compiling it if this version has none yet."""
-    from rewind.settings import jvm_cache_dir
 
     sources = sorted(SOURCES.rglob("*.java"))
     cache = cache or jvm_cache_dir()

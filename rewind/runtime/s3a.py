@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rewind.runtime.jars import s3a_jars
+from rewind.storage import resolve_s3_config
 from rewind.storage.s3_config import S3_SCHEMES
 
 S3A = "s3a://"
@@ -45,8 +47,6 @@ def s3a_conf(location: str, env: Mapping[str, str] | None = None) -> dict[str, s
             raise ValueError(f"checkpoint {location}: Spark writes checkpoints through Hadoop's S3A, write it as "
                              f"s3a://{str(location).split('://', 1)[1]}")
         return {}
-    from rewind.runtime.jars import s3a_jars
-    from rewind.storage import resolve_s3_config
 
     cfg = resolve_s3_config(env=env, require_bucket=False)
     classpath = ":".join(s3a_jars())
@@ -68,7 +68,6 @@ def apply_credentials(spark: Any, location: str, env: Mapping[str, str] | None =
     with every state store task, by the executors); nothing when ``location`` is not ``s3a://``."""
     if not is_s3a(location):
         return
-    from rewind.storage import resolve_s3_config
 
     cfg = resolve_s3_config(env=env, require_bucket=False)
     if cfg.access_key and cfg.secret_key:

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from rewind.sink.errors import SinkRefused
+from rewind.sink.sql_delete import sql_delete
 
 __all__ = ["delete_keys", "supports_delete"]
 
@@ -32,7 +33,6 @@ def _is_sql(sink: Any) -> bool:
 def delete_keys(sink: Any, name: str, keys: pd.DataFrame, *, label: str = "delete") -> int:
     """Delete the rows of spec table ``name`` whose key is one of ``keys``' rows (its key columns);
     returns how many keys were asked for. All or nothing."""
-    from rewind.sink.sql_delete import sql_delete
 
     spec = sink.specs[name]
     keys = keys[list(spec.key)].drop_duplicates().reset_index(drop=True)

@@ -45,8 +45,9 @@ from rewind.sink.delta_tables import (
     merge_clauses,
 )
 from rewind.sink.delta_target import DeltaSinkTarget
-from rewind.sink.errors import SinkRefused, SinkWriteError
+from rewind.sink.errors import SinkFenced, SinkRefused, SinkWriteError
 from rewind.sink.kafka_ledger import LedgerEntry, ledger_frame
+from rewind.sink.sql import ExactlyOnceSqlSink
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,6 @@ class DeltaSink(Sink):
                              f"{COMMIT_RETRIES} times against concurrent writers")
 
     def _check_epoch(self, table: Any, what: str) -> None:
-        from rewind.sink.errors import SinkFenced
 
         newest = table.transaction_version(self.epoch_app_id)
         if self.epoch is not None and newest is not None and newest > self.epoch:
@@ -263,7 +263,6 @@ class DeltaSink(Sink):
         """The SQLite copy with table ``name`` at the Delta table's current version."""
         from deltalake import DeltaTable
 
-        from rewind.sink.sql import ExactlyOnceSqlSink
 
         self.table_name(name)
         if self._mirror is None:

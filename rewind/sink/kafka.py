@@ -41,6 +41,9 @@ from rewind.api.tables import LEDGER_TABLE, TableSpec
 from rewind.faults import fault_point
 from rewind.kafka.client_config import base_consumer_config, librdkafka_config
 from rewind.kafka.client_logs import librdkafka_logger
+from rewind.kafka.group_offsets import consumer_group, end_offsets, topic_partitions
+from rewind.kafka.topics import ensure_topic
+from rewind.settings import resolve_bootstrap
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id, check_sink_tables
 from rewind.sink.convert import PreparedTable, prepare_rows, prepare_table
 from rewind.sink.errors import SinkRefused
@@ -83,7 +86,6 @@ class TransactionalKafkaSink(Sink):
     @property
     def bootstrap(self) -> str:
         if self._bootstrap is None:
-            from rewind.settings import resolve_bootstrap
 
             self._bootstrap = resolve_bootstrap(None)
         return self._bootstrap
@@ -110,7 +112,6 @@ class TransactionalKafkaSink(Sink):
 
     # ------------------------------------------------------------------ the contract
     def create_tables(self) -> None:
-        from rewind.kafka.topics import ensure_topic
 
         ledger = self.table_name(LEDGER_TABLE)
         for topic, partitions in self._topics().items():
@@ -162,7 +163,6 @@ class TransactionalKafkaSink(Sink):
     def _group_offsets(self, source_offsets: str | None) -> tuple[list[Any], Any]:
         """The batch's end offsets for the stream's consumer group, and that group's metadata, to commit
         in the batch's transaction (``rewind.kafka.group_offsets``): Kafka's tools then see its lag."""
-        from rewind.kafka.group_offsets import consumer_group, end_offsets, topic_partitions
 
         offsets = end_offsets(source_offsets)
         if not offsets:

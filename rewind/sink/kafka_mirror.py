@@ -28,8 +28,9 @@ from rewind.api.tables import TableSpec
 from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.kafka.reader import read_to_end
 from rewind.kafka.types import TP, UnknownTopicError
-from rewind.sink.kafka_codec import decode_value
+from rewind.sink.kafka_codec import decode_key, decode_value, encode_key
 from rewind.sink.sql import ExactlyOnceSqlSink
+from rewind.sink.sql_delete import sql_delete
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,6 @@ __all__ = ["TopicMirror", "settled_ends"]
 
 
 def _key_of(spec: TableSpec, row: Mapping[str, Any]) -> bytes:
-    from rewind.sink.kafka_codec import encode_key
 
     return encode_key(spec, row)
 
@@ -133,8 +133,6 @@ class TopicMirror:
         return frame
 
     def _delete(self, name: str, key: bytes) -> None:
-        from rewind.sink.kafka_codec import decode_key
-        from rewind.sink.sql_delete import sql_delete
 
         self.keys[name].discard(key)
         self.repeats[name] = [r for r in self.repeats[name] if key != _key_of(self.specs[name], r)]

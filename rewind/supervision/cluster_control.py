@@ -17,6 +17,8 @@ from rewind.control.status import StreamStatus
 from rewind.registry import StreamSpec
 from rewind.runtime.yarn_rm import FINAL_STATES, ResourceManagerClient, YarnApp, stream_tag
 from rewind.supervision.cluster_app import stop_step
+from rewind.supervision.cluster_observe import newest_app
+from rewind.supervision.control_errors import StreamControlError, StreamFailed
 
 
 def launched_app(client: ResourceManagerClient, stream: str, submitted_at: float) -> YarnApp | None:
@@ -31,7 +33,6 @@ def wait_running_on_yarn(spec: StreamSpec, client: ResourceManagerClient, submit
     """Wait until the driver of the application submitted at ``submitted_at`` reports running; its status and
     application. ``StreamFailed`` when YARN ends the application first (its diagnostics and logs named), or
     when its query fails."""
-    from rewind.supervision.control_errors import StreamControlError, StreamFailed
 
     deadline = time.monotonic() + timeout
     app: YarnApp | None = None
@@ -64,7 +65,6 @@ def where(app: YarnApp | None) -> str:
 def kill_on_yarn(status: StreamStatus | None, stream: str, timeout: float = 60.0) -> YarnApp | None:
     """Kill the stream's newest active application through the ResourceManager and wait until YARN ends it;
     the application (None when YARN runs none of the stream's)."""
-    from rewind.supervision.cluster_observe import newest_app
 
     app, client = newest_app(status, stream)
     if app is None or client is None or not app.active:
@@ -82,7 +82,6 @@ def kill_on_yarn(status: StreamStatus | None, stream: str, timeout: float = 60.0
 def finish_on_yarn(status: StreamStatus | None, stream: str, driver_stopped: bool, grace_s: float = 30.0) -> str:
     """After a graceful stop: wait for the stream's application to end on its own, and kill it through YARN if it
     lingers past ``grace_s``. Returns what happened (``rewind.supervision.cluster_app.stop_step``)."""
-    from rewind.supervision.cluster_observe import newest_app
 
     started = time.monotonic()
     while True:

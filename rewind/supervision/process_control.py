@@ -17,10 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rewind.control.driver_lease import driver_alive, read_standby, request_stop
+from rewind.control.lease import Holder
+from rewind.control.leases import me, read_lease
+from rewind.control.location import control_store
 from rewind.control.status import StreamStatus
 from rewind.control.status_store import read_stream_status
+from rewind.kafka.lookups import true_end_offsets
+from rewind.paths import paths_of
 from rewind.registry import StreamSpec
-from rewind.runtime.processes import log_tail, pid_alive
+from rewind.runtime.processes import log_tail, pid_alive, terminate_group
+from rewind.settings import SOURCE_ROOT
+from rewind.supervision.cluster_control import finish_on_yarn, kill_on_yarn
+from rewind.supervision.cluster_observe import newest_app
 from rewind.supervision.control_errors import DriverRunning, StreamControlError, StreamFailed
 
 ACTIVE_STATES = ("starting", "running", "stopping")
@@ -52,7 +61,6 @@ def liveness(status: StreamStatus | None, now: float, alive: Callable[[int], boo
 
 def stream_running(spec: StreamSpec) -> tuple[bool, StreamStatus | None]:
     """(running, status): the status says starting, running or stopping, and a driver holds the lease."""
-    from rewind.control.driver_lease import driver_alive
 
     status = read_stream_status(spec)
     return bool(status and status.state in ACTIVE_STATES and driver_alive(spec)[0]), status
@@ -61,7 +69,6 @@ def stream_running(spec: StreamSpec) -> tuple[bool, StreamStatus | None]:
 def stream_liveness(spec: StreamSpec) -> Liveness:
     """Running: the status says so, its heartbeat is fresh, and the driver lease is held
     (``rewind.control.driver_lease.driver_alive``: no pid needed, a pid checked where it can be)."""
-    from rewind.control.driver_lease import driver_alive
 
     alive, why = driver_alive(spec)
     live = liveness(read_stream_status(spec), time.time(), lambda _pid: alive)
@@ -78,9 +85,6 @@ def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
     after ``timeout``. A standby (``rewind stream run --standby``) is stopped first: else it would
     take over the moment the driver ends, and a stop would be a restart.
     """
-    from rewind.control.driver_lease import read_standby, request_stop
-    from rewind.control.lease import Holder
-    from rewind.control.leases import me
 
     standby = read_standby(spec)
     if standby:
@@ -98,7 +102,6 @@ def stop_stream(spec: StreamSpec, timeout: float = 120.0) -> bool:
     stopped = _stop_driver(spec, timeout, force=False)
     status = read_stream_status(spec)
     if stopped and status is not None and status.cluster:  # its YARN application must end too, killed if it lingers
-        from rewind.supervision.cluster_control import finish_on_yarn
 
         finish_on_yarn(status, spec.name, driver_stopped=True)
     return stopped
@@ -115,8 +118,6 @@ def _wait(done: Callable[[], bool], timeout: float) -> bool:
 
 def _stop_driver(spec: StreamSpec, timeout: float, force: bool) -> bool:
     """Request the stop, SIGTERM the holder too where its pid can be checked, wait for the lease."""
-    from rewind.control.driver_lease import driver_alive, request_stop
-    from rewind.control.leases import me
 
     lease = request_stop(spec, "a stop of the stream" if not force else "a hung driver is stopped", force=force)
     if lease is None:
@@ -138,13 +139,9 @@ def stop_driver(spec: StreamSpec, timeout: float = 60.0) -> bool:
     forced stop request (the driver fences its own checkpoint writes and gives up its lease at once,
     even if its query does not stop), and on its own host SIGTERM, then SIGKILL of its process group
     after ``timeout``; a driver YARN runs is killed through the ResourceManager. False when none runs."""
-    from rewind.control.leases import me, read_lease
-    from rewind.control.location import control_store
-    from rewind.runtime.processes import terminate_group
 
     status = read_stream_status(spec)
     if status is not None and status.cluster:  # YARN runs it: the ResourceManager kills it, from any host
-        from rewind.supervision.cluster_control import kill_on_yarn
 
         if kill_on_yarn(status, spec.name) is not None:
             return True
@@ -160,7 +157,6 @@ def stop_driver(spec: StreamSpec, timeout: float = 60.0) -> bool:
 
 def ensure_no_driver(spec: StreamSpec) -> None:
     """Refuse a launch while a driver of the stream holds its lease, on any host (whatever its heartbeat says)."""
-    from rewind.control.driver_lease import driver_alive
 
     alive, why = driver_alive(spec)
     if alive and not ended_on_yarn(spec):
@@ -175,7 +171,6 @@ def ended_on_yarn(spec: StreamSpec) -> bool:
     status = read_stream_status(spec)
     if status is None or not status.cluster:
         return False
-    from rewind.supervision.cluster_observe import newest_app
 
     app, _ = newest_app(status, spec.name)
     return app is not None and not app.active
@@ -195,7 +190,6 @@ def launch_stream(spec: StreamSpec, registry_path: str | Path | None, bootstrap:
 def spawn_detached(argv: list[str], log_path: Path, env: dict[str, str], cwd: Path | None = None) -> int:
     """Start `argv` in its own session with output appended to `log_path` and the repo importable;
     the process outlives its caller (a stream is not the child of whoever launched it)."""
-    from rewind.settings import SOURCE_ROOT
 
     env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(SOURCE_ROOT or ""), env.get("PYTHONPATH", "")) if p)}
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,14 +225,12 @@ def wait_running(spec: StreamSpec, pid: int, timeout: float = 120.0, log_path: P
 
 def default_log_path(spec: StreamSpec) -> Path:
     """The stream driver's log (``<home>/logs/stream-NAME.log``, as ``rewind up`` shows it)."""
-    from rewind.paths import paths_of
 
     return paths_of(spec).log
 
 
 def wait_caught_up(spec: StreamSpec, bootstrap: str, timeout: float) -> dict[str, int]:
     """Wait until the stream's committed end offsets reach the end of its topics; returns them."""
-    from rewind.kafka.lookups import true_end_offsets
 
     end = {f"{tp.topic}/{tp.partition}": o for tp, o in true_end_offsets(bootstrap, spec.topics).items()}
     deadline = time.monotonic() + timeout

@@ -16,11 +16,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rewind.checkpoints.inspection import inspect_checkpoint
+from rewind.checkpoints.pointer import active_checkpoint
+from rewind.checkpoints.repair import RepairRefused, repair_checkpoint
+from rewind.checkpoints.savepoint_errors import SavepointCorrupt
+from rewind.checkpoints.savepoints import list_savepoints, restore_savepoint
+from rewind.control.driver_lease import driver_alive
 from rewind.control.status_store import read_stream_status
 from rewind.registry import StreamSpec
+from rewind.storage.location import open_storage
 from rewind.supervision.failures import CrashLoop, record_alert, record_failure
-from rewind.supervision.health import Verdict
-from rewind.supervision.observe import Observation, running_reason
+from rewind.supervision.health import Verdict, unrecorded_death
+from rewind.supervision.observe import Observation, observe, running_reason
 from rewind.supervision.process_control import StreamFailed, stop_driver
 from rewind.supervision.restart_policy import Decision
 
@@ -29,10 +36,6 @@ log = logging.getLogger(__name__)
 
 def recover_checkpoint(spec: StreamSpec, s3_store: Any = None) -> dict[str, Any]:
     """Make the active checkpoint resumable: nothing / repair in place / restore the newest savepoint."""
-    from rewind.checkpoints.inspection import inspect_checkpoint
-    from rewind.checkpoints.pointer import active_checkpoint
-    from rewind.checkpoints.repair import RepairRefused, repair_checkpoint
-    from rewind.storage.location import open_storage
 
     location = active_checkpoint(spec)
     cp = open_storage(location)  # local, or in S3 (a stream on a cluster): inspected and repaired where it is
@@ -55,8 +58,6 @@ def recover_checkpoint(spec: StreamSpec, s3_store: Any = None) -> dict[str, Any]
 
 
 def restore_newest_savepoint(spec: StreamSpec, store: Any, reason: str) -> dict[str, Any]:
-    from rewind.checkpoints.savepoint_errors import SavepointCorrupt
-    from rewind.checkpoints.savepoints import list_savepoints, restore_savepoint
 
     tried: list[str] = []
     running = running_reason(spec)
@@ -74,7 +75,6 @@ def restore_newest_savepoint(spec: StreamSpec, store: Any, reason: str) -> dict[
 
 def wait_for_progress(spec: StreamSpec, pid: int, after_batch: int | None, timeout: float) -> dict[str, Any]:
     """Wait until the stream `pid` commits a batch newer than `after_batch` (or is caught up, lag 0)."""
-    from rewind.control.driver_lease import driver_alive
 
     deadline = time.monotonic() + timeout
     st = None
@@ -144,8 +144,6 @@ def recover_unseen_death(spec: StreamSpec, store_of: Callable[[], Any] = lambda:
     recorded as a failure, the restart strategy asked (``CrashLoop`` when it gives up), its delay
     waited, and the checkpoint brought back, as after a death the watch saw. None when there is none.
     ``store_of`` opens the savepoint storage, only when a restore may be needed."""
-    from rewind.supervision.health import unrecorded_death
-    from rewind.supervision.observe import observe
 
     obs = observe(spec)
     health = unrecorded_death(obs)

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from rewind.errors import Refused
+from rewind.registry import load_registry
 
 
 class EntryRefused(Refused, ValueError):
@@ -96,7 +97,6 @@ def with_entry(text: str, name: str, entry: str) -> str:
 
 def _load(text: str, where: str, directory: Path) -> Any:
     """Validate ``text`` as a registry (the same strict loader, ``${VAR}`` expanded from the environment)."""
-    from rewind.registry import load_registry
 
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=directory, prefix=".rewind-upgrade-",

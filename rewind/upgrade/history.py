@@ -26,6 +26,9 @@ import time
 import uuid
 from typing import Any
 
+from rewind.control.location import control_store
+from rewind.control.store import update
+
 #: History records kept (older ones are dropped; the savepoints they name stay until retention).
 KEEP = 100
 #: Registry entries kept by hash.
@@ -33,7 +36,6 @@ KEEP_ENTRIES = 50
 
 
 def _store(spec: Any) -> Any:
-    from rewind.control.location import control_store
 
     return control_store(spec)
 
@@ -76,7 +78,6 @@ def save_record(spec: Any, record: dict[str, Any]) -> None:
     """Add ``record`` or replace the one with its ``id`` (a record is saved as each step ends, so an
     upgrade that dies half-way still says how far it got). A read-modify-write that loses no record to
     a writer on another host (``rewind.control.store.update``)."""
-    from rewind.control.store import update
 
     def change(doc: dict[str, Any]) -> dict[str, Any]:
         old = doc.get("records")
@@ -91,7 +92,6 @@ def save_record(spec: Any, record: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------------- registry entries by hash
 def keep_entry(spec: Any, config_hash: str, text: str, transform: str) -> None:
-    from rewind.control.store import update
 
     def change(doc: dict[str, Any]) -> dict[str, Any]:
         doc[config_hash] = {"text": text, "transform": transform, "saved_at": time.time()}

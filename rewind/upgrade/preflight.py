@@ -23,6 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rewind.api.contract import load_transform
+from rewind.checkpoints.savepoints import create_savepoint, list_savepoints, restore_savepoint
+from rewind.driver.runner import build_query
+from rewind.driver.spark_session import build_session
+from rewind.kafka.client_config import kafka_options, librdkafka_config
+from rewind.kafka.lookups import true_end_offsets
+from rewind.registry import SinkSpec, SourceSpec
+from rewind.supervision.observe import running_reason
 from rewind.upgrade.rules import Incompatible, UpgradeRefused, contract_changes, incompatible, spark_verdict
 
 log = logging.getLogger(__name__)
@@ -48,7 +56,6 @@ class PreflightReport:
 
 def check_tables(old: Any, new: Any) -> list[str]:
     """Refuse incompatible output tables (``rules.table_changes``); the compatible changes, described."""
-    from rewind.api.contract import load_transform
 
     changes = contract_changes(load_transform(old), load_transform(new))
     bad = incompatible(changes)
@@ -60,7 +67,6 @@ def check_tables(old: Any, new: Any) -> list[str]:
 
 def newest_savepoint(spec: Any, store: Any) -> Any:
     """The newest complete savepoint; an online one (safe while the stream runs) when there is none."""
-    from rewind.checkpoints.savepoints import create_savepoint, list_savepoints
 
     listing = list_savepoints(store, spec.name).complete
     return listing[0] if listing else create_savepoint(spec, store)
@@ -68,8 +74,6 @@ def newest_savepoint(spec: Any, store: Any) -> Any:
 
 def wait_for_records_after(spec: Any, bootstrap: str, offsets: dict[str, dict[str, int]], timeout_s: float) -> None:
     """Until Kafka holds a record past the savepoint's offsets in some partition (else refused)."""
-    from rewind.kafka.client_config import kafka_options, librdkafka_config
-    from rewind.kafka.lookups import true_end_offsets
 
     config = librdkafka_config(kafka_options(spec.source.options))
     deadline = time.monotonic() + timeout_s
@@ -97,7 +101,6 @@ def scratch_places(spec: Any, checkpoint: Path, status_dir: Path) -> dict[str, s
 def scratch_spec(new: Any, scratch: Path) -> Any:
     """The new entry pointed at the scratch directory: its own checkpoint and status, a throwaway SQLite
     sink with the same tables, and a capped batch."""
-    from rewind.registry import SinkSpec, SourceSpec
 
     options = {k: v for k, v in new.source.options.items() if k.lower() != "maxoffsetspertrigger"}
     cap = min(int(new.source.options.get("maxOffsetsPerTrigger", PREFLIGHT_MAX_OFFSETS)), PREFLIGHT_MAX_OFFSETS)
@@ -111,7 +114,6 @@ def run_one_batch(spark: Any, spec: Any, bootstrap: str, checkpoint: str, after_
                   timeout_s: float) -> tuple[int, int]:
     """Run ``spec``'s query on ``checkpoint`` until a batch after ``after_batch`` commits; (batch, rows).
     Raises ``Incompatible`` or ``UpgradeRefused`` with Spark's reason when the query fails."""
-    from rewind.driver.runner import build_query
 
     query = None
     try:
@@ -148,8 +150,6 @@ def preflight(old: Any, new: Any, store: Any, bootstrap: str, scratch: Path, *, 
               timeout_s: float = 180.0) -> PreflightReport:
     """The whole check (see the module docstring); the scratch directory is removed when it passes and
     kept, for a look, when it refuses."""
-    from rewind.checkpoints.savepoints import restore_savepoint
-    from rewind.supervision.observe import running_reason
 
     started = time.monotonic()
     changes = check_tables(old, new)
@@ -161,7 +161,6 @@ def preflight(old: Any, new: Any, store: Any, bootstrap: str, scratch: Path, *, 
     restored = restore_savepoint(local, store, manifest.savepoint_id, running=running_reason(local),
                                  to=scratch / "checkpoint")
     if spark is None:
-        from rewind.driver.spark_session import build_session
 
         spark = build_session(f"rewind-upgrade-{new.name}", conf=dict(new.spark_conf), sources=False)
     report.batch_id, report.input_rows = run_one_batch(spark, local, bootstrap, str(restored.path), manifest.batch_id,

@@ -36,7 +36,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rewind.checkpoints.inspection import inspect_checkpoint
+from rewind.checkpoints.logs import parse_offsets_file
+from rewind.checkpoints.pointer import active_checkpoint, point_to
+from rewind.checkpoints.savepoints import restore_savepoint
+from rewind.checkpoints.state_files import list_state
+from rewind.driver.spark_session import build_session
 from rewind.errors import Failed, Refused
+from rewind.registry import parse_duration
+from rewind.storage.local import LocalStorage
+from rewind.storage.location import read_text
+from rewind.supervision.observe import running_reason
+from rewind.supervision.process_control import stream_liveness
+from rewind.upgrade import guard, history
+from rewind.upgrade.preflight import scratch_places
+from rewind.upgrade.steps import stop_with_savepoint, watch
 
 ROCKSDB = "RocksDBStateStoreProvider"
 #: In the offset log's conf of every batch Spark 4.0 or later planned (absent before 4.0).
@@ -89,10 +103,6 @@ def refusal(facts: CheckpointFacts, partitions: int, can_repartition: bool = Tru
 
 
 def read_facts(location: str) -> CheckpointFacts:
-    from rewind.checkpoints.inspection import inspect_checkpoint
-    from rewind.checkpoints.logs import parse_offsets_file
-    from rewind.checkpoints.state_files import list_state
-    from rewind.storage.location import read_text
 
     if "://" in location or not (Path(location) / "offsets").is_dir():
         return CheckpointFacts(location, None, {}, ())
@@ -102,7 +112,6 @@ def read_facts(location: str) -> CheckpointFacts:
     if committed is not None:
         meta, _ = parse_offsets_file(read_text(location, f"offsets/{committed}"))
         conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
-    from rewind.storage.local import LocalStorage
 
     kinds = {k for parts in list_state(LocalStorage(location)).values() for versions in parts.values()
              for ks in versions.values() for k in ks}
@@ -118,7 +127,6 @@ def spark_repartition(spark: Any, location: str, partitions: int) -> None:
 
 def check_result(path: Path, batch: int, partitions: int) -> None:
     """The copy must inspect as complete at the repartition batch, every operator in ``partitions``."""
-    from rewind.checkpoints.inspection import inspect_checkpoint
 
     report = inspect_checkpoint(path)
     info = report.batch(batch)
@@ -134,13 +142,6 @@ def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], i
                 ) -> dict[str, Any]:
     """The whole rescale (see the module docstring); its history record. ``start(spec)`` launches the
     stream and returns its driver's pid once it runs (None: leave it stopped)."""
-    from rewind.checkpoints.pointer import active_checkpoint, point_to
-    from rewind.checkpoints.savepoints import restore_savepoint
-    from rewind.registry import parse_duration
-    from rewind.supervision.observe import running_reason
-    from rewind.supervision.process_control import stream_liveness
-    from rewind.upgrade import guard, history
-    from rewind.upgrade.steps import stop_with_savepoint, watch
 
     before = active_checkpoint(spec)
     facts = read_facts(before)
@@ -171,7 +172,6 @@ def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], i
              savepoint={"id": manifest.savepoint_id, "batch_id": manifest.batch_id})
         dest = Path(before).resolve().with_name(f"{Path(spec.checkpoint).name}.p{partitions}-{record_id}")
         scratch = dest.with_name(f".{dest.name}.status")
-        from rewind.upgrade.preflight import scratch_places
 
         local = spec.model_copy(update=scratch_places(spec, dest, scratch))
         try:
@@ -179,7 +179,6 @@ def repartition(spec: Any, store: Any, partitions: int, start: Callable[[Any], i
             Path(f"{dest}.active.json").unlink(missing_ok=True)  # the copy's own pointer: not the stream's
             shutil.rmtree(scratch, ignore_errors=True)
             if spark is None:
-                from rewind.driver.spark_session import build_session
 
                 spark = build_session(f"rewind-repartition-{spec.name}", conf=dict(spec.spark_conf), sources=False)
             spark_repartition(spark, str(dest), partitions)

@@ -17,9 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rewind.api.contract import load_transform
+from rewind.checkpoints.inspection import inspect_checkpoint
+from rewind.checkpoints.pointer import active_checkpoint
 from rewind.errors import Failed, Refused
+from rewind.paths import paths_of
+from rewind.registry import load_registry, parse_duration
 from rewind.upgrade import guard, history
+from rewind.upgrade.entry import check_writable, load_candidate, with_entry, write_registry
+from rewind.upgrade.preflight import preflight
 from rewind.upgrade.rules import Facts, UpgradeRefused, notes, refusals, short_cause
+from rewind.upgrade.steps import first_own_batch_after, rollback, stop_with_savepoint, switch_checkpoint, watch
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +53,6 @@ class UpgradeRequest:
 
 def live_facts(spec: Any) -> tuple[int | None, tuple[str, ...]]:
     """The active checkpoint's last committed batch and its stateful operators."""
-    from rewind.checkpoints.inspection import inspect_checkpoint
-    from rewind.checkpoints.pointer import active_checkpoint
 
     cp = active_checkpoint(spec)
     if "://" in cp or not (Path(cp) / "offsets").is_dir():
@@ -90,9 +96,6 @@ class Prepared:
 def prepare(req: UpgradeRequest) -> Prepared:
     """Refuse what is wrong before any service is asked (``Refused``, nothing done): the new entry's
     validation and transform, the registry's writability, the mode against the live checkpoint."""
-    from rewind.api.contract import load_transform
-    from rewind.registry import load_registry
-    from rewind.upgrade.entry import check_writable, load_candidate
 
     old = load_registry(req.registry).get(req.stream)
     old_entry, new_entry, new_text, new = load_candidate(req.registry, req.stream, req.entry_text, req.entry_where)
@@ -113,7 +116,6 @@ def upgrade(req: UpgradeRequest | Prepared, store: Any, bootstrap: str, start: C
     the stream as the registry now declares it and returns its driver's pid once it runs.
 
     Raises ``Refused`` (nothing was stopped) and ``UpgradeFailed`` (the message says where it stopped)."""
-    from rewind.paths import paths_of
 
     p = req if isinstance(req, Prepared) else prepare(req)
     old, new = p.old, p.new
@@ -141,10 +143,6 @@ def upgrade(req: UpgradeRequest | Prepared, store: Any, bootstrap: str, start: C
 
 def _run(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable[[Any], int], spark: Any,
          scratch: Path) -> dict[str, Any]:
-    from rewind.registry import parse_duration
-    from rewind.upgrade.entry import with_entry, write_registry
-    from rewind.upgrade.preflight import preflight
-    from rewind.upgrade.steps import first_own_batch_after, rollback, stop_with_savepoint, switch_checkpoint, watch
 
     req, old, new = p.req, p.old, p.new
     rec.step("preflight", f"the new version on a copy of the newest savepoint ({req.mode})")

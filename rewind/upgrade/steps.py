@@ -18,6 +18,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rewind.checkpoints.inspection import inspect_checkpoint
+from rewind.checkpoints.pointer import active_checkpoint, point_to
+from rewind.checkpoints.savepoints import restore_savepoint, savepoint_with_stop
+from rewind.supervision.failures import record_failure, reset
+from rewind.supervision.observe import running_reason
+from rewind.supervision.process_control import (
+    StreamControlError,
+    StreamFailed,
+    stop_driver,
+    stop_stream,
+    stream_liveness,
+)
+from rewind.supervision.reconcile import wait_for_progress
 from rewind.upgrade.watch import Attempt, next_step
 
 log = logging.getLogger(__name__)
@@ -29,8 +42,6 @@ ROLLBACK_PROGRESS_S = 300.0
 def stop_with_savepoint(spec: Any, store: Any, start: Callable[[Any], int], stop_timeout: float) -> Any:
     """Stop the stream after its batch in flight and take a savepoint (``savepoint_with_stop``); the
     manifest. If the copy fails after the stop, the old version is launched again before raising."""
-    from rewind.checkpoints.savepoints import savepoint_with_stop
-    from rewind.supervision.process_control import stop_stream, stream_liveness
 
     was_running = stream_liveness(spec).running
     try:
@@ -49,7 +60,6 @@ def stateless_checkpoint(spec: Any, record_id: str, offsets: dict[str, dict[str,
     """A new checkpoint whose query starts at ``offsets``: only ``sources/0/0``, the initial offsets
     Spark's Kafka connector writes when a query starts and reads instead of ``startingOffsets`` ever
     after (its format: a zero byte, ``v1``, the offsets JSON). No offset log, no state: a new query."""
-    from rewind.checkpoints.pointer import active_checkpoint
 
     base = Path(active_checkpoint(spec)).resolve()
     fresh = base.with_name(f"{Path(spec.checkpoint).name}.stateless-{record_id}")
@@ -60,9 +70,6 @@ def stateless_checkpoint(spec: Any, record_id: str, offsets: dict[str, dict[str,
 
 def switch_checkpoint(spec: Any, store: Any, mode: str, manifest: Any, record_id: str) -> str:
     """Where the new version runs, by mode (the pointer moves; the old checkpoint stays); its path."""
-    from rewind.checkpoints.pointer import active_checkpoint, point_to
-    from rewind.checkpoints.savepoints import restore_savepoint
-    from rewind.supervision.observe import running_reason
 
     if mode == "savepoint":
         return str(restore_savepoint(spec, store, manifest.savepoint_id, running=running_reason(spec)).path)
@@ -84,8 +91,6 @@ def first_own_batch_after(spec: Any, mode: str, manifest: Any) -> int | None:
         return None
     if mode == "savepoint":
         return int(manifest.batch_id)
-    from rewind.checkpoints.inspection import inspect_checkpoint
-    from rewind.checkpoints.pointer import active_checkpoint
 
     planned = inspect_checkpoint(active_checkpoint(spec), recent=2).planned
     return max([int(manifest.batch_id), *([int(planned[-1])] if len(planned) else [])])
@@ -97,9 +102,6 @@ def watch(spec: Any, start: Callable[[Any], int], after_batch: int | None, grace
     """Launch the new version and watch it (``rewind.upgrade.watch.next_step``); (``healthy`` or
     ``rollback``, why, the attempts). Failures are recorded in the supervisor's history too, so the
     page and ``rewind supervisor status`` show them."""
-    from rewind.supervision.failures import record_failure
-    from rewind.supervision.process_control import StreamControlError, StreamFailed, stop_driver
-    from rewind.supervision.reconcile import wait_for_progress
 
     attempts: list[Attempt] = []
     first = clock()
@@ -131,11 +133,6 @@ def rollback(old: Any, store: Any, manifest: Any, put_back: Callable[[], None], 
     """Back to the pre-upgrade savepoint and entry: the new version stopped, the savepoint restored into
     a fresh checkpoint, the old entry written back (``put_back``), the crash verdict of the new
     version cleared (kept in the record), the old version launched until it commits a batch."""
-    from rewind.checkpoints.savepoints import restore_savepoint
-    from rewind.supervision.failures import reset
-    from rewind.supervision.observe import running_reason
-    from rewind.supervision.process_control import stop_driver
-    from rewind.supervision.reconcile import wait_for_progress
 
     stop_driver(old, timeout=60)
     restored = restore_savepoint(old, store, manifest.savepoint_id, running=running_reason(old))
