@@ -210,11 +210,11 @@ def spec_of(transform: str = "m:T") -> Any:
 
 def resolve(monkeypatch: pytest.MonkeyPatch, transform: Transform, schemas: dict[str, list[tuple[str, str]]],
             late: list[tuple[str, str]] | None) -> Any:
-    import rewind.driver.late_routing as late_routing
     import rewind.driver.outputs as outputs
 
+    # where resolved_tables finds them (outputs imports streaming_candidates from late_routing)
     monkeypatch.setattr(outputs, "output_schemas", lambda t, spark, spec: schemas)
-    monkeypatch.setattr(late_routing, "streaming_candidates", lambda t, spark, spec: late)
+    monkeypatch.setattr(outputs, "streaming_candidates", lambda t, spark, spec: late)
     return outputs.resolved_tables(transform, spec_of(), spark=object())
 
 
