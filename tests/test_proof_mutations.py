@@ -116,13 +116,19 @@ def test_hole_a_latest_identity_counted_one_record_per_entity(tmp_path: Path) ->
 
 def test_hole_a_group_no_record_makes_was_never_judged(tmp_path: Path) -> None:
     """A proof of a span (``verify`` always proves one: below the committed end) judged only the groups
-    its records make, so a row of a group no record makes passed; a span holding every record read
-    judges every group."""
+    its records make, so a row of a group no record makes passed; a span holding every record its
+    partitions ever had judges every group."""
     exp = _two_versions()
     ghost = _group(exp, account="a9")
     frame = _aggregates_of(tmp_path, [_group(exp), ghost], ls.PaymentsLedger(), exp,
                            span={("t", 0): (0, 2)}, judged=np.ones(len(exp), dtype=bool))
     assert sorted(frame["aggregate_state"]) == ["match", "unexpected"], frame
+    # once retention deleted records (the partition's first offset read is 5), a group of none read
+    # may be one of theirs: only the span's groups are judged, as before
+    kept = exp.assign(offset=exp["offset"] + 5)
+    frame = _aggregates_of(tmp_path / "retention", [_group(kept), ghost], ls.PaymentsLedger(), kept,
+                           span={("t", 0): (0, 7)}, judged=np.ones(len(kept), dtype=bool))
+    assert frame["aggregate_state"].tolist() == ["match"], frame
 
 
 def test_hole_a_window_end_was_never_compared() -> None:
