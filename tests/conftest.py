@@ -55,7 +55,8 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 #: settings (the DAGs folder is read once, at import), and other modules import Airflow (hooks).
 LONGEST_FIRST = ["test_celery_hosts", "test_chaos", "test_upgrade", "test_spark_cluster", "test_ui_browser",
                  "test_hosts_fencing", "test_exactly_once_crash", "test_repartition", "test_install", "test_dags",
-                 "test_yarn", "test_any_stream_aggregates", "test_late_routing", "test_operations",
+                 "test_yarn", "test_any_stream_aggregates", "test_proof_mutations", "test_late_routing",
+                 "test_operations",
                  "test_airflow_stack", "test_broker_failover", "test_replay_run", "test_checkpoint_s3a",
                  "test_checkpoint_scaling", "test_restore_replan", "test_savepoint_roundtrip", "test_standby",
                  "test_inventory", "test_delta_sink", "test_kafka_sasl", "test_dq", "test_sink_commit_points",

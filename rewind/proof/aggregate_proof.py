@@ -77,6 +77,17 @@ def counted_rows(expected: pd.DataFrame, identity_columns: Sequence[str], late: 
     return valid.drop_duplicates(list(identity_columns))
 
 
+def holds_every_record(expected: pd.DataFrame, judged: np.ndarray, span: Mapping[Any, tuple[int, int]]) -> bool:
+    """Whether the span's records are every record its partitions ever held: all of ``expected`` (the
+    records read) is judged, and each partition of the span was read from offset 0 (so retention
+    deleted none: the groups of deleted records would have rows no record read makes). Pure."""
+    if not np.asarray(judged, dtype=bool).all():
+        return False
+    first = expected.groupby([expected["topic"].astype(str), expected["partition"].astype("int64")])["offset"].min() \
+        if len(expected) else pd.Series(dtype="int64")
+    return all(int(first.get((str(t), int(p)), -1)) == 0 for (t, p), (lo, hi) in span.items() if hi > lo)
+
+
 def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
                      span: Mapping[Any, tuple[int, int]] | None, expected: pd.DataFrame | None = None,
                      judged: np.ndarray | None = None, span_tables: Mapping[str, pd.DataFrame] | None = None,
@@ -119,9 +130,10 @@ def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
             counted = counted_rows(expected, record_of, late)
             recomputed = recompute_measures(counted, agg, size)
             scope = None
-            # a span that leaves records read out judges only its groups; one that holds every record read
-            # judges every group (as the build path does), so a row of a group no record makes is unexpected
-            if span is not None and judged is not None and not np.asarray(judged, dtype=bool).all():
+            # a span judges only the groups its records make, unless it holds every record each of its
+            # partitions ever had (nothing left out, nothing deleted by retention): then every group is
+            # judged, so a row of a group no record makes is unexpected
+            if span is not None and judged is not None and not holds_every_record(expected, judged, span):
                 mine = counted_rows(expected[judged], record_of, late)
                 scope = set(group_text(recompute_measures(mine, agg, size), agg, rules))
             latest = pd.to_datetime(counted["event_time"], utc=True).max() if len(counted) else None

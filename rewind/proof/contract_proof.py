@@ -283,9 +283,14 @@ def touched_rows(sink: Any, transform: Transform, exp: pd.DataFrame, span: Span,
         parts.append(sink.read_rows(ident.table, where=lambda t, some=some: sa.tuple_(
             *[t.c[c] for c in ident.columns]).in_(some)))
     if set(COORDS) <= set(specs[ident.table].column_names):
-        parts.append(sink.read_rows(ident.table, where=at_coords))
+        # rows at the span's coordinates whose identity the span's records do not carry (the others
+        # were read above): not deduplicated by key, so a copied row stays two rows
+        wanted = set(keys)
+        at = sink.read_rows(ident.table, where=at_coords)
+        if len(at):
+            at = at[[k not in wanted for k in zip(*[at[c].tolist() for c in ident.columns])]]
+        parts.append(at)
     rows = pd.concat(parts, ignore_index=True) if parts else sink.read_rows(ident.table, where=lambda t: sa.false())
-    rows = rows.drop_duplicates(list(specs[ident.table].key), keep="first") if len(rows) else rows
     dead = sink.read_rows(transform.dead_letter_table, where=at_coords)
     return {ident.table: rows.reset_index(drop=True), transform.dead_letter_table: dead}
 
