@@ -335,7 +335,7 @@ class PostgresTarget(SqlTarget):
     name = "postgres"
 
     def database(self, home: Path) -> str:
-        from rewind.testing.pg_databases import create_database
+        from tests.harness.pg_databases import create_database
 
         server = self.pg_server
         assert server is not None
@@ -344,7 +344,7 @@ class PostgresTarget(SqlTarget):
         return create_database(server, name)
 
     def close(self) -> None:
-        from rewind.testing.pg_databases import drop_database
+        from tests.harness.pg_databases import drop_database
 
         if getattr(self, "db", None):
             drop_database(self.server, self.db)
@@ -477,7 +477,7 @@ def _py(v: Any) -> Any:
 
 def _sql(v: Any, kind: str) -> str:
     """A value as a delta-rs (DataFusion) SQL literal of the column's type."""
-    from rewind.sink.schema import decimal_of
+    from rewind.api.tables import decimal_of
 
     v = _py(v)
     if v is None:
@@ -889,7 +889,7 @@ def write_checkpoint(path: Path, ends: dict[tuple[str, int], int], watermark: da
 
 def registry_of(home: Path, stream: str, topic: str, sink: str, name: str = "ledger") -> tuple[Path, Any]:
     from rewind.registry import load_registry
-    from rewind.testing.registry_templates import demo_stream, write_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
 
     reg = write_registry(home / "streams.yaml", demo_stream(name, topic, home, transform=TRANSFORMS[stream],
                                                             sink=sink, **ENTRY_KEYS))
@@ -980,7 +980,7 @@ class FramesKept:
 def run_cell(corpus: Corpus, home: Path, sink: str, kind: str, damage: str, pg_server: str | None) -> Outcome:
     """One cell: a fresh sink with the correct rows of batch 0 and a checkpoint that committed it, the
     damage through the storage, both proofs."""
-    from rewind.stream.runner import open_sink
+    from rewind.driver.runner import open_sink
 
     t0 = time.perf_counter()
     out = Outcome()
@@ -1132,9 +1132,9 @@ def prove_run(corpus: Corpus, sink: str, spec: Any, reg: Path, target: Target, h
     """After the stream: ``verify`` and ``run_proof`` of a correct sink, then one damage (the bigint past
     2**53 of the identity table's row, +1) and both again; ``run_proof`` of the committed range by
     explicit ``bounds`` (as a replay's), since the first proof moved its cursor to the end."""
+    from rewind.driver.runner import open_sink
     from rewind.proof.dq import run_proof
     from rewind.proof.scope import committed_position
-    from rewind.stream.runner import open_sink
 
     t0 = time.perf_counter()
     run = Run()
@@ -1164,7 +1164,7 @@ def end_to_end(corpus: Corpus, spark: Any, request: pytest.FixtureRequest,
                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     """The real stream into each selected sink: its four ``available_now`` queries side by side in the
     session's Spark, then each sink's proofs in a thread of its own."""
-    from rewind.stream.runner import build_query
+    from rewind.driver.runner import build_query
 
     wanted = [item.callspec.params["sink"] for item in request.session.items
               if item.module is sys.modules[__name__] and item.originalname == "test_the_real_stream_then_one_damage"]
