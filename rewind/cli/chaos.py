@@ -77,7 +77,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         ChaosOptions,
         ChaosRefused,
         run_chaos,
-    )  # lazy: start-up of the CLI
+    )
 
     logging.getLogger("great_expectations").setLevel(logging.WARNING)  # per-expectation INFO lines
 

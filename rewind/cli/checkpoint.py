@@ -88,7 +88,7 @@ def repartition(args: argparse.Namespace) -> int:
         default_log_path,
         launch_stream,
         wait_running,
-    )  # lazy: start-up of the CLI
+    )
     from rewind.upgrade.repartition import RepartitionRefused, repartition  # lazy: start-up of the CLI
 
     if args.partitions is None:

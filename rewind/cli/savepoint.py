@@ -133,7 +133,7 @@ def _restarter(args: argparse.Namespace, spec: Any) -> Any:
         default_log_path,
         launch_stream,
         wait_running,
-    )  # lazy: start-up of the CLI
+    )
 
     bootstrap = resolve_bootstrap(args.bootstrap)
     log_path = default_log_path(spec)

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         default_log_path,
         launch_stream,
         wait_running,
-    )  # lazy: start-up of the CLI
+    )
     from rewind.upgrade.entry import EntryRefused  # lazy: start-up of the CLI
     from rewind.upgrade.run import UpgradeRequest, prepare, upgrade  # lazy: start-up of the CLI
 
