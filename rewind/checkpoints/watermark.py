@@ -86,3 +86,15 @@ def committed_end_offsets(spec: Any) -> dict[tuple[str, int], int] | None:
     except Exception:  # noqa: BLE001 - no checkpoint (never ran), unreadable: the caller reads to the end
         return None
     return None if batch is None else _ends(sources)
+
+
+def planned_after(spec: Any, batch: int) -> frozenset[int] | None:
+    """The batch ids the active checkpoint has planned (``offsets/K``) after ``batch``; None when it cannot
+    be read. Why: a sink row's ``batch_id`` is its checkpoint's numbering, which starts again at 0 on a new
+    checkpoint (a stateless upgrade) and goes back on a restore, so "written after batch N" is "written by
+    a batch this checkpoint planned after N", not "an id above N"."""
+    try:
+        _, files = open_active_checkpoint(spec).list_dir("offsets")
+    except Exception:  # noqa: BLE001 - unreadable from here: the caller falls back to ids above ``batch``
+        return None
+    return frozenset(int(f) for f in files if f.isdigit() and int(f) > batch)

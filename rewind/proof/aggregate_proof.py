@@ -26,7 +26,7 @@ import pandas as pd
 
 from rewind.api.contract import identity_of
 from rewind.api.late import BEHIND_WATERMARK
-from rewind.checkpoints.watermark import stream_watermark
+from rewind.checkpoints.watermark import planned_after, stream_watermark
 from rewind.driver.bounded import build_batch, partitions_of, whole_span
 from rewind.driver.outputs import spark_for
 from rewind.kafka.types import TP
@@ -120,11 +120,14 @@ def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
         built, scopes = _recompute_by_build(spec, transform, bootstrap, span, by_build, late, span_tables, spark)
         notes.append(f"aggregates {[a.table for a in by_build]} recomputed by build() over every retained record "
                      f"up to the range's end, {len(late)} record(s) behind the watermark left out")
+    held = {agg.table: with_duplicates(sink, agg.table, sink.read_table(agg.table)) for agg in aggregates}
+    # after the rows were read: the batches the checkpoint had planned by then past the proved one
+    later = planned_after(spec, last_batch) if last_batch is not None else None
     frames = []
     for agg in aggregates:
         size = agg.window_size(spec)
         rules = rules_for(sink.specs[agg.table])
-        rows = with_duplicates(sink, agg.table, sink.read_table(agg.table))
+        rows = held[agg.table]
         if agg in use_measures:
             assert expected is not None
             counted = counted_rows(expected, record_of, late)
@@ -146,7 +149,7 @@ def prove_aggregates(spec: Any, transform: Any, bootstrap: str, sink: Any, *,
             values = value_columns(table_columns, agg)
         horizon = closing_horizon(watermark, latest, delay)
         frames.append(judge_groups(rows, recomputed, agg, values=values, size=size, closed_until=horizon, scope=scope,
-                                   last_batch=last_batch, rules=rules))
+                                   last_batch=last_batch, rules=rules, later=later))
     frame = pd.concat(frames, ignore_index=True) if frames else empty_proof().frame
     counts: dict[str, Any] = dict(counts_of(frame))
     counts["aggregates_closed_until"] = None if watermark is None else watermark.isoformat()

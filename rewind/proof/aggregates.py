@@ -29,13 +29,14 @@ reflects every record read up to the committed batch, which is what the recomput
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from rewind.proof.batches import written_later
 from rewind.proof.values import ANY, ValueRule, shown
 from rewind.proof.values import equal_values as _equal
 from rewind.proof.values import text_key as _text
@@ -110,19 +111,21 @@ def closing_horizon(stream_watermark: datetime | None, latest_event: Any, delay:
 
 def judge_groups(sink: pd.DataFrame, recomputed: pd.DataFrame, agg: Any, *, values: Sequence[str],
                  size: timedelta | None, closed_until: pd.Timestamp | None, scope: set[str] | None = None,
-                 last_batch: int | None = None, rules: Mapping[str, ValueRule] | None = None) -> pd.DataFrame:
+                 last_batch: int | None = None, rules: Mapping[str, ValueRule] | None = None,
+                 later: Collection[int] | None = None) -> pd.DataFrame:
     """One row per group of ``sink`` and ``recomputed`` (see the module docstring).
 
     ``values``: the value columns compared (``value_columns``; with measures, the measures).
     ``scope``: only these groups (``group_text``) are judged (a bounded proof: the groups its records
     fall in); None: every group. ``last_batch``: sink rows written by later batches are left out
-    (a running stream: they may hold records past the proved range). ``rules``: each column's rule
+    (a running stream: they may hold records past the proved range); ``later``: the batches the
+    checkpoint planned after it (``rewind.proof.batches``), when known. ``rules``: each column's rule
     (``rewind.proof.values.rules_for`` of the sink table); a column without one compares by value type.
     """
     rules = rules or {}
     s = sink.reset_index(drop=True).copy()
-    if last_batch is not None and len(s) and "batch_id" in s:
-        s = s[~(pd.to_numeric(s["batch_id"], errors="coerce") > last_batch).fillna(False)].reset_index(drop=True)
+    if len(s) and "batch_id" in s:
+        s = s[~written_later(s["batch_id"], last_batch, later)].reset_index(drop=True)
     r = recomputed.reset_index(drop=True).copy()
     s["_g"], r["_g"] = group_text(s, agg, rules), group_text(r, agg, rules)
     if scope is not None:

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from rewind.proof.aggregates import FRAME_COLUMNS
+from rewind.proof.batches import written_later
 from rewind.proof.checks import COORDS
 from rewind.proof.frames import range_mask
 from rewind.proof.values import ANY, ValueRule, equal_values, shown
@@ -77,7 +78,8 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
                           not_reconciled: Collection[str] = (),
                           records_in: Mapping[tuple[str, int], tuple[int, int]] | None = None,
                           rules: Mapping[str, Mapping[str, ValueRule]] | None = None,
-                          last_batch: int | None = None) -> ContractFrames:
+                          last_batch: int | None = None, later: Collection[int] | None = None,
+                          past_scope: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> ContractFrames:
     """Kafka records with ``expect``'s columns, and the sink's tables -> the two frames (pure).
 
     ``expected``: one row per Kafka record read (coordinates + ``expect`` output). ``judged``: which
@@ -91,7 +93,9 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     column's comparison rule (``rewind.proof.values.rules_for``; default: by value type).
     ``last_batch``: the stream's last committed batch when the proof began: rows a later batch wrote
     still count as holding a record (a ``latest`` row at a newer version), but are not judged (they
-    may stand for records past the range).
+    may stand for records past the range). ``later``: the batches the checkpoint planned after
+    ``last_batch`` (``rewind.proof.batches``), when known. ``past_scope``: the ranges ending where the
+    committed batch ended (default ``row_scope``): identity rows past them stand for no record read.
 
     Every record of the range lands in exactly one class of ``landed_in`` (the counts
     ``landed_<class>`` sum to ``records_in_range``): ``row`` (the record its identity's row stands
@@ -112,7 +116,7 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     valid = exp["reason"].isna().to_numpy()
     filtered = (exp["reason"] == FILTERED).to_numpy(dtype=bool) if len(exp) else np.zeros(0, dtype=bool)
     table = sink.get(identity.table, pd.DataFrame(columns=[*ids]))
-    dead = _committed(sink.get(dead_letter_table, pd.DataFrame(columns=[*COORDS, "reason"])), last_batch)
+    dead = _committed(sink.get(dead_letter_table, pd.DataFrame(columns=[*COORDS, "reason"])), last_batch, later)
 
     # dead letters: where each sits and what Kafka says of its coordinates
     d = dead.reset_index(drop=True).copy()
@@ -170,17 +174,17 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     coverage["landed_in"] = landed.astype(object)
     coverage = _one_per_record(coverage[judged])
 
-    judged_rows = _committed(t, last_batch)
+    judged_rows = _committed(t, last_batch, later)
     rows = _judge_rows(exp[valid], judged_rows, identity, keys.get(identity.table, ids), not_reconciled,
                        ident_rules)
     if row_scope is not None:  # and the rows a committed batch wrote past the range's end (no record read makes)
-        keep = _in_scope(rows, row_scope) | written_past_end(judged_rows, row_scope, last_batch)
+        keep = _in_scope(rows, row_scope) | written_past_end(judged_rows, past_scope or row_scope, last_batch)
         rows = rows[keep].reset_index(drop=True)
     dead_rows = _judge_dead_letters(d, by_coord, kafka_valid.to_numpy(dtype=bool), kafka_known.to_numpy(dtype=bool),
                                     is_late, dead_letter_table)
     others = [] if row_scope is not None else [
-        _key_rows(name, _committed(frame, last_batch), keys[name], rules.get(name, {})) for name, frame in sink.items()
-        if name not in (identity.table, dead_letter_table) and name in keys]
+        _key_rows(name, _committed(frame, last_batch, later), keys[name], rules.get(name, {}))
+        for name, frame in sink.items() if name not in (identity.table, dead_letter_table) and name in keys]
     all_rows = pd.concat([rows, dead_rows, *others], ignore_index=True)
     for c in ("table", "row_check", "identity", "disagrees"):
         if c not in all_rows:
@@ -213,12 +217,11 @@ def _one_per_record(coverage: pd.DataFrame) -> pd.DataFrame:
             .drop_duplicates(COORDS).drop(columns="_rank").reset_index(drop=True))
 
 
-def _committed(frame: pd.DataFrame, last_batch: int | None) -> pd.DataFrame:
-    """Rows written by batch ``last_batch`` or earlier, or by a replay (``batch_id`` null)."""
-    if last_batch is None or not len(frame) or "batch_id" not in frame:
+def _committed(frame: pd.DataFrame, last_batch: int | None, later: Collection[int] | None) -> pd.DataFrame:
+    """The rows a proof of ``last_batch`` judges: all but those a later batch wrote (``rewind.proof.batches``)."""
+    if not len(frame) or "batch_id" not in frame:
         return frame
-    later = pd.to_numeric(frame["batch_id"], errors="coerce") > last_batch
-    return frame[~later.fillna(False).to_numpy(dtype=bool)]
+    return frame[~written_later(frame["batch_id"], last_batch, later)]
 
 
 def _stands_for(exp: pd.DataFrame, holders: np.ndarray, row_coord: Mapping[Any, Any]) -> np.ndarray:

@@ -33,6 +33,7 @@ import pandas as pd
 
 from rewind.api.contract import Transform, has_expect, identity_of, load_transform
 from rewind.api.late import BEHIND_WATERMARK
+from rewind.checkpoints.watermark import planned_after
 from rewind.driver.bounded import build_batch, build_records, partitions_of, whole_span
 from rewind.driver.outputs import spark_for
 from rewind.driver.runner import open_sink
@@ -110,7 +111,8 @@ def expected_frame(transform: Transform, records: pd.DataFrame, spec: Any) -> pd
 
 
 def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transform: Transform | None = None, *,
-                    spark: Any = None, last_batch: int | None = None, watermark: Any = "read") -> ContractFrames:
+                    spark: Any = None, last_batch: int | None = None, watermark: Any = "read",
+                    committed_ends: dict[tuple[str, int], int] | None = None) -> ContractFrames:
     """The frames of ``span`` (``[start, end)`` per partition; None: every record Kafka holds).
 
     With a span, only its records are read (and, for aggregates, the records of the groups they
@@ -128,6 +130,7 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
     sink = open_sink(spec, transform, spark)
     judged = None
     notes: list[str] = []
+    past_scope: dict[tuple[str, int], tuple[int, int]] = {}
     try:
         rules = {name: rules_for(table) for name, table in sink.specs.items()}
         span_tables = None
@@ -153,18 +156,22 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
             tables = {name: with_duplicates(sink, name, sink.read_table(name)) for name in names}
         else:
             tables = touched_rows(sink, transform, exp if judged is None else exp[judged], span)
-            past = rows_past_end(sink, transform, exp, span, last_batch)
+            past_scope = {k: (0, (committed_ends or {}).get(k, end)) for k, (_, end) in span.items()}
+            past = rows_past_end(sink, transform, exp, past_scope, last_batch)
             tables = {name: with_duplicates(sink, name, pd.concat([frame, past[name]], ignore_index=True)
                                             if len(past.get(name, ())) else frame) for name, frame in tables.items()}
         aggregates = prove_aggregates(spec, transform, bootstrap, sink, span=span,
                                       expected=exp if has_expect(transform) else None, judged=judged,
                                       span_tables=span_tables, spark=spark, last_batch=last_batch,
                                       watermark=watermark)
+        # after every row was read: the batches the checkpoint had planned by then past the proved one
+        later = planned_after(spec, last_batch) if last_batch is not None else None
     finally:
         sink.dispose()
     frames = build_contract_frames(exp, tables, identity=ident, keys={t.name: t.key for t in transform.tables},
                                    dead_letter_table=transform.dead_letter_table, late_reason=BEHIND_WATERMARK,
-                                   row_scope=span, judged=judged, rules=rules, last_batch=last_batch)
+                                   row_scope=span, judged=judged, rules=rules, last_batch=last_batch, later=later,
+                                   past_scope=None if span is None else past_scope)
     frames.aggregates = aggregates.frame
     frames.counts.update(aggregates.counts)
     frames.notes = notes + aggregates.notes
@@ -332,12 +339,13 @@ def verify_contract_stream(spec: Any, bootstrap: str, bounds: dict[tuple[str, in
     if since is None:
         span = None if bounds is None else {k: (0, v) for k, v in bounds.items()}
         report = report_of(spec.name, contract_frames(spec, bootstrap, span, last_batch=last_batch,
-                                                      watermark=watermark))
+                                                      watermark=watermark, committed_ends=committed.end_offsets))
         report.notes.append("proved every record Kafka holds" + (
             f" below the end of batch {last_batch}, the last committed when the proof began" if bounds else ""))
         return report
     span, notes = resolve_span(spec, bootstrap, since=since, since_time=since_time, committed=bounds)
-    report = report_of(spec.name, contract_frames(spec, bootstrap, span, last_batch=last_batch, watermark=watermark))
+    report = report_of(spec.name, contract_frames(spec, bootstrap, span, last_batch=last_batch, watermark=watermark,
+                                                  committed_ends=committed.end_offsets))
     report.notes.extend(notes)
     report.notes.append(f"proved {sum(e - s for s, e in span.values())} offsets since "
                         + {"cursor": "the last passed proof", "beginning": "the beginning",

@@ -34,6 +34,7 @@ import pandas as pd
 
 from rewind.api.contract import load_transform
 from rewind.checkpoints.pointer import active_checkpoint
+from rewind.checkpoints.watermark import planned_after
 from rewind.driver.late_routing import explain
 from rewind.driver.runner import open_sink
 from rewind.proof.checks import (
@@ -155,7 +156,8 @@ def _contract_frames(spec: Any, bootstrap: str, bounds: Any, norm: Any, position
         span, clipped = resolve_span(spec, bootstrap, since="cursor", committed=position.end_offsets)
         notes.extend(clipped)
         notes.append(f"proving {sum(e - s for s, e in span.values())} offsets since the last passed proof")
-    frames = contract_frames(spec, bootstrap, span, last_batch=position.batch, watermark=position.watermark)
+    frames = contract_frames(spec, bootstrap, span, last_batch=position.batch, watermark=position.watermark,
+                             committed_ends=position.end_offsets)
     frames.span = span
     notes.extend(frames.notes)
     seconds["frames"] = time.perf_counter() - t
@@ -179,6 +181,8 @@ def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str
         events, dead = with_duplicates(sink, "events", sink.read_table("events")), sink.read_table("dead_letter")
         windows = sink.read_table("window_results") if aggregate is not None else pd.DataFrame()
         rules = rules_for(sink.specs["window_results"]) if "window_results" in sink.specs else {}
+        # after the reads: the batches the checkpoint had planned by then past the proved one
+        later = planned_after(spec, last_batch) if last_batch is not None else None
         seconds["read_sink"] = time.perf_counter() - t
     finally:
         sink.dispose()
@@ -186,7 +190,7 @@ def _exactly_once_frames(spec: Any, bootstrap: str, norm: Any, seconds: dict[str
     kafka = kafka_frame(records, transform.expect(records_frame(records), spec))
     frames = build_frames(kafka, events, dead, windows, bounds=norm, window=d["window"], aggregate=aggregate,
                           watermark_delay=d["watermark_delay"], stream_watermark=watermark, last_batch=last_batch,
-                          rules=rules)
+                          rules=rules, later=later)
     frames.counts["stream_watermark"] = watermark.isoformat() if watermark else None
     frames.counts["watermark_batch"] = wm_batch
     if frames.counts.get("missing"):

@@ -34,7 +34,7 @@ beyond the range).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -155,7 +155,8 @@ def range_mask(frame: pd.DataFrame, bounds: dict[tuple[str, int], tuple[int, int
 def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, windows: pd.DataFrame, *,
                  bounds: dict[tuple[str, int], tuple[int, int]] | None, window: timedelta,
                  watermark_delay: timedelta, aggregate: Any, stream_watermark: datetime | None = None,
-                 last_batch: int | None = None, rules: Mapping[str, Any] | None = None) -> ProofFrames:
+                 last_batch: int | None = None, rules: Mapping[str, Any] | None = None,
+                 later: Collection[int] | None = None) -> ProofFrames:
     """Kafka (``kafka_frame``) and sink tables -> the four frames the suites validate (pure: no I/O).
 
     ``kafka`` holds every record read (from the beginning up to the end bounds or further);
@@ -194,7 +195,7 @@ def build_frames(kafka: pd.DataFrame, events: pd.DataFrame, dead: pd.DataFrame, 
     size = (aggregate.size if aggregate else None) or window
     win, win_counts = _aggregates(ctx, rng, windows, aggregate, bounds=bounds, kafka=counted, size=size,
                                   watermark_delay=watermark_delay, stream_watermark=stream_watermark,
-                                  last_batch=last_batch, rules=rules)
+                                  last_batch=last_batch, rules=rules, later=later)
 
     landed = coverage["landed_in"].value_counts().to_dict() if len(coverage) else {}
     valid = rng[rng["verdict"] == "event"]
@@ -285,7 +286,8 @@ def _coverage(rng: pd.DataFrame, ev_all: pd.DataFrame, dead_all: pd.DataFrame, k
 def _aggregates(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, aggregate: Any, *,
                 bounds: dict[tuple[str, int], tuple[int, int]] | None, kafka: pd.DataFrame, size: timedelta,
                 watermark_delay: timedelta, stream_watermark: datetime | None,
-                last_batch: int | None, rules: Mapping[str, Any] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                last_batch: int | None, rules: Mapping[str, Any] | None = None,
+                later: Collection[int] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The sink's aggregate rows beside their recomputation from the valid events (``rewind.proof.aggregates``).
 
     Expected results count every valid event of a group, also those after the range's end: a
@@ -306,7 +308,7 @@ def _aggregates(ctx: pd.DataFrame, rng: pd.DataFrame, sink: pd.DataFrame, aggreg
     latest = utc_ns(valid["event_time"]).max() if len(valid) else None
     horizon = closing_horizon(stream_watermark, latest, watermark_delay)
     frame = judge_groups(sink, recomputed, aggregate, values=[m.column for m in aggregate.measures], size=size,
-                         closed_until=horizon, scope=scope, last_batch=last_batch, rules=rules)
+                         closed_until=horizon, scope=scope, last_batch=last_batch, rules=rules, later=later)
     agg_counts = counts_of(frame)
     counts = {**agg_counts, "windows_checked": agg_counts["aggregates_checked"],
               "windows_mismatched": agg_counts["aggregates_mismatch"] + agg_counts["aggregates_unexpected"]

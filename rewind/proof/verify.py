@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +25,7 @@ import pandas as pd
 from rewind.api.contract import RECORD_COLUMNS, load_transform
 from rewind.api.late import BEHIND_WATERMARK
 from rewind.checkpoints.pointer import active_checkpoint
+from rewind.checkpoints.watermark import planned_after
 from rewind.driver.late_routing import explain
 from rewind.driver.runner import open_sink
 from rewind.kafka.client_config import kafka_options, stream_consumer_config
@@ -128,7 +129,8 @@ def utc_ns(values: object) -> pd.Series:
 def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dead: pd.DataFrame,
                        windows: pd.DataFrame, *, expected: pd.DataFrame, aggregate: Any, window: timedelta,
                        watermark_delay: timedelta, closed_until: datetime | None = None,
-                       last_batch: int | None = None, rules: Mapping[str, Any] | None = None) -> ExactlyOnceReport:
+                       last_batch: int | None = None, rules: Mapping[str, Any] | None = None,
+                       later: Collection[int] | None = None) -> ExactlyOnceReport:
     """Compare what Kafka holds with what the sink holds (pure: no I/O).
 
     ``expected``: the transform's ``expect()`` over ``records`` (same order): ``event_id``, ``key``,
@@ -200,7 +202,7 @@ def check_exactly_once(records: Iterable[KafkaRecord], events: pd.DataFrame, dea
         coords_of = [(r.topic, int(r.partition), int(r.offset)) for r in records]
         counted = exp.iloc[[i for i in counted_rows if coords_of[i] not in behind]]
         _check_windows(rep, counted.drop_duplicates("event_id"), windows, aggregate, aggregate.size or window,
-                       watermark_delay, closed_until, last_batch, rules)
+                       watermark_delay, closed_until, last_batch, rules, later)
     return rep
 
 
@@ -216,7 +218,8 @@ def recompute_windows(events: pd.DataFrame, window: timedelta) -> pd.DataFrame:
 
 def _check_windows(rep: ExactlyOnceReport, counted: pd.DataFrame, windows: pd.DataFrame, aggregate: Any,
                    window: timedelta, watermark_delay: timedelta, closed_until: datetime | None = None,
-                   last_batch: int | None = None, rules: Mapping[str, Any] | None = None) -> None:
+                   last_batch: int | None = None, rules: Mapping[str, Any] | None = None,
+                   later: Collection[int] | None = None) -> None:
     """Windows against their recomputation (``rewind.proof.aggregates``); a window counts as closed up to
     the raw horizon (max event time minus the delay) and, given ``closed_until`` (a running stream's
     last committed watermark), not past it: the stream emits a window in the batch after its watermark
@@ -226,7 +229,7 @@ def _check_windows(rep: ExactlyOnceReport, counted: pd.DataFrame, windows: pd.Da
     horizon = closing_horizon(closed_until, latest, watermark_delay)
     frame = judge_groups(windows, recompute_measures(counted, aggregate, window), aggregate,
                          values=[m.column for m in aggregate.measures], size=window, closed_until=horizon,
-                         last_batch=last_batch, rules=rules)
+                         last_batch=last_batch, rules=rules, later=later)
     rep.windows_checked = int(frame["sink"].notna().sum())
     for row in frame.itertuples():
         if row.aggregate_state in ("mismatch", "unexpected", "duplicate"):
@@ -319,9 +322,11 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
         aggregate = next((a for a in transform.aggregates if a.table == "window_results"), None)
         windows = sink.read_table("window_results") if aggregate is not None else pd.DataFrame()
         rules = rules_for(sink.specs["window_results"]) if aggregate is not None else {}
+        later = planned_after(spec, committed.batch) if committed.batch is not None else None  # after the reads
         report = check_exactly_once(records, events, dead, windows, expected=expected, aggregate=aggregate,
                                     window=d["window"], watermark_delay=d["watermark_delay"],
-                                    closed_until=committed.watermark, last_batch=committed.batch, rules=rules)
+                                    closed_until=committed.watermark, last_batch=committed.batch, rules=rules,
+                                    later=later)
         if report.missing_events:
             report.missing_explained = explain_missing(spec, records, expected, set(report.missing_events))
         return report
