@@ -35,7 +35,7 @@ import sqlalchemy as sa
 from rewind.api.tables import LEDGER_TABLE, TableSpec
 from rewind.faults import fault_point
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id, check_sink_tables
-from rewind.sink.convert import prepare_rows
+from rewind.sink.convert import dedupe_index, prepare_rows, typed_frame
 from rewind.sink.delta_tables import (
     LEDGER_SCHEMA,
     arrow_schema,
@@ -258,6 +258,27 @@ class DeltaSink(Sink):
 
     def column_max(self, name: str, column: str) -> Any:
         return self._copy_of(name).column_max(name, column)
+
+    def duplicate_rows(self, name: str) -> pd.DataFrame:
+        """``Sink.duplicate_rows``: a Delta table has no primary key, and ``read_table`` reads it through a
+        SQLite copy that keeps one row per key by the table's rule; these are the other rows of a key the
+        table holds more than once (a second writer's append, a copied row), typed like ``read_table``'s."""
+        from deltalake import DeltaTable
+
+        self.table_name(name)
+        path = self.path(name)
+        if not DeltaTable.is_deltatable(path):
+            return pd.DataFrame()
+        spec = self.specs[name]
+        rows = DeltaTable(path).to_pyarrow_table().to_pylist()
+        keep = dedupe_index(spec, [[r[k] for r in rows] for k in spec.key], len(rows),
+                            [r[spec.version] for r in rows] if spec.version else None)
+        if keep is None:
+            return pd.DataFrame()
+        kept = set(keep)
+        names = list(spec.column_names)
+        return typed_frame([tuple(r.get(c) for c in names) for i, r in enumerate(rows) if i not in kept], names,
+                           {c.name: c.type for c in spec.columns})
 
     def _copy_of(self, name: str) -> Any:
         """The SQLite copy with table ``name`` at the Delta table's current version."""
