@@ -83,6 +83,11 @@ def test_the_package_installs_into_a_fresh_airflow_from_a_wheel(tmp_path: Path) 
                            capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheel = next(wheels.glob("rewind-*.whl"))
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()  # test tooling stays out of what every install takes (issue 35)
+    assert not [n for n in names if n.startswith(("tests/", "rewind/testing/")) or "/harness/" in n], names
+    assert "rewind/api/__init__.py" in names and "rewind/storage/base.py" in names
     requirements = tmp_path / "requirements.txt"  # as an MWAA environment's requirements.txt pins its packages
     requirements.write_text("\n".join([*pins("apache-airflow", "apache-airflow-providers-apache-spark"),
                                        f"rewind[airflow] @ {wheel.as_uri()}"]) + "\n")
