@@ -1,4 +1,4 @@
-"""`rewind savepoint create|list|show|prune|restore`: the command line of rewind/savepoint.py.
+"""`rewind savepoint create|list|show|prune|restore`: the command line of rewind/checkpoints/savepoints.py.
 
 Exit codes: 0 done, 1 failed but worth retrying (S3 unreachable, a stream that would
 not stop, a damaged savepoint), 3 refused (bad input, unknown savepoint, stream running):
