@@ -1037,7 +1037,7 @@ def matrix(corpus: Corpus, request: pytest.FixtureRequest, tmp_path_factory: pyt
     """Every selected cell's outcome, the cells run in ``WORKERS`` threads (Kafka's first)."""
     from unittest import mock
 
-    from rewind.proof import contract_proof
+    from rewind.proof import contract_proof, dq
 
     wanted = [tuple(item.callspec.params[k] for k in ("sink", "kind", "damage")) for item in request.session.items
               if item.module is sys.modules[__name__] and item.originalname == "test_damage_fails_every_proof"]
@@ -1053,7 +1053,9 @@ def matrix(corpus: Corpus, request: pytest.FixtureRequest, tmp_path_factory: pyt
     streams = (sys.stdout, sys.stderr)
     sys.stdout, sys.stderr = PerThread(streams[0], "stdout"), PerThread(streams[1], "stderr")
     try:
-        with mock.patch.object(contract_proof, "contract_frames", FramesKept(contract_proof.contract_frames)), \
+        kept = FramesKept(contract_proof.contract_frames)
+        # dq.py binds contract_frames at its import, which another module may have done already
+        with mock.patch.object(contract_proof, "contract_frames", kept), mock.patch.object(dq, "contract_frames", kept), \
                 quick(), ThreadPoolExecutor(WORKERS) as pool:
             futures = {}
             for cell in wanted:
