@@ -1055,8 +1055,8 @@ def matrix(corpus: Corpus, request: pytest.FixtureRequest, tmp_path_factory: pyt
     try:
         kept = FramesKept(contract_proof.contract_frames)
         # dq.py binds contract_frames at its import, which another module may have done already
-        with mock.patch.object(contract_proof, "contract_frames", kept), mock.patch.object(dq, "contract_frames", kept), \
-                quick(), ThreadPoolExecutor(WORKERS) as pool:
+        with mock.patch.object(contract_proof, "contract_frames", kept), \
+                mock.patch.object(dq, "contract_frames", kept), quick(), ThreadPoolExecutor(WORKERS) as pool:
             futures = {}
             for cell in wanted:
                 if cell[0] == "postgres" and pg_skip:
