@@ -37,10 +37,10 @@ from common import SteadyProducer, keep_stdout_for_json  # noqa: E402
 
 def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
     from rewind.control.status import read_status
-    from rewind.paths import status_path
+    from rewind.paths import status_file
 
     while True:
-        st = read_status(status_path(spec.status_dir, spec.name))
+        st = read_status(status_file(spec))
         if st and st.last_batch_id is not None and st.started_at >= t0 - 1:
             out["first_batch"] = time.time()
             return
@@ -69,9 +69,9 @@ def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any], dag_i
     """Wait for progress past `after_batch` and for the supervisor to watch, SIGKILL the driver, then
     time the recovery."""
     from rewind.control.status import read_status
-    from rewind.paths import status_path
+    from rewind.paths import status_file
 
-    path = status_path(spec.status_dir, spec.name)
+    path = status_file(spec)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         st = read_status(path)

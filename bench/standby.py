@@ -82,7 +82,7 @@ def main() -> None:
     from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.embedded.services import EmbeddedPlatform
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.supervision.process_control import wait_caught_up
@@ -94,7 +94,7 @@ def main() -> None:
         reg = write_registry(work / "streams.yaml", demo_stream(name, topic, work, max_offsets=5000,
                                                                  trigger="1 second"))
         spec = load_registry(reg).get(name)
-        spath = status_path(spec.status_dir, name)
+        spath = status_file(spec)
         env = {**os.environ, **info.env(), "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
         produce(info.kafka_bootstrap, ProduceSpec(topic=topic, count=2000, partitions=3, id_prefix="seed"))
         producer = SteadyProducer(info.kafka_bootstrap, topic, args.rate, partitions=3, id_prefix="sb", keyless=True)

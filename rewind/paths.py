@@ -4,7 +4,9 @@ Why: the status file, the late-routing checks, the supervisor's memory, the repl
 the proof runs and replay reports, the checkpoint pointer and the DAG ids were each derived where
 they were used; the command line put proofs under ``$REWIND_HOME`` while the DAGs put them beside
 ``status_dir``, so the Rewind page showed one and not the other. A stream's *home* is the parent
-of its ``status_dir`` (``$REWIND_HOME`` in the default registry): everything else hangs off it.
+of its ``status_dir`` (``$REWIND_HOME`` in the default registry): logs, proof runs and replay reports
+hang off it. The files of the control store (status, history, failures, late checks) are in
+``control_dir``: beside the checkpoint by default, so every host that shares the checkpoint shares them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+def control_dir(spec: Any) -> Path:
+    """The directory of the stream's control store on this machine (``rewind.control.location``): its
+    ``control`` directory, else ``<checkpoint>.control`` beside a local checkpoint. A stream whose store
+    is in S3 keeps its local files (the late-routing checks) in ``status_dir``."""
+    control = str(getattr(spec, "control", None) or "")
+    if control and not control.startswith(("s3://", "s3a://")):
+        return Path(control)
+    checkpoint = str(spec.checkpoint).rstrip("/")
+    if not control and "://" not in checkpoint:
+        return Path(checkpoint + ".control")
+    return Path(spec.status_dir)
+
+
+def status_file(spec: Any) -> Path:
+    """``<control dir>/<stream>.json``: the status a directory control store keeps (``control_dir``)."""
+    return status_path(control_dir(spec), spec.name)
 
 
 def status_path(status_dir: str | Path, stream: str) -> Path:
@@ -67,11 +87,11 @@ class StreamPaths:
 
 
 def paths_of(spec: Any) -> StreamPaths:
-    status_dir = Path(spec.status_dir)
-    home = status_dir.parent
-    status = status_path(status_dir, spec.name)
+    home = Path(spec.status_dir).parent
+    where = control_dir(spec)
+    status = status_path(where, spec.name)
     return StreamPaths(spec.name, home, status, history_path(status), late_checks_path(status),
-                       failures_path(status_dir, spec.name), replay_lock_path(status_dir, spec.name),
+                       failures_path(where, spec.name), replay_lock_path(where, spec.name),
                        home / "logs" / f"stream-{spec.name}.log", home / "dq" / spec.name,
                        home / "replays" / spec.name, pointer_path(spec.checkpoint))
 

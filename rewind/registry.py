@@ -248,8 +248,8 @@ class StreamSpec(_Strict):
     checkpoint: str
     status_dir: str
     #: Where the stream's control state lives (status, heartbeat, lease, failures, cursors:
-    #: ``rewind.control``): ``s3://BUCKET/PREFIX`` or a directory. Default: beside an ``s3a://``
-    #: checkpoint (``<checkpoint>.control``), else ``status_dir`` (one host).
+    #: ``rewind.control``): ``s3://BUCKET/PREFIX`` or a directory. Default: beside the checkpoint
+    #: (``<checkpoint>.control``), so every host that shares the checkpoint shares its lease.
     control: str | None = None
     #: How often the stream starts a micro-batch (Spark's processing-time trigger).
     trigger: Duration = "2 seconds"

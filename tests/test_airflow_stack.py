@@ -36,7 +36,7 @@ import pytest
 
 from rewind.control.status import StreamStatus, append_history, write_status
 from rewind.embedded.services import PlatformInfo
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.registry import load_registry
 from rewind.runtime.airflow_client import AirflowApiError, AirflowClient
 from tests.harness.registry_templates import demo_stream, write_registry
@@ -134,8 +134,8 @@ def stack(airflow_factory: Any, platform: PlatformInfo, tmp_path_factory: pytest
     st = StreamStatus(stream=STREAM, state="running", pid=999_999_999, heartbeat=now, started_at=now - 60,
                       last_batch_id=7, last_batch_at=now - 1, end_offsets={"uitest-events": {"0": 40, "1": 41}},
                       lag={"uitest-events/0": 3, "uitest-events/1": 0}, total_lag=3, lag_at=now, input_rows=81)
-    write_status(status_path(spec.status_dir, STREAM), st)
-    append_history(status_path(spec.status_dir, STREAM), st, now=now - 5)
+    write_status(status_file(spec), st)
+    append_history(status_file(spec), st, now=now - 5)
     started = time.monotonic()
     af = airflow_factory(env={"REWIND_REGISTRY": str(reg), "REWIND_TEST_MARKER": "m-42"}, dags=dags,
                          schedules=False, extra_users={"viewer": "viewer"})

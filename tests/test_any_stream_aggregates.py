@@ -97,9 +97,9 @@ class Driver:
 
 def committed(spec: Any) -> tuple[int, int]:
     from rewind.control.status import read_status
-    from rewind.paths import status_path
+    from rewind.paths import status_file
 
-    st = read_status(status_path(spec.status_dir, spec.name))
+    st = read_status(status_file(spec))
     done = sum(int(o) for parts in (st.end_offsets if st and st.end_offsets else {}).values() for o in parts.values())
     return done, -1 if st is None or st.last_batch_id is None else int(st.last_batch_id)
 

@@ -120,7 +120,7 @@ def test_the_dq_proof_of_a_contract_stream_proves_since_its_cursor(tmp_path: Pat
     from rewind.control.status import StreamStatus, write_status
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.driver.runner import open_sink
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.proof.dq import run_proof
     from rewind.proof.report import format_proof
     from rewind.registry import load_registry
@@ -132,7 +132,7 @@ def test_the_dq_proof_of_a_contract_stream_proves_since_its_cursor(tmp_path: Pat
     sent = produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=900, malformed_every=11, keyless=True)).sent
     fill_sink_from_expect(spec, platform.kafka_bootstrap)
     # as a stream that committed a batch leaves it (before its first batch a proof has nothing to prove)
-    write_status(status_path(spec.status_dir, spec.name), StreamStatus(stream=spec.name, state="stopped",
+    write_status(status_file(spec), StreamStatus(stream=spec.name, state="stopped",
                                                                        last_batch_id=0))
     first = run_proof(spec, platform.kafka_bootstrap, run_dir=tmp_path / "one")
     assert first.ok, format_proof(first)

@@ -39,7 +39,7 @@ from rewind.demo.producer import ProduceSpec, plan_record
 from rewind.driver.runner import open_sink
 from rewind.embedded.kafka_broker import KafkaCluster
 from rewind.kafka.lookups import true_end_offsets
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
 
@@ -150,7 +150,7 @@ def test_stream_and_producer_ride_through_leader_crash(tmp_path: Path, kafka_clu
     registry = crash_registry(tmp_path / "streams.yaml", name, topic, f"sqlite:///{home}/sink.db", home, source,
                               max_offsets=6000)
     spec = load_registry(registry).get(name)
-    spath = status_path(spec.status_dir, name)
+    spath = status_file(spec)
     bootstrap = kafka_cluster.bootstrap
     findings: list[str] = []
 

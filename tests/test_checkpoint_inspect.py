@@ -106,7 +106,7 @@ def test_a_launch_that_finds_the_driver_died_unseen_repairs_its_checkpoint(cp: P
     import time
 
     from rewind.control.status import StreamStatus, write_status
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.registry import RestartSpec, StreamSpec
     from rewind.supervision.failures import read_failures
     from rewind.supervision.reconcile import recover_unseen_death
@@ -119,7 +119,7 @@ def test_a_launch_that_finds_the_driver_died_unseen_repairs_its_checkpoint(cp: P
     gone.wait()
     spec = StreamSpec.model_construct(name="cp", status_dir=str(tmp_path / "status"), checkpoint=str(cp),
                                       restart=RestartSpec(strategy="fixed-delay", max_attempts=3, delay="0 seconds"))
-    write_status(status_path(spec.status_dir, "cp"), StreamStatus(stream="cp", state="running", pid=gone.pid,
+    write_status(status_file(spec), StreamStatus(stream="cp", state="running", pid=gone.pid,
                                                                   heartbeat=time.time() - 1, last_batch_id=last))
     found = recover_unseen_death(spec)
     assert found and found["checkpoint"]["action"] == "repaired", found

@@ -103,7 +103,8 @@ def _spec(**kw: str) -> StreamSpec:
 
 
 def test_where_a_streams_store_lives() -> None:
-    assert control_location(_spec()) == "/data/status"
+    assert control_location(_spec()) == "/data/cp/orders.control"  # beside the checkpoint, not status_dir
+    assert control_location(_spec(checkpoint="/data/cp/orders/")) == "/data/cp/orders.control"
     assert control_location(_spec(checkpoint="s3a://bkt/cp/orders")) == "s3://bkt/cp/orders.control"
     assert control_location(_spec(control="s3://bkt/control/")) == "s3://bkt/control"
     assert isinstance(control_store(_spec()), DirectoryStore)

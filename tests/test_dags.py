@@ -179,7 +179,7 @@ def test_a_driver_killed_between_supervisor_runs_is_found_by_the_next_launch(
     tests/test_airflow_stack.py.)"""
     from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.supervision.failures import read_failures
@@ -196,10 +196,10 @@ def test_a_driver_killed_between_supervisor_runs_is_found_by_the_next_launch(
         assert states["launch"] == "success", states
         wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
         produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1000, partitions=2, id_prefix="s3"))
-        st = read_status(status_path(spec.status_dir, "sup"))
+        st = read_status(status_file(spec))
         assert st and st.state == "running"
         _kill_hard(st.pid)
-        dead = read_status(status_path(spec.status_dir, "sup"))  # it may have committed a batch since `st`
+        dead = read_status(status_file(spec))  # it may have committed a batch since `st`
         assert dead and dead.pid == st.pid, dead
         assert not read_failures(spec)["failures"]
         states = _states(dag.test(run_conf={"chain": False, "watch_s": 5}))
@@ -207,7 +207,7 @@ def test_a_driver_killed_between_supervisor_runs_is_found_by_the_next_launch(
         failures = read_failures(spec)["failures"]
         assert len(failures) == 1 and failures[-1]["cause"] == "process_gone", failures
         assert "found gone at launch" in failures[-1]["detail"] and failures[-1]["batch_id"] == dead.last_batch_id
-        now = read_status(status_path(spec.status_dir, "sup"))
+        now = read_status(status_file(spec))
         assert now and now.pid != st.pid and now.state == "running", now
         wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
     finally:
@@ -227,7 +227,7 @@ def test_checkpoint_corrupted_while_down_is_repaired(airflow_env: dict[str, str]
     from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.proof.verify import verify_stream
     from rewind.registry import load_registry
     from rewind.supervision.process_control import stop_stream, wait_caught_up
@@ -244,7 +244,7 @@ def test_checkpoint_corrupted_while_down_is_repaired(airflow_env: dict[str, str]
         try:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
-                st = read_status(status_path(spec.status_dir, "sup"))
+                st = read_status(status_file(spec))
                 batch = (st.last_batch_id or 0) if st and st.state == "running" else -1
                 if batch >= 3:
                     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1200, partitions=2,
@@ -270,7 +270,7 @@ def test_checkpoint_corrupted_while_down_is_repaired(airflow_env: dict[str, str]
         assert records, "repair left no quarantine record"
         moved = json.loads(records[0].read_text())["moved"]
         assert any(m["file"] == f"offsets/{done['batch']}" for m in moved), moved
-        st = read_status(status_path(spec.status_dir, "sup"))
+        st = read_status(status_file(spec))
         assert st and st.pid != done["pid"] and st.state == "running"
         wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
     finally:
@@ -389,7 +389,7 @@ def test_lag_over_the_threshold_alerts_and_never_starts_a_second_driver(
     failure and `relaunch` started a second driver). A second run within alert_every stays quiet."""
     from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.registry import load_registry
     from rewind.supervision.failures import read_failures
     from rewind.supervision.process_control import stop_stream
@@ -405,14 +405,14 @@ def test_lag_over_the_threshold_alerts_and_never_starts_a_second_driver(
         states = _states(run)
         assert states["watch"] == "success" and states["diagnose"] == "failed", states
         assert states["relaunch"] in ("upstream_failed", "skipped"), states
-        st = read_status(status_path(spec.status_dir, "sup"))
+        st = read_status(status_file(spec))
         assert st is not None and st.state == "running" and st.total_lag > 100
         doc = read_failures(spec)
         assert doc["failures"] == [] and [a["cause"] for a in doc["alerts"]] == ["lag_over_threshold"], doc
         pid = st.pid
         run2 = dag.test(run_conf={"chain": False, "watch_s": 8})  # within alert_every: quiet
         assert _states(run2)["diagnose"] == "skipped", _states(run2)
-        st2 = read_status(status_path(spec.status_dir, "sup"))
+        st2 = read_status(status_file(spec))
         assert st2 is not None and st2.pid == pid, "a second driver was started"
         assert len(read_failures(spec)["alerts"]) == 1
     finally:

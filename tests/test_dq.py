@@ -317,7 +317,7 @@ def test_running_stream_is_proven_up_to_its_last_committed_batch(demo_run, platf
 
     from rewind.checkpoints.logs import parse_offsets_file
     from rewind.control.status import StreamStatus, write_status
-    from rewind.paths import status_path
+    from rewind.paths import status_file
 
     full = Path(demo_run["spec"].checkpoint)
     at0 = tmp_path / "checkpoint-at-batch-0"
@@ -326,7 +326,7 @@ def test_running_stream_is_proven_up_to_its_last_committed_batch(demo_run, platf
         shutil.copy(full / rel, at0 / rel)
     spec = demo_run["spec"].model_copy(update={"checkpoint": str(at0)})
     _, sources = parse_offsets_file((at0 / "offsets" / "0").read_text())
-    path = status_path(spec.status_dir, spec.name)
+    path = status_file(spec)
     write_status(path, StreamStatus(stream=spec.name, state="running", pid=os.getpid(), last_batch_id=0,
                                     end_offsets=sources[0]))
     try:

@@ -1,15 +1,17 @@
 """One driver per stream across hosts, a warm standby on another host, and a zombie that commits nothing.
 
-Two "hosts" (``tests.harness.hosts``: own PID, mount and UTS namespaces, a private tmpfs over the
-status directory) share only Kafka, S3 (the control store, ``control: s3://...``), the checkpoint
-directory and the SQLite sink. The driver on host-a runs; a second ``rewind stream run`` on host-b
-is refused naming host-a, its epoch and its lease's expiry; a standby (``--standby``) on host-b warms
-up and waits. Host-a's driver is then SIGSTOPped mid-batch (its JVM with it): no kernel tells the
-standby, which takes the lease over with epoch 2 once host-a's lapses and commits batches. Host-a's
-driver is SIGCONTed: it commits nothing, logs the fenced line and exits non-zero, and the status
-stays host-b's. The checkpoint shows no batch planned twice with different offsets (each batch's
-offsets file is what the sink's ledger recorded for it), a resume from it after the run is clean,
-and the data proves every record landed once.
+Two "hosts" (``tests.harness.hosts``: own PID, mount and UTS namespaces, a private tmpfs over the status
+directory) share only Kafka, S3, the checkpoint directory and the SQLite sink, with default settings: no
+``control``, each host its own ``status_dir``, so the lease is the one the store beside the checkpoint
+holds (``<checkpoint>.control``; with a store per status_dir, as before, host-b took its own lease on
+host-a's checkpoint). (The S3 control store across hosts: ``test_celery_hosts``.) The driver on host-a
+runs; a second ``rewind stream run`` on host-b is refused naming host-a, its epoch and its lease's
+expiry; a standby (``--standby``) on host-b warms up and waits. Host-a's driver is then SIGSTOPped mid-
+batch (its JVM with it): no kernel tells the standby, which takes the lease over with epoch 2 once
+host-a's lapses and commits batches. Host-a's driver is SIGCONTed: it commits nothing, logs the fenced
+line and exits non-zero, and the status stays host-b's. The checkpoint shows no batch planned twice with
+different offsets (each batch's offsets file is what the sink's ledger recorded for it), a resume from
+it after the run is clean, and the data proves every record landed once.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def world(platform: PlatformInfo, new_topic: Callable[..., str], tmp_path: Path,
     name = "zombie"
     registry = write_registry(shared / "streams.yaml", demo_stream(
         name, topic, shared, max_offsets=400, sink_url=f"sqlite:///{shared}/sink.db", trigger='"1 second"',
-        status_dir=str(private / "status"), control=f"s3://{platform.bucket}/control/{tmp_path.name}"))
+        status_dir=str(private / "status")))  # the control store: the default, beside the checkpoint
     env = {**os.environ, **platform.env(), "PYTHONPATH": str(ROOT), "REWIND_HOME": str(private / "home"),
            "REWIND_LEASE_TTL_S": str(TTL_S), "REWIND_JVM_CACHE": str(shared / "jvm"), "REWIND_LAG_PROBE_S": "2"}
     host_a, host_b = hosts.Host("host-a", [private]).start(), hosts.Host("host-b", [private]).start()
@@ -137,6 +139,8 @@ def test_a_zombie_driver_commits_nothing_and_the_checkpoint_stays_whole(world: d
     refusal = intruder.text()
     assert re.search(r"is already run by pid \d+ on host-a \(epoch 1, a driver; lease expires at 20", refusal), \
         refusal[-2000:]
+    assert str(cp) + ".control" in refusal and "Running Spark version" not in refusal, refusal[-2000:]
+    assert len([ln for ln in refusal.splitlines() if "refused" in ln]) == 1, refusal[-2000:]  # one line
 
     b = run(world, world["b"], "b.log", "--standby")  # warm, waiting for host-a's lease
     wait_for(lambda: read_standby(spec).get("state") == "ready", 240, "host-b's standby ready", a, b)

@@ -298,14 +298,14 @@ def test_inventory_exactly_once_under_sigkill(tmp_path: Path, platform, new_topi
     from rewind.control.status import read_status
     from rewind.driver.runner import open_sink
     from rewind.kafka.lookups import true_end_offsets
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.proof.contract_proof import verify_contract_stream
     from rewind.registry import load_registry
 
     name, topic, home = "inv_crash", new_topic(5, "invcrash"), tmp_path / "home"
     sink_url = f"kafka://{platform.kafka_bootstrap}/{topic}-out."
     spec = load_registry(write_registry(tmp_path / "streams.yaml", name, topic, home, sink_url)).get(name)
-    spath = status_path(spec.status_dir, name)
+    spath = status_file(spec)
     rng = random.Random(int(os.environ.get("REWIND_CRASH_SEED", "7")))
     produced: dict[str, Any] = {}
     producer = threading.Thread(target=lambda: produced.update(produce_inventory(

@@ -30,7 +30,7 @@ from rewind.demo.producer import ProduceSpec, plan_record
 from rewind.embedded.kafka_broker import KafkaBroker
 from rewind.kafka.lookups import check_reachable, true_end_offsets
 from rewind.kafka.types import KafkaUnreachable
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
 from rewind.runtime.processes import terminate_group
@@ -131,7 +131,7 @@ def test_stream_verify_proof_and_lag_probe_over_sasl(tmp_path: Path, sasl_broker
     produce_sasl(sasl_broker, topic, EVENTS, name)
     registry = write_registry(tmp_path / "streams.yaml", name, topic, tmp_path / "home", fmt)
     spec = load_registry(registry).get(name)
-    spath = status_path(spec.status_dir, name)
+    spath = status_file(spec)
 
     # 1. A bounded run (availableNow) through the CLI, with the lag probe looking every second.
     t0 = time.monotonic()

@@ -25,7 +25,7 @@ from rewind.demo.events import make_event
 from rewind.driver.late_routing import BEHIND_WATERMARK, late_events_watermark_ms
 from rewind.driver.runner import open_sink
 from rewind.kafka.lookups import true_end_offsets
-from rewind.paths import late_checks_path, status_path
+from rewind.paths import late_checks_path, status_file
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
 from tests.harness.registry_templates import demo_stream, write_registry
@@ -70,7 +70,7 @@ def registry(tmp_path: Path, name: str, topic: str, source: str, extra_options: 
 
 def run_until_caught_up(stream: StreamProcess, spec: Any, bootstrap: str, topic: str, timeout: float = 300) -> None:
     ends = {str(tp.partition): off for tp, off in true_end_offsets(bootstrap, topic).items()}
-    spath = status_path(spec.status_dir, spec.name)
+    spath = status_file(spec)
     stream.start()
     wait_for(lambda: (st := read_status(spath)) is not None and st.state == "running"
              and {p: int(o) for p, o in st.end_offsets.get(topic, {}).items()} == ends
@@ -81,7 +81,7 @@ def run_until_caught_up(stream: StreamProcess, spec: Any, bootstrap: str, topic:
 
 def late_checks(spec: Any) -> dict[int, dict[str, Any]]:
     """batch id -> the stream's own check of that batch (the last one, if a batch ran twice)."""
-    path = late_checks_path(status_path(spec.status_dir, spec.name))
+    path = late_checks_path(status_file(spec))
     out: dict[int, dict[str, Any]] = {}
     for line in path.read_text().splitlines() if path.exists() else []:
         row = json.loads(line)
@@ -128,7 +128,7 @@ def test_skewed_partitions_lose_nothing_across_a_restart(tmp_path: Path, platfor
                            f"keyless-{source}", keyless=True)
     path, spec = registry(tmp_path, f"skew_{source}", topic, source)
     stream = StreamProcess(path, spec.name, platform.kafka_bootstrap, tmp_path, env=platform.env())
-    spath = status_path(spec.status_dir, spec.name)
+    spath = status_file(spec)
     stream.start()
     wait_for(lambda: (st := read_status(spath)) is not None and (st.last_batch_id or -1) >= 3, 240,
              "4 batches", stream)

@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from rewind.control.status import StreamStatus, read_status, write_status
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.registry import load_registry
 from tests.harness.registry_templates import demo_stream
 
@@ -111,7 +111,7 @@ def ops(airflow_factory: Callable[..., Any], platform: Any, tmp_path_factory: py
         run = client.trigger_dag("rewind_ops_supervisor", {"chain": False, "watch_s": 20})
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            st = read_status(status_path(spec.status_dir, "ops"))
+            st = read_status(status_file(spec))
             if st and st.state == "running" and (st.last_batch_id or 0) >= 2 and st.lag_at:
                 break
             time.sleep(1)
@@ -146,9 +146,9 @@ def test_metrics_scraped_over_http_match_the_status(ops: dict[str, Any]) -> None
     http, spec = ops["http"], ops["spec"]
     assert http.get("/rewind/metrics").status_code in (401, 403)
     assert http.get("/rewind/metrics", headers={"Authorization": "Bearer wrong"}).status_code in (401, 403)
-    before = read_status(status_path(spec.status_dir, "ops"))
+    before = read_status(status_file(spec))
     r = http.get("/rewind/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
-    after = read_status(status_path(spec.status_dir, "ops"))
+    after = read_status(status_file(spec))
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), r.text[:500]
     assert before and after
     m = {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -174,7 +174,7 @@ def test_metrics_scraped_over_http_match_the_status(ops: dict[str, Any]) -> None
 
 
 def test_the_drivers_spark_ui_is_linked_and_serves_sparks_streaming_metrics(ops: dict[str, Any]) -> None:
-    st = read_status(status_path(ops["spec"].status_dir, "ops"))
+    st = read_status(status_file(ops["spec"]))
     assert st and st.spark_ui and st.spark_ui.startswith("http://"), st
     page = ops["http"].get("/rewind/api/streams/ops", headers={"Authorization": f"Bearer {ops['client'].token()}"})
     assert page.json()["spark_ui"] == st.spark_ui
@@ -191,7 +191,7 @@ def test_a_failed_proof_and_a_crash_loop_are_mailed(ops: dict[str, Any]) -> None
 
     client, inbox, broken = ops["client"], ops["inbox"], ops["reg"].get("broken")
     # `broken` committed a batch covering every record of its topic, but its sink holds none of them
-    write_status(status_path(broken.status_dir, "broken"), StreamStatus(
+    write_status(status_file(broken), StreamStatus(
         stream="broken", state="stopped", last_batch_id=0, end_offsets={"ops-broken": {"0": 100, "1": 100}}))
     for dag_id in ("rewind_broken_dq", "rewind_broken_supervisor"):
         client.wait_dag(dag_id, timeout=120)
@@ -242,7 +242,7 @@ def test_kafka_consumer_groups_sees_the_streams_lag(ops: dict[str, Any]) -> None
 
     spec, bootstrap = ops["spec"], ops["platform"].kafka_bootstrap
     produce(bootstrap, ProduceSpec(topic="ops-events", count=6000, partitions=3, id_prefix="o2"))
-    path = status_path(spec.status_dir, "ops")
+    path = status_file(spec)
     seen = read_status(path)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # a batch planned after the burst: its progress knows the new ends

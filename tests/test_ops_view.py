@@ -18,7 +18,7 @@ from rewind.ops.view import (
     replay_views,
     savepoint_rows,
 )
-from rewind.paths import status_path
+from rewind.paths import status_file, status_path
 from rewind.registry import load_registry
 from rewind.supervision.health import Thresholds
 from tests.harness.registry_templates import demo_stream, write_registry
@@ -194,7 +194,7 @@ def test_history_file_is_additive_and_bounded(tmp_path: Path) -> None:
 def test_read_inputs_from_files(tmp_path: Path) -> None:
     reg = write_registry(tmp_path / "streams.yaml", demo_stream("demo", "t", tmp_path))
     spec = load_registry(reg).get("demo")
-    sfile = status_path(spec.status_dir, "demo")
+    sfile = status_file(spec)
     write_status(sfile, status(pid=999_999_999))
     run = Path(spec.status_dir).parent / "dq" / "demo" / "20261123T1-aa"
     run.mkdir(parents=True)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rewind.control.status import StreamStatus, write_status
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.proof.scope import committed_batch, nothing_to_prove
 from rewind.proof.verdict import verdict_line
 from rewind.registry import load_registry
@@ -49,7 +49,7 @@ def test_committed_batch_from_the_status_else_the_checkpoint(fresh: Any, tmp_pat
     (Path(spec.checkpoint) / "commits" / "4").write_text("v1\n{}")
     (Path(spec.checkpoint) / "commits" / ".4.crc").write_text("")
     assert committed_batch(spec) == 4  # the status file is lost, the checkpoint says
-    write_status(status_path(spec.status_dir, spec.name), StreamStatus(stream=spec.name, last_batch_id=9))
+    write_status(status_file(spec), StreamStatus(stream=spec.name, last_batch_id=9))
     assert committed_batch(spec) == 9
 
 
@@ -90,7 +90,7 @@ def test_the_dq_dag_waits_for_the_first_committed_batch(fresh: Any) -> None:
     assert sensor.timeout < 3600  # done (or skipped) before the next hourly run
     assert sensor.poke({}) is False
     spec = fresh.get("fresh")
-    write_status(status_path(spec.status_dir, "fresh"), StreamStatus(stream="fresh", last_batch_id=0))
+    write_status(status_file(spec), StreamStatus(stream="fresh", last_batch_id=0))
     assert sensor.poke({}) is True
 
 

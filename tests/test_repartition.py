@@ -20,7 +20,7 @@ from harness.processes import StreamProcess, wait_for
 
 from rewind.control.status import read_status
 from rewind.embedded.services import PlatformInfo
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.registry import load_registry
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def rescale_to_4(spark: Any, platform: PlatformInfo, done: dict[str, Any]
         done.update(record=record, spec=spec)
         stream.start()
         rbatch = record["savepoint"]["batch_id"] + 1  # Spark's repartition batch
-        spath = status_path(spec.status_dir, spec.name)
+        spath = status_file(spec)
         wait_for(lambda: (st := read_status(spath)) is not None and st.pid == stream.pid and st.state == "running"
                  and (st.last_batch_id or -1) > rbatch and (st.last_batch_at or 0) >= st.started_at, 240,
                  "a batch on 4 state partitions", stream)

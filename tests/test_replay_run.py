@@ -433,7 +433,7 @@ def test_overlap_with_a_live_stream_finds_no_duplicates(tmp_path: Path, platform
     from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.kafka.lookups import true_end_offsets
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.runtime.processes import pid_alive, terminate_group
     from rewind.supervision.process_control import launch_stream, stop_stream, wait_caught_up
 
@@ -453,7 +453,7 @@ def test_overlap_with_a_live_stream_finds_no_duplicates(tmp_path: Path, platform
     pid = launch_stream(spec, reg_path, bootstrap, log, env={**platform.env(), "PYSPARK_PYTHON": sys.executable})
     try:
         more.start()
-        spath = status_path(spec.status_dir, spec.name)
+        spath = status_file(spec)
         deadline = time.monotonic() + 240
         while True:  # until the stream has committed past the first 3,000 records
             st = read_status(spath)

@@ -41,7 +41,7 @@ from rewind.control.status import read_status
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.embedded.services import PlatformInfo
 from rewind.kafka.lookups import true_end_offsets
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.proof.verify import verify_stream
 from rewind.registry import StreamSpec, load_registry
 from rewind.runtime.processes import free_port, pid_alive, terminate_group
@@ -314,7 +314,7 @@ def test_s3_dies_during_stop_savepoint_stream_restarted(online: dict[str, Any], 
     store, ctl = online["store"], online["reg"].get("sp_ctl")
     proxy = TcpProxy(int(platform.s3_endpoint.rsplit(":", 1)[1]), die_after=20_000)
     flaky = S3Storage(replace(S3Config.from_platform(platform), endpoint=f"http://127.0.0.1:{proxy.port}"))
-    fake_stream = [sys.executable, "-c", FAKE_STREAM, str(status_path(ctl.status_dir, ctl.name)), ctl.name]
+    fake_stream = [sys.executable, "-c", FAKE_STREAM, str(status_file(ctl)), ctl.name]
     procs = [subprocess.Popen(fake_stream, start_new_session=True)]
     events_seen: list[str] = []
 
@@ -385,7 +385,7 @@ def test_stop_savepoint_cli_restart_restore_resume(tmp_path: Path, platform: Pla
     pid = launch_stream(spec, registry, bootstrap, log_path, env=env)
     try:
         wait_running(spec, pid, timeout=120, log_path=log_path)
-        wait(lambda: (read_status(status_path(spec.status_dir, spec.name)).last_batch_id or 0) >= 1, 120,
+        wait(lambda: (read_status(status_file(spec)).last_batch_id or 0) >= 1, 120,
              "two batches")
         args = ["savepoint", "create", spec.name, "--registry", str(registry), "--bootstrap", bootstrap]
 

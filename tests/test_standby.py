@@ -31,7 +31,7 @@ from rewind.control.status import read_status
 from rewind.demo.producer import ProduceSpec, produce
 from rewind.embedded.services import PlatformInfo
 from rewind.kafka.lookups import true_end_offsets
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.proof.verify import verify_stream
 from rewind.registry import load_registry
 from rewind.supervision.process_control import stop_stream
@@ -108,7 +108,7 @@ def test_standby_takes_over_after_sigkill_exactly_once(tmp_path: Path, platform:
     home = tmp_path / "home"
     registry = write_registry(tmp_path / "streams.yaml", name, topic, f"sqlite:///{tmp_path}/sink.db", home)
     spec = load_registry(registry).get(name)
-    spath = status_path(spec.status_dir, name)
+    spath = status_file(spec)
     events = 12_000
     seed = ProduceSpec(topic=topic, count=400, partitions=4, id_prefix="seed", keyless=True)
     produce(platform.kafka_bootstrap, seed)
@@ -246,7 +246,7 @@ def test_a_dead_driver_with_a_live_standby_is_a_takeover_not_a_failure(tmp_path:
     spec = load_registry(registry).get("obs")
     dead = subprocess.Popen(["true"])
     dead.wait()
-    write_status(status_path(spec.status_dir, "obs"), StreamStatus(stream="obs", state="running", pid=dead.pid))
+    write_status(status_file(spec), StreamStatus(stream="obs", state="running", pid=dead.pid))
     assert not observe(spec).driver_alive and running_reason(spec) is None
     mark_standby(spec, "warming")  # this test process plays the standby
     assert observe(spec).driver_alive

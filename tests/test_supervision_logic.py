@@ -103,7 +103,7 @@ def test_relaunch_loop_records_each_failure_and_gives_up_on_a_poison_batch(tmp_p
     from rewind.supervision.failures import CrashLoop, read_failures
     from rewind.supervision.reconcile import fail, relaunch_until_progress
 
-    spec = StreamSpec.model_construct(name="s", status_dir=str(tmp_path),
+    spec = StreamSpec.model_construct(name="s", status_dir=str(tmp_path), control=str(tmp_path),
                                       restart=RestartSpec(strategy="fixed-delay", max_attempts=2, delay="3 seconds"))
     path = status_path(tmp_path, "s")
     launches: list[float] = []
@@ -137,7 +137,7 @@ def test_a_launch_is_refused_while_a_driver_holds_the_checkpoint(tmp_path) -> No
     from rewind.control.leases import acquire, me
     from rewind.control.location import control_store
     from rewind.control.status import StreamStatus, write_status
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.registry import load_registry
     from rewind.supervision.process_control import DriverRunning, ensure_no_driver, launch_stream
     from tests.harness.registry_templates import demo_stream, write_registry
@@ -145,7 +145,7 @@ def test_a_launch_is_refused_while_a_driver_holds_the_checkpoint(tmp_path) -> No
     spec = load_registry(write_registry(tmp_path / "r.yaml", demo_stream("s", "t", tmp_path))).get("s")
     driver = subprocess.Popen(["sleep", "60"])
     try:  # a hung driver: its heartbeat an hour old, its lease held
-        write_status(status_path(spec.status_dir, "s"), StreamStatus(stream="s", state="running", pid=driver.pid,
+        write_status(status_file(spec), StreamStatus(stream="s", state="running", pid=driver.pid,
                                                                       heartbeat=time.time() - 3600))
         acquire(control_store(spec), replace(me(), pid=driver.pid), 60.0, 0)
         with pytest.raises(DriverRunning, match=f"pid {driver.pid} on "):
@@ -225,7 +225,8 @@ def test_a_launch_records_a_death_no_watch_saw_and_a_crash_loop_of_them_gives_up
     from rewind.supervision.failures import CrashLoop, read_failures, reset
     from rewind.supervision.reconcile import recover_unseen_death
 
-    spec = StreamSpec.model_construct(name="s", status_dir=str(tmp_path), checkpoint=str(tmp_path / "cp"),
+    spec = StreamSpec.model_construct(name="s", status_dir=str(tmp_path), control=str(tmp_path),
+                                      checkpoint=str(tmp_path / "cp"),
                                       restart=RestartSpec(strategy="fixed-delay", max_attempts=2, delay="3 seconds"))
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -262,23 +263,23 @@ def test_the_supervisor_chains_past_a_lost_driver_but_not_past_a_stop_or_a_verdi
     """A driver whose lease lapsed after its run's tasks (killed, or paused on a host cut off) is the
     next run's to record and bring back; a stopped stream or a crash-loop verdict ends the chain."""
     from rewind.control.status import StreamStatus, write_status
-    from rewind.paths import status_path
+    from rewind.paths import status_file
     from rewind.supervision.failures import record_failure
     from rewind_airflow.operators.supervision import chain_enabled
     from tests.harness.registry_templates import demo_stream, write_registry
 
     registry = write_registry(tmp_path / "r.yaml", demo_stream(
         "s", "t", tmp_path, restart="{strategy: fixed-delay, max_attempts: 1, delay: 1 seconds}"))
-    path = status_path(tmp_path / "status", "s")
+    from rewind.registry import load_registry
+
+    spec = load_registry(registry).get("s")
+    path = status_file(spec)
     write_status(path, StreamStatus(stream="s", state="running", pid=999_999_999))  # no lease: gone
     assert chain_enabled("s", str(registry), {"chain": True})
     assert not chain_enabled("s", str(registry), {"chain": False})
     write_status(path, StreamStatus(stream="s", state="stopped", pid=999_999_999))
     assert not chain_enabled("s", str(registry), {"chain": True})
     write_status(path, StreamStatus(stream="s", state="running", pid=999_999_999))
-    from rewind.registry import load_registry
-
-    spec = load_registry(registry).get("s")
     record_failure(spec, "process_gone", "x", 1, {})
     record_failure(spec, "process_gone", "y", 1, {})
     assert not chain_enabled("s", str(registry), {"chain": True})

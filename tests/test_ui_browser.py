@@ -340,7 +340,7 @@ def test_operator_page_in_a_browser_on_make_up(tmp_path: Path) -> None:
     shots = Shots(ARTIFACTS)
     home = tmp_path / "home"
     up = RewindUp(home)
-    status_file = home / "status" / f"{STREAM}.json"
+    status_file = home / "checkpoints" / f"{STREAM}.control" / f"{STREAM}.json"  # beside the checkpoint
     console: list[str] = []
     stream_pid = None
     pids: dict[str, int | None] = {}

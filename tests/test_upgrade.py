@@ -29,7 +29,7 @@ from harness.processes import wait_for
 
 from rewind.checkpoints.pointer import active_checkpoint
 from rewind.control.status import read_status
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.registry import load_registry
 from rewind.runtime.processes import pid_alive, terminate_group
 from rewind.storage import S3Config, S3Storage
@@ -61,7 +61,7 @@ class Live:
         return load_registry(self.registry).get(self.name)
 
     def status(self) -> Any:
-        return read_status(status_path(self.spec.status_dir, self.name))
+        return read_status(status_file(self.spec))
 
     def start(self, spec: Any) -> int:
         log = self.home / "logs" / f"stream-{len(self.pids) + 1}.log"

@@ -37,7 +37,7 @@ from rewind.chaos.supervisor import ChaosSupervisor, recovery_after
 from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.pointer import active_checkpoint
 from rewind.control.status import read_status
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.runtime.processes import pid_alive
 from rewind.supervision.process_control import StreamControlError, stop_stream
 
@@ -120,7 +120,7 @@ class RunState:
     def status(self) -> Any:
         """The stream's status file as the driver last wrote it (None before the first write)."""
 
-        return read_status(status_path(self.spec.status_dir, self.spec.name))
+        return read_status(status_file(self.spec))
 
     def checkpoint(self) -> Path:
         """The checkpoint the stream runs on now (a restore moves the pointer)."""

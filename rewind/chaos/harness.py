@@ -21,7 +21,7 @@ At the end: all events are released, the stream catches up and idles (its no-dat
 emits the windows its watermark closed), the supervisor stops, the stream stops gracefully,
 and the Great Expectations proof (`rewind.proof.dq.run_proof`), the verifier
 (`rewind.proof.verify.verify_stream`), the known-set comparison (`rewind.chaos.known_set.compare_known`)
-and the stream's own per-batch late checks (``<status_dir>/<stream>.late.jsonl``) run over
+and the stream's own per-batch late checks (``<stream>.late.jsonl`` beside its status) run over
 everything (`rewind.chaos.evidence` reads them). The report (JSON and text) goes to the report
 directory; `rewind.chaos.judge.judge` decides, `rewind.chaos.report.format_text` renders.
 """
@@ -51,7 +51,7 @@ from rewind.driver.runner import open_sink
 from rewind.embedded.services import EmbeddedPlatform
 from rewind.errors import Failed, Refused
 from rewind.kafka.lookups import true_end_offsets
-from rewind.paths import late_checks_path, status_path
+from rewind.paths import late_checks_path, status_file
 from rewind.proof.dq import run_proof
 from rewind.proof.verify import read_records, verify_stream
 from rewind.registry import load_registry
@@ -300,7 +300,7 @@ class ChaosRun(FaultInjector):
         self.facts["known"] = known_facts(self.expected, records, self.sink.read_table("events"),
                                           self.sink.read_table("dead_letter"),
                                           self.spec.durations()["allowed_lateness"])
-        path = late_checks_path(status_path(self.spec.status_dir, self.spec.name))
+        path = late_checks_path(status_file(self.spec))
         self.facts["late_checks"] = read_late_checks(path, self.status())
 
     def teardown(self) -> None:

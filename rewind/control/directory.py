@@ -63,24 +63,24 @@ class DirectoryStore(ControlStore):
         return Versioned(doc if isinstance(doc, dict) else {}, _version(data))
 
     def create(self, name: str, doc: dict[str, Any]) -> str | None:
-        with self._locked():
+        with self.locked():
             if self.path(name).exists():
                 return None
             return self._publish(name, doc)
 
     def replace(self, name: str, doc: dict[str, Any], version: str) -> str | None:
-        with self._locked():
+        with self.locked():
             current = self.read(name)
             if current is None or current.version != version:
                 return None
             return self._publish(name, doc)
 
     def write(self, name: str, doc: dict[str, Any]) -> str:
-        with self._locked():
+        with self.locked():
             return self._publish(name, doc)
 
     def delete(self, name: str) -> None:
-        with self._locked():
+        with self.locked():
             self.path(name).unlink(missing_ok=True)
 
     def _publish(self, name: str, doc: dict[str, Any]) -> str:
@@ -96,7 +96,7 @@ class DirectoryStore(ControlStore):
         return _version(data)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def locked(self) -> Iterator[None]:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             f = open(self.directory / f".{self.stream}.control.lock", "a")

@@ -1,5 +1,7 @@
 """One driver per stream, across hosts: the driver lease, the standby's notice, and stop requests.
 
+- Before its lease, a driver checks the marker beside the checkpoint (``rewind.control.marker``):
+  a checkpoint fenced by another store than the driver's is refused (``StoreMismatch``, exit 3).
 - A driver takes the stream's lease (``rewind.control.leases``) before its Spark session starts,
   with the next epoch, waiting up to ``REWIND_DRIVER_WAIT_S`` (60 s) for another holder's lease to
   lapse; then it is refused (``DriverBusy``, exit 3) naming the holder's host, epoch and expiry.
@@ -26,6 +28,7 @@ from typing import Any
 from rewind.control.lease import SKEW_S, Holder, Lease, describe
 from rewind.control.leases import DriverBusy, LeaseKeeper, acquire, me, read_lease
 from rewind.control.location import control_store
+from rewind.control.marker import check_store_marker
 from rewind.control.store import ControlStore
 from rewind.runtime.processes import pid_alive
 from rewind.settings import driver_lock_wait_s, lease_ttl_s
@@ -52,6 +55,7 @@ def take_driver_lease(spec: Any, wait_s: float | None = None, holder: Holder | N
     (default ``REWIND_DRIVER_WAIT_S``) while another driver holds it."""
 
     store = control_store(spec)
+    check_store_marker(spec, store)
     got = acquire(store, holder or me(), _ttl(), driver_lock_wait_s() if wait_s is None else wait_s)
     assert got is not None  # no stop event: acquire returns or raises
     return LeaseKeeper(store, *got).start()
@@ -61,6 +65,7 @@ def wait_for_takeover(spec: Any, stop: threading.Event, notice: dict[str, Any]) 
     """A standby's wait: take the lease as soon as the driver's lapses (None: ``stop`` was set first).
     ``notice`` is the standby document, renewed while waiting."""
     store = control_store(spec)
+    check_store_marker(spec, store)
     holder = me("standby")
     since = float(notice.get("since") or time.time())
     while not stop.is_set():

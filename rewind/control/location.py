@@ -5,11 +5,15 @@
 | ``s3://BUCKET/PREFIX`` | any | ``S3ControlStore`` under ``PREFIX/<stream>`` |
 | a directory | any | ``DirectoryStore`` there |
 | unset | ``s3a://BUCKET/KEY`` | ``S3ControlStore`` under ``KEY.control`` (beside the checkpoint) |
-| unset | a local path | ``DirectoryStore`` in ``status_dir`` (one host: the files of old) |
+| unset | a local path | ``DirectoryStore`` in ``<checkpoint>.control`` (beside the checkpoint) |
 
-Why beside the checkpoint by default: whoever can run the stream can reach its checkpoint, so the
-store is reachable from every worker that matters without another setting. A stream whose
-checkpoint is on a shared file system (NFS, EFS) while its workers are many names an S3 store.
+Why beside the checkpoint by default: the lease fences the checkpoint, so it must be seen by whoever
+can write the checkpoint. Hosts that share a checkpoint directory (an NFS or EFS volume, the usual
+disk of Celery or Kubernetes workers) share its store with no further setting; a store in each
+host's ``status_dir`` (the default before) let a second host take its own lease on a checkpoint
+the first was writing. A store found in ``status_dir`` moves on first use (``rewind.control.moving``),
+and the first lease leaves a marker beside the checkpoint naming its store
+(``rewind.control.marker``), so a driver given another store is refused.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 from rewind.control.directory import DirectoryStore
+from rewind.control.moving import move_from_status_dir
 from rewind.control.s3 import S3ControlStore
 from rewind.control.store import ControlStore
+from rewind.paths import control_dir
 from rewind.storage.s3_config import s3_client
 
-__all__ = ["control_location", "control_store"]
+__all__ = ["beside_checkpoint", "control_location", "control_store"]
 
 
 def control_location(spec: Any) -> str:
@@ -32,16 +38,30 @@ def control_location(spec: Any) -> str:
     checkpoint = str(getattr(spec, "checkpoint", "")).rstrip("/")
     if checkpoint.startswith("s3a://"):
         return "s3://" + checkpoint.removeprefix("s3a://") + ".control"
-    return str(spec.status_dir)
+    return str(control_dir(spec))
+
+
+def _open(where: str, spec: Any, shared_prefix: bool) -> ControlStore:
+    if where.startswith(("s3://", "s3a://")):
+        bucket, _, prefix = where.split("://", 1)[1].partition("/")
+        if shared_prefix:  # a shared store of many streams: one prefix each
+            prefix = f"{prefix.strip('/')}/{spec.name}".strip("/")
+        return S3ControlStore(s3_client(), bucket, prefix, spec.name)
+    return DirectoryStore(where, spec.name)
 
 
 def control_store(spec: Any) -> ControlStore:
     """The control store of ``spec`` (a registry ``StreamSpec``), per the table above."""
-    where = control_location(spec)
-    if where.startswith(("s3://", "s3a://")):
-        bucket, _, prefix = where.split("://", 1)[1].partition("/")
-        if getattr(spec, "control", None):  # a shared store of many streams: one prefix each
-            prefix = f"{prefix.strip('/')}/{spec.name}".strip("/")
+    store = _open(control_location(spec), spec, bool(getattr(spec, "control", None)))
+    if isinstance(store, DirectoryStore) and not getattr(spec, "control", None):
+        move_from_status_dir(spec, store)
+    return store
 
-        return S3ControlStore(s3_client(), bucket, prefix, spec.name)
-    return DirectoryStore(where, spec.name)
+
+def beside_checkpoint(spec: Any) -> ControlStore:
+    """The store the default would give (beside the checkpoint), whatever ``control`` says: where
+    the marker naming the stream's real store is kept."""
+    checkpoint = str(spec.checkpoint).rstrip("/")
+    if checkpoint.startswith("s3a://"):
+        return _open("s3://" + checkpoint.removeprefix("s3a://") + ".control", spec, False)
+    return DirectoryStore(checkpoint + ".control", spec.name)

@@ -45,7 +45,7 @@ from rewind.driver.source import check_source
 from rewind.driver.spark_session import build_session
 from rewind.driver.standby import become_driver
 from rewind.kafka.group_offsets import progress_end_offsets
-from rewind.paths import late_checks_path, status_path
+from rewind.paths import late_checks_path, status_file
 from rewind.registry import StreamSpec
 from rewind.runtime.s3a import apply_credentials, is_url, s3a_conf
 
@@ -141,7 +141,7 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
     status = driver_status(spec, keeper)
     keeper.on_fenced.append(lambda _line: stop_requested.set())
     late: dict[int, tuple[int, int]] = {}  # filled by the batch writer, checked when progress arrives
-    late_log = late_checks_path(status_path(spec.status_dir, spec.name))
+    late_log = late_checks_path(status_file(spec))
     late_log.parent.mkdir(parents=True, exist_ok=True)
     group = group_offsets_for(spec, bootstrap)
     tracked = spark.conf.get("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", "true") == "true"

@@ -18,7 +18,7 @@ from rewind.control.status_store import read_stream_status
 from rewind.embedded.airflow_local import LocalAirflow
 from rewind.embedded.services import EmbeddedPlatform
 from rewind.kafka.group_offsets import consumer_group
-from rewind.paths import status_path
+from rewind.paths import status_file
 from rewind.registry import load_registry
 from rewind.runtime.airflow_client import AirflowClient
 from rewind.runtime.processes import ManagedProcess
@@ -122,7 +122,7 @@ Rewind is up (embedded default). Ctrl-C stops everything started here.
   demo producer       {rate:.0f} events/s, malformed 1/97, late 1/211, duplicate 1/53; log {producer.log_path}
   demo stream         launched by the DAG {supervisor} (run {run_id}); checkpoint {spec.checkpoint}; log {stream_log}
   sink                {spec.sink.url}
-  status              {status_path(spec.status_dir, stream)}
+  status              {status_file(spec)}
   prove exactly-once  .venv/bin/rewind verify {stream}{second}
   Airflow UI          {airflow.url}   {login}; logs {airflow.log_dir}
   Rewind page         {airflow.url}/rewind/  (also "Rewind" in Airflow's navigation)

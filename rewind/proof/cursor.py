@@ -1,7 +1,7 @@
 """Where a stream's last successful proof ended, so the next one proves only what came after.
 
 Why a document of the stream's control store (``proof-cursor``; on one host the file
-``<status_dir>/<stream>.proof-cursor.json``), not a local file: the proof (``rewind verify``, the
+``<stream>.proof-cursor.json`` in its directory), not a local file: the proof (``rewind verify``, the
 hourly DQ DAG, on whichever worker) must run in memory bounded by the range it proves, not by the
 topic's history; a topic of 5,000,000 records is proven a slice at a time. Only a proof that
 passed moves the cursor: a failed range is proven again next time. Written with a conditional
@@ -23,6 +23,7 @@ from rewind.control.location import control_store
 from rewind.control.store import update
 from rewind.kafka.client_config import stream_consumer_config
 from rewind.kafka.lookups import KafkaOffsetClient
+from rewind.paths import control_dir
 
 Span = dict[tuple[str, int], tuple[int, int]]
 Since = Literal["cursor", "beginning", "time"]
@@ -33,7 +34,7 @@ CURSOR = "proof-cursor"
 
 def cursor_path(spec: Any) -> Path:
     """Where a one-host (directory) control store keeps the cursor."""
-    return Path(spec.status_dir) / f"{spec.name}.proof-cursor.json"
+    return control_dir(spec) / f"{spec.name}.proof-cursor.json"
 
 
 def _ends(doc: dict[str, Any]) -> dict[tuple[str, int], int]:

@@ -1,7 +1,7 @@
 """The supervisor's memory: every failure and alert of a stream, and a give-up verdict.
 
 Why a document of the stream's control store (``failures``; on one host the file
-``<status_dir>/<stream>.failures.json``): the restart strategy must see every failure across
+``<stream>.failures.json`` in the store's directory): the restart strategy must see every failure across
 supervisor runs (an Airflow run ends, the next one starts, maybe on another worker), a crash-loop
 verdict must stay until a person clears it, and a lag alert must not fire again on every poll while
 the lag lasts. Every change is a read-modify-write with a conditional write
@@ -34,7 +34,7 @@ class CrashLoop(Refused):
 
 
 def failures_path(spec: StreamSpec) -> Path:
-    return paths.failures_path(spec.status_dir, spec.name)
+    return paths.failures_path(paths.control_dir(spec), spec.name)
 
 
 FAILURES = "failures"

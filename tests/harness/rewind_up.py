@@ -84,7 +84,8 @@ def check_the_newcomers_promises(up: RewindUp, deadline: float) -> dict[str, int
     minutes: no DQ run failed, no FAIL on the page (``harness.no_false_alarm``). Returns the streams' pids,
     which Ctrl-C must stop. Shared by test_make_up and test_ui_browser (one `rewind up` serves both in CI)."""
     home = up.home
-    status_file, inventory_file = home / "status" / "demo.json", home / "status" / "inventory.json"
+    status_file = home / "checkpoints" / "demo.control" / "demo.json"  # beside the checkpoint (streams.yaml)
+    inventory_file = home / "checkpoints" / "inventory.control" / "inventory.json"
     while time.monotonic() < deadline and up.running():
         st = read_status(status_file)
         if st and st.state == "running" and (st.last_batch_id or 0) >= 2 and st.lag_at:
