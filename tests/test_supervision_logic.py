@@ -219,7 +219,7 @@ def test_a_launch_records_a_death_no_watch_saw_and_a_crash_loop_of_them_gives_up
     import sys
     import time
 
-    from rewind.control.status import write_status
+    from rewind.control.status import read_status, write_status
     from rewind.paths import status_path
     from rewind.registry import StreamSpec
     from rewind.supervision.failures import CrashLoop, read_failures, reset
@@ -255,8 +255,15 @@ def test_a_launch_records_a_death_no_watch_saw_and_a_crash_loop_of_them_gives_up
     reset(spec)
     assert recover_unseen_death(spec, sleep=slept.append) is None  # the person who reset has seen it
     assert read_failures(spec)["failures"] == []
+    # alive: a driver holds the lease (liveness is the lease, not the pid), its status written after the reset
+    from rewind.control.leases import acquire, me
+    from rewind.control.location import control_store
+
+    time.sleep(0.05)
+    acquire(control_store(spec), me(), 30.0, 0)
     write_status(path, status(pid=os.getpid(), heartbeat=time.time() - 0.01))
-    assert recover_unseen_death(spec, sleep=slept.append) is None  # alive
+    assert read_failures(spec)["reset_at"] < read_status(path).heartbeat  # type: ignore[union-attr]
+    assert recover_unseen_death(spec, sleep=slept.append) is None
 
 
 def test_the_supervisor_chains_past_a_lost_driver_but_not_past_a_stop_or_a_verdict(tmp_path: Path) -> None:

@@ -66,6 +66,8 @@ def observation_view(obs: Observation, verdict: Verdict) -> dict[str, Any]:
 
 
 def format_view(v: dict[str, Any]) -> str:
+    from rewind.supervision.causes import headline  # lazy: start-up of the CLI
+
     lines = [f"{v['stream']}: {'healthy' if v['healthy'] else 'UNHEALTHY (' + str(v['cause']) + ')'} - {v['detail']}",
              f"  supervisor: {v['action']} ({v['reason']})",
              f"  state {v['state']}, pid {v['pid']}, last batch {v['last_batch_id']} at {_when(v['last_batch_at'])}, "
@@ -79,7 +81,7 @@ def format_view(v: dict[str, Any]) -> str:
         lines.append(f"  after fixing the cause: rewind supervisor reset {v['stream']}")
     if v["failures"]:
         lines.append(f"  last {len(v['failures'])} failure(s):")
-        lines += [f"    {_when(f['at'])} {f['cause']} after batch {f['batch_id']}: {f['detail'][:160]}"
+        lines += [f"    {_when(f['at'])} {f['cause']} after batch {f['batch_id']}: {headline(f['detail'], 200)}"
                   for f in v["failures"]]
     return "\n".join(lines)
 

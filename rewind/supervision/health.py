@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from rewind.control.status import StreamStatus
+from rewind.supervision.causes import bounded, headline
 from rewind.supervision.process_control import ACTIVE_STATES
 
 if TYPE_CHECKING:
@@ -57,8 +58,9 @@ def diagnose(status: StreamStatus | None, now: float, process_alive: bool, t: Th
         return Health(False, "not_started", "no status file: the stream has not been launched")
     where = f"last batch {status.last_batch_id}, offsets {status.end_offsets}"
     if status.state == "failed":
-        return Health(False, "query_failed", f"query terminated with an exception ({where}): "
-                                             f"{(status.exception or '').strip()[:2000]}")
+        error = (status.exception or "").strip() or "no exception recorded"
+        return Health(False, "query_failed", f"{headline(error)}\nthe query terminated at {where}; the whole "
+                                             f"error (also in the driver's log):\n{error}")
     if status.state == "stopped":
         return Health(False, "stopped", f"the stream stopped ({where})")
     if not process_alive:
@@ -117,7 +119,8 @@ def evaluate(obs: "Observation", t: Thresholds) -> Verdict:
     if health.healthy:
         return Verdict(health, "none", reason=health.detail)
     if obs.gave_up:
-        return Verdict(health, "none", reason=f"the supervisor gave up ({obs.gave_up.get('reason', '')[:300]}); "
+        gave_up = bounded(obs.gave_up.get("reason", ""), 1200)
+        return Verdict(health, "none", reason=f"the supervisor gave up ({gave_up}); "
                                               "nothing is relaunched until `rewind supervisor reset`")
     if not health.needs_restart:
         last = obs.last_alert_at.get(str(health.cause))

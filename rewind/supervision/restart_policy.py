@@ -3,8 +3,9 @@
 Pure: the supervisor keeps the failure history (a small JSON file beside the status) and
 asks `decide` what to do. A *crash loop* is a run of failures that all end at the same last
 committed batch: the same input keeps killing the job, so retrying forever would only hide
-it. After `max_attempts` such failures the answer is "give up" with the batch, its offsets
-and the last exception, so a person looks; no data is skipped to get past it.
+it. After `max_attempts` such failures the answer is "give up", leading with the exception's own
+line (``rewind.supervision.causes.headline``), then the batch and its offsets, so a person looks;
+no data is skipped to get past it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rewind.registry import RestartSpec, parse_duration
+from rewind.supervision.causes import bounded, headline
+
+#: Offsets of many partitions are cut to this many characters in a verdict (after its cause, never before).
+OFFSETS_LIMIT = 1000
+WHERE_IN_FULL = ("The whole error of each failure: the stream's failures (`rewind supervisor status STREAM --json`) "
+                 "and the driver's log.")
 
 
 @dataclass(frozen=True)
@@ -62,9 +69,10 @@ def decide(spec: RestartSpec, history: list[Failure], now: float) -> Decision:
         window = parse_duration(spec.failure_rate_interval).total_seconds()
         attempts = sum(1 for f in history if now - f.at <= window)
         if attempts > spec.max_attempts:
-            return Decision(False, 0.0, attempts, f"{attempts} failures within {spec.failure_rate_interval} "
-                                                  f"(limit {spec.max_attempts}); last: {last.cause}: "
-                                                  f"{last.detail[:1500]}")
+            return Decision(False, 0.0, attempts, f"{headline(last.detail)}: {attempts} failures within "
+                                                  f"{spec.failure_rate_interval} (limit {spec.max_attempts}); last "
+                                                  f"{last.cause} at batch {last.batch_id}, offsets "
+                                                  f"{bounded(str(last.offsets), OFFSETS_LIMIT)}. {WHERE_IN_FULL}")
     else:
         attempts = len(loop)
         if spec.strategy == "exponential-backoff":
@@ -76,7 +84,7 @@ def decide(spec: RestartSpec, history: list[Failure], now: float) -> Decision:
 def crash_loop_message(loop: list[Failure]) -> str:
     last = loop[-1]
     nxt = "the first batch" if last.batch_id is None else f"batch {last.batch_id + 1}"
-    return (f"crash loop: {len(loop)} failures in a row without committing past batch {last.batch_id} "
-            f"(the next batch, {nxt}, starts at offsets {last.offsets}); last cause {last.cause}: "
-            f"{last.detail[:1500]}. Nothing was skipped: fix the cause (or the poison record) and "
-            f"clear the task to resume from the same offsets")
+    return (f"crash loop: {headline(last.detail)} -- {len(loop)} failures in a row without committing past "
+            f"batch {last.batch_id} (the next batch, {nxt}, starts at offsets "
+            f"{bounded(str(last.offsets), OFFSETS_LIMIT)}; last cause {last.cause}). Nothing was skipped: fix the "
+            f"cause (or the poison record) and clear the task to resume from the same offsets. {WHERE_IN_FULL}")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rewind.errors import Refused
+from rewind.supervision.causes import headline
 
 Mode = Literal["stateless", "last-state", "savepoint"]
 MODES: tuple[Mode, ...] = ("stateless", "last-state", "savepoint")
@@ -203,16 +204,12 @@ def spark_verdict(text: str) -> SparkVerdict:
     return SparkVerdict(False, classes[0] if classes else None, short_cause(text))
 
 
-_RAISED = re.compile(r"^\s*((?:[\w.]+\.)?\w*(?:Error|Exception|Refused|Failed)\w*: .+)$")
 
 
 def short_cause(text: str) -> str:
-    """The line that says what went wrong: the last ``SomeError: message`` (a Python exception under
-    py4j's wrappers names the root cause last), else the first line."""
-    lines = [line for line in (text or "").splitlines() if line.strip()]
-    raised = [m.group(1).strip() for line in lines if (m := _RAISED.match(line))
-              and not m.group(1).startswith(("py4j.", "org.apache.spark.sql.streaming.StreamingQueryException"))]
-    return (raised[-1] if raised else lines[0].strip() if lines else "no message")[:600]
+    """The line that says what went wrong (``rewind.supervision.causes.headline``: the one rule of
+    every verdict)."""
+    return headline(text, 600)
 
 
 def _schemas(text: str) -> str:
