@@ -56,6 +56,20 @@ __all__ = ["DeltaSink"]
 COMMIT_RETRIES = 5  # concurrent writers of one table (the stream and a replay) conflict now and then
 
 
+def table_rows(table: Any) -> list[dict[str, Any]]:
+    """Every row of a delta-rs ``DeltaTable`` as dicts, read by delta-rs's own engine (DataFusion).
+
+    Why not ``to_pyarrow_table()``: it scans with pyarrow's dataset scanner, whose C++ threads may
+    still be winding down when the interpreter exits; about one process in twenty then died of
+    SIGABRT ("terminate called without an active exception", apache/arrow#39862) after its batch had
+    committed. delta-rs's engine runs on Rust threads, which exit cleanly (measured: a process reading
+    five small tables and exiting, 60 runs each: 3 and 2 aborts with the scanner, threads on and off,
+    0 with this). Its strings come as ``string_view``; as Python values they are the same."""
+    from deltalake import QueryBuilder
+
+    return pa.table(QueryBuilder().register("t", table).execute('SELECT * FROM "t"')).to_pylist()
+
+
 class DeltaSink(Sink):
     """Exactly-once writes of micro-batches into Delta tables (see the module docstring and ``Sink``)."""
 
@@ -238,7 +252,7 @@ class DeltaSink(Sink):
         path = self.path(LEDGER_TABLE)
         if not DeltaTable.is_deltatable(path):
             return []
-        return ledger_entries(DeltaTable(path).to_pyarrow_table().to_pylist())
+        return ledger_entries(table_rows(DeltaTable(path)))
 
     def committed_batch_ids(self) -> list[int]:
         return sorted(self.committed())
@@ -270,7 +284,7 @@ class DeltaSink(Sink):
         if not DeltaTable.is_deltatable(path):
             return pd.DataFrame()
         spec = self.specs[name]
-        rows = DeltaTable(path).to_pyarrow_table().to_pylist()
+        rows = table_rows(DeltaTable(path))
         keep = dedupe_index(spec, [[r[k] for r in rows] for k in spec.key], len(rows),
                             [r[spec.version] for r in rows] if spec.version else None)
         if keep is None:
@@ -296,7 +310,7 @@ class DeltaSink(Sink):
             return self._mirror
         table = DeltaTable(path)
         if self._mirrored.get(name) != table.version():
-            rows = table.to_pyarrow_table().to_pylist()
+            rows = table_rows(table)
             with self._mirror.engine.begin() as conn:
                 conn.execute(sa.text(f'DELETE FROM "{self._mirror.table_name(name)}"'))
             self._mirror.write_rows({name: rows})
