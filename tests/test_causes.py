@@ -67,3 +67,10 @@ def test_the_crash_loop_verdict_leads_with_the_cause_then_the_batch_and_offsets(
     rate = decide(RestartSpec(strategy="failure-rate", max_attempts=2, failure_rate_interval="1 hour"),
                   [Failure(100.0 + i, "query_failed", i, {}, detail) for i in range(3)], 103.0)
     assert not rate.restart and rate.reason.startswith(CAUSE + ": 3 failures within 1 hour"), rate.reason
+
+
+def test_a_verdict_without_recorded_offsets_says_so_instead_of_printing_empty_ones() -> None:
+    history = [Failure(100.0 + i, "launch_failed", 85, {}, "upgrade: ValueError: boom") for i in range(2)]
+    reason = decide(RestartSpec(strategy="fixed-delay", max_attempts=1, delay="1 seconds"), history, 102.0).reason
+    assert "offsets {}" not in reason and "batch 86, starts where the last committed batch ended" in reason, reason
+    assert reason.startswith("crash loop: upgrade: ValueError: boom -- "), reason

@@ -28,6 +28,7 @@ import pytest
 from harness.processes import wait_for
 
 from rewind.checkpoints.pointer import active_checkpoint
+from rewind.checkpoints.savepoints import list_savepoints
 from rewind.control.status import read_status
 from rewind.paths import status_file
 from rewind.registry import load_registry
@@ -196,6 +197,39 @@ def test_a_version_that_crashes_on_its_first_batch_is_rolled_back(demo: Live, sp
              "the old version writing the poison record")
 
 
+def test_a_version_that_throws_on_a_record_newer_than_the_savepoint_is_refused_by_the_preflight(
+        demo: Live, spark: Any) -> None:
+    """A record keyed ``poison`` arrives after the newest savepoint and the live stream commits it; the
+    version that throws on it is refused by the pre-flight's run on the newest records, naming the
+    range and the cause, and the live driver never stopped."""
+    from confluent_kafka import Producer
+
+    from rewind.demo.events import Event
+    from rewind.upgrade.rules import UpgradeRefused
+    from tests.harness.upgrade_variants import POISON_KEY
+
+    newest = list_savepoints(demo.store, demo.name).complete[0]
+    producer = Producer({"bootstrap.servers": demo.bootstrap})
+    delivered: list[Any] = []
+    producer.produce(demo.spec.topics[0], Event("poison-2", POISON_KEY, 2.0, datetime.now(UTC)).encode(),
+                     POISON_KEY.encode(), on_delivery=lambda err, msg: delivered.append(msg))
+    producer.flush(10)
+    part, offset = delivered[0].partition(), delivered[0].offset()
+    assert offset >= newest.offsets[demo.spec.topics[0]][str(part)]  # newer than the newest savepoint
+    wait_for(lambda: int((demo.status().end_offsets.get(demo.spec.topics[0]) or {}).get(str(part), 0)) > offset, 120,
+             "the live stream committing the poison record")
+    before, text = demo.status(), demo.registry.read_text()
+    with pytest.raises(UpgradeRefused) as refused:
+        upgrade(demo.request(f"{VARIANTS}:DemoFailsOnPoison", "last-state"), demo.store, demo.bootstrap,
+                demo.start, spark=spark)
+    line = str(refused.value)
+    assert "failed on the newest records" in line and f"{demo.spec.topics[0]}[{part}]" in line, line
+    assert "cannot price key 'poison'" in line and "the live stream was not touched" in line and "\n" not in line
+    assert demo.status().pid == before.pid and pid_alive(before.pid) and demo.registry.read_text() == text
+    assert demo.status().epoch == before.epoch  # never stopped, never relaunched
+    wait_for(demo.committed_past(before.last_batch_id), 120, "a batch after the refusal")
+
+
 def test_the_whole_episode_is_exactly_once(demo: Live) -> None:
     from harness.processes import no_batch_in_flight
 
@@ -214,7 +248,8 @@ def test_the_whole_episode_is_exactly_once(demo: Live) -> None:
     print(report.summary())
     assert report.ok, str(report)
     assert report.expected_dead_letters > 0 and report.duplicate_sends > 0 and report.windows_checked > 0
-    assert [r["result"] for r in read_history(demo.spec)] == ["refused", "upgraded", "upgraded", "rolled_back"]
+    assert [r["result"] for r in read_history(demo.spec)] == ["refused", "upgraded", "upgraded", "rolled_back",
+                                                                   "refused"]
 
 
 def test_a_column_added_in_stateless_mode(tmp_path: Path, platform: Any, spark: Any) -> None:

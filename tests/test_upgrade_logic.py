@@ -354,3 +354,24 @@ def test_spark_cannot_repartition_every_checkpoint_and_the_refusal_says_why() ->
     assert "no committed batch" in str(refusal(CheckpointFacts("/cp", None, {}, ()), 4))
     assert "at least 1" in str(refusal(ok, 0))
     assert "PySpark 4.2 on" in str(refusal(ok, 4, can_repartition=False))
+
+
+# --------------------------------------------------------------------------- the pre-flight's ranges and counts
+def test_the_preflight_runs_on_the_newest_committed_records_of_every_partition() -> None:
+    from rewind.kafka.types import TP
+    from rewind.upgrade.preflight import newest_ranges
+
+    ends = {("t", 0): 1_000, ("t", 1): 150, ("t", 2): 40, ("t", 3): 0}
+    earliest = {TP("t", 0): 0, TP("t", 1): 0, TP("t", 2): 30, TP("t", 3): 0}
+    assert newest_ranges(ends, earliest, 200) == {TP("t", 0): (800, 1_000), TP("t", 1): (0, 150),
+                                                  TP("t", 2): (30, 40)}  # none before the earliest, none empty
+
+
+def test_the_preflight_counts_records_by_offsets_not_by_source_reads() -> None:
+    from rewind.upgrade.preflight import records_in
+
+    progress = {"numInputRows": 1_992, "sources": [{"startOffset": '{"t": {"0": 100, "1": 50}}',
+                                                    "endOffset": '{"t": {"0": 350, "1": 300}}'}]}
+    assert records_in(progress) == 500  # a transform that reads its batch four times counts 1,992 rows
+    assert records_in({"sources": [{"startOffset": None, "endOffset": {"t": {"0": 7}}}]}) == 0
+    assert records_in({}) == 0

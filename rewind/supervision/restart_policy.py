@@ -84,7 +84,9 @@ def decide(spec: RestartSpec, history: list[Failure], now: float) -> Decision:
 def crash_loop_message(loop: list[Failure]) -> str:
     last = loop[-1]
     nxt = "the first batch" if last.batch_id is None else f"batch {last.batch_id + 1}"
+    starts = (f"starts at offsets {bounded(str(last.offsets), OFFSETS_LIMIT)}" if last.offsets
+              else "starts where the last committed batch ended: its offsets were not recorded")
     return (f"crash loop: {headline(last.detail)} -- {len(loop)} failures in a row without committing past "
-            f"batch {last.batch_id} (the next batch, {nxt}, starts at offsets "
-            f"{bounded(str(last.offsets), OFFSETS_LIMIT)}; last cause {last.cause}). Nothing was skipped: fix the "
-            f"cause (or the poison record) and clear the task to resume from the same offsets. {WHERE_IN_FULL}")
+            f"batch {last.batch_id} (the next batch, {nxt}, {starts}; last cause {last.cause}). Nothing was "
+            f"skipped: fix the cause (or the poison record) and clear the task to resume from the same offsets. "
+            f"{WHERE_IN_FULL}")

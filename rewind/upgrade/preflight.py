@@ -12,23 +12,35 @@ refusal names what Spark or the table check found.
 
 A batch needs records after the savepoint: the check waits for Kafka to hold some (a stream
 with nothing arriving cannot be checked, and is refused saying so).
+
+Today's records too: the newest savepoint may be an hour old and its range long processed, so a
+version that throws on a record that arrived since would pass a check of that range alone and be
+caught only after the stop, by failed launches and a rollback. So the new version's ``build`` also
+runs as a bounded batch over the newest records of every partition, up to where the live stream
+has committed (``NEWEST_PER_PARTITION`` each; ``rewind.driver.bounded``); a failure there refuses
+before the live stream is touched, naming the range.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rewind.api.contract import load_transform
 from rewind.checkpoints.savepoints import create_savepoint, list_savepoints, restore_savepoint
+from rewind.checkpoints.watermark import committed_end_offsets
+from rewind.driver.bounded import build_batch, partitions_of
 from rewind.driver.runner import build_query
 from rewind.driver.spark_session import build_session
 from rewind.kafka.client_config import kafka_options, librdkafka_config
 from rewind.kafka.lookups import true_end_offsets
+from rewind.kafka.types import TP
 from rewind.registry import SinkSpec, SourceSpec
 from rewind.supervision.observe import running_reason
 from rewind.upgrade.rules import Incompatible, UpgradeRefused, contract_changes, incompatible, spark_verdict
@@ -37,6 +49,8 @@ log = logging.getLogger(__name__)
 
 #: At most this many offsets in the pre-flight batch: it proves the plan and the state, not throughput.
 PREFLIGHT_MAX_OFFSETS = 500
+#: The newest records of each partition (below the live stream's committed end) the new version runs on.
+NEWEST_PER_PARTITION = 200
 
 
 @dataclass
@@ -48,10 +62,63 @@ class PreflightReport:
     seconds: float = 0.0
     changes: list[str] = field(default_factory=list)  # compatible table changes, for the record
     scratch: str = ""
+    newest: dict[str, list[int]] = field(default_factory=dict)  # "topic-partition" -> [start, end) of today's run
+    newest_records: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"savepoint_id": self.savepoint_id, "savepoint_batch": self.savepoint_batch, "batch_id": self.batch_id,
-                "input_rows": self.input_rows, "seconds": round(self.seconds, 2), "changes": self.changes}
+                "input_rows": self.input_rows, "seconds": round(self.seconds, 2), "changes": self.changes,
+                "newest": self.newest, "newest_records": self.newest_records}
+
+
+def newest_ranges(ends: Mapping[tuple[str, int], int], earliest: Mapping[TP, int],
+                  per_partition: int = NEWEST_PER_PARTITION) -> dict[TP, tuple[int, int]]:
+    """``[end - per_partition, end)`` of every partition with records below ``end`` (the live stream's
+    committed end), never before the partition's earliest retained offset."""
+    out: dict[TP, tuple[int, int]] = {}
+    for (topic, part), end in sorted(ends.items()):
+        tp = TP(topic, int(part))
+        start = max(int(earliest.get(tp, 0)), int(end) - per_partition)
+        if int(end) > start:
+            out[tp] = (start, int(end))
+    return out
+
+
+def records_in(progress: Mapping[str, Any]) -> int:
+    """The Kafka records a batch read, from its progress's offset ranges (``numInputRows`` counts a
+    record once per read of the source, so a transform that reads its batch four times counts it four times)."""
+    total = 0
+    for source in progress.get("sources") or []:
+        try:
+            start, end = (json.loads(source.get(k) or "{}") if isinstance(source.get(k), str) else (source.get(k) or {})
+                          for k in ("startOffset", "endOffset"))
+        except ValueError:
+            continue
+        for topic, parts in (end or {}).items():
+            for part, off in parts.items():
+                total += max(0, int(off) - int((start or {}).get(topic, {}).get(part, off)))
+    return total
+
+
+def run_on_newest(spark: Any, old: Any, new: Any, bootstrap: str) -> tuple[dict[TP, tuple[int, int]], int]:
+    """The new version's ``build`` over the newest committed records of every partition (see the module
+    docstring); (the ranges, the records). Raises ``UpgradeRefused`` naming the ranges and the cause."""
+    ends = committed_end_offsets(old)
+    if not ends:
+        return {}, 0
+    earliest, _ = partitions_of(old, bootstrap)
+    ranges = newest_ranges(ends, earliest)
+    if not ranges:
+        return {}, 0
+    shown = ", ".join(f"{tp.topic}[{tp.partition}] {a}..{b}" for tp, (a, b) in ranges.items())
+    try:
+        build_batch(spark, new, load_transform(new), bootstrap, ranges, earliest=earliest,
+                    description=f"rewind: pre-flight of {new.name} on the newest records")
+    except Exception as exc:  # noqa: BLE001 - Spark's and the transform's errors alike: the cause is named
+        text = str(getattr(exc, "desc", None) or exc)
+        raise UpgradeRefused(f"the new version of {new.name} failed on the newest records ({shown}): "
+                             f"{spark_verdict(text).reason} -- the live stream was not touched") from exc
+    return ranges, sum(b - a for a, b in ranges.values())
 
 
 def check_tables(old: Any, new: Any) -> list[str]:
@@ -122,7 +189,7 @@ def run_one_batch(spark: Any, spec: Any, bootstrap: str, checkpoint: str, after_
         while True:
             progress = query.lastProgress
             if progress and int(progress["batchId"]) > after_batch:
-                return int(progress["batchId"]), int(progress.get("numInputRows") or 0)
+                return int(progress["batchId"]), records_in(progress)
             if not query.isActive:
                 break
             if time.monotonic() > deadline:
@@ -155,14 +222,15 @@ def preflight(old: Any, new: Any, store: Any, bootstrap: str, scratch: Path, *, 
     changes = check_tables(old, new)
     manifest = newest_savepoint(old, store)
     report = PreflightReport(manifest.savepoint_id, manifest.batch_id, changes=changes, scratch=str(scratch))
-    wait_for_records_after(old, bootstrap, manifest.offsets, timeout_s)
     shutil.rmtree(scratch, ignore_errors=True)
     local = scratch_spec(new, scratch)
+    if spark is None:
+        spark = build_session(f"rewind-upgrade-{new.name}", conf=dict(new.spark_conf), sources=False)
+    newest, report.newest_records = run_on_newest(spark, old, local, bootstrap)  # today's records first: cheap
+    report.newest = {f"{tp.topic}-{tp.partition}": [a, b] for tp, (a, b) in newest.items()}
+    wait_for_records_after(old, bootstrap, manifest.offsets, timeout_s)
     restored = restore_savepoint(local, store, manifest.savepoint_id, running=running_reason(local),
                                  to=scratch / "checkpoint")
-    if spark is None:
-
-        spark = build_session(f"rewind-upgrade-{new.name}", conf=dict(new.spark_conf), sources=False)
     report.batch_id, report.input_rows = run_one_batch(spark, local, bootstrap, str(restored.path), manifest.batch_id,
                                                        timeout_s)
     report.seconds = time.monotonic() - started

@@ -21,6 +21,7 @@ from typing import Any
 from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.pointer import active_checkpoint, point_to
 from rewind.checkpoints.savepoints import restore_savepoint, savepoint_with_stop
+from rewind.control.status_store import read_stream_status
 from rewind.supervision.failures import record_failure, reset
 from rewind.supervision.observe import running_reason
 from rewind.supervision.process_control import (
@@ -114,7 +115,9 @@ def watch(spec: Any, start: Callable[[Any], int], after_batch: int | None, grace
         except (StreamFailed, StreamControlError, TimeoutError) as exc:
             cause = getattr(exc, "cause", "no_progress" if isinstance(exc, TimeoutError) else "launch_failed")
             attempt = Attempt(clock(), False, cause, str(exc)[:4000], after_batch)
-            record_failure(spec, cause, f"upgrade: {exc}", after_batch, {}, attempt.at)
+            status = read_stream_status(spec)  # the offsets the next batch starts at, for the verdict
+            record_failure(spec, cause, f"upgrade: {exc}", after_batch, status.end_offsets if status else {},
+                           attempt.at)
             stop_driver(spec, timeout=30)
         attempts.append(attempt)
         on_attempt(attempt)
