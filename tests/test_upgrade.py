@@ -230,6 +230,25 @@ def test_a_version_that_throws_on_a_record_newer_than_the_savepoint_is_refused_b
     wait_for(demo.committed_past(before.last_batch_id), 120, "a batch after the refusal")
 
 
+def test_a_version_that_writes_a_count_off_by_one_is_rolled_back_by_the_watchs_proof(demo: Live, spark: Any
+                                                                                      ) -> None:
+    """It passes the pre-flight and runs healthy; the proof of its first batches finds the window counts
+    it wrote one too many, and the upgrade rolls back to the stop's savepoint and the previous entry, the
+    offending rows in the record. The last test proves the whole episode's data exact afterwards."""
+    running = demo.spec.transform
+    record = upgrade(demo.request(f"{VARIANTS}:DemoCountsOneMore", "last-state"), demo.store, demo.bootstrap,
+                     demo.start, spark=spark)
+    assert record["result"] == "rolled_back", record
+    assert record["reason"].startswith("the new version's output failed its proof: "), record["reason"]
+    steps = [s["step"] for s in record["steps"]]
+    assert steps[-5:] == ["launched", "proving", "proof_failed", "rolling_back", "rolled_back"], steps
+    proof = record["proof"]
+    assert proof["ok"] is False and proof["counts"]["aggregates_mismatch"] >= 1, proof["counts"]
+    shown = [f for f in proof["failures"] if f["examples"]]
+    assert shown and any("event_count" in str(f["examples"]) for f in shown), proof["failures"]
+    assert demo.spec.transform == running and record["savepoint"]["id"] in active_checkpoint(demo.spec)
+
+
 def test_the_whole_episode_is_exactly_once(demo: Live) -> None:
     from harness.processes import no_batch_in_flight
 
@@ -249,7 +268,7 @@ def test_the_whole_episode_is_exactly_once(demo: Live) -> None:
     assert report.ok, str(report)
     assert report.expected_dead_letters > 0 and report.duplicate_sends > 0 and report.windows_checked > 0
     assert [r["result"] for r in read_history(demo.spec)] == ["refused", "upgraded", "upgraded", "rolled_back",
-                                                                   "refused"]
+                                                                   "refused", "rolled_back"]
 
 
 def test_a_column_added_in_stateless_mode(tmp_path: Path, platform: Any, spark: Any) -> None:

@@ -26,6 +26,7 @@ from rewind.registry import load_registry, parse_duration
 from rewind.upgrade import guard, history
 from rewind.upgrade.entry import check_writable, load_candidate, with_entry, write_registry
 from rewind.upgrade.preflight import preflight
+from rewind.upgrade.proving import PROOF_BATCHES, proof_record, prove_new_version
 from rewind.upgrade.rules import Facts, UpgradeRefused, notes, refusals, short_cause
 from rewind.upgrade.steps import first_own_batch_after, rollback, stop_with_savepoint, switch_checkpoint, watch
 
@@ -170,7 +171,16 @@ def _run(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable
     verdict, why, attempts = watch(new, start, after, grace, on_attempt=lambda a: rec.step(
         "launched" if a.ok else "failed", "committed a batch" if a.ok else f"{a.cause}: {short_cause(a.detail)}"))
     if verdict == "healthy":
-        return rec.finish("upgraded", why, attempts=len(attempts))
+        rec.step("proving", f"the new version's first {PROOF_BATCHES} batches, from the savepoint's offsets")
+        proof = prove_new_version(new, bootstrap, manifest.offsets, after, scratch / "proof")
+        if proof is None or proof.ok:
+            shown = "nothing committed past the savepoint to prove" if proof is None else "proven"
+            rec.step("proven", shown, **({"proof": proof_record(proof)} if proof is not None else {}))
+            return rec.finish("upgraded", f"{why}; {shown}", attempts=len(attempts))
+        failed = "; ".join(f"{f.name} [{f.frame}]" for f in proof.failures)
+        verdict, why = "rollback", (f"the new version's output failed its proof: {failed} (run {proof.run_id}: "
+                                    f"{proof.local.get('run_dir', '')})")
+        rec.step("proof_failed", why, proof=proof_record(proof))
 
     def put_back() -> None:
         now = Path(req.registry).read_text()
