@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -90,7 +90,7 @@ def ledger_table(entries: list[LedgerEntry]) -> pa.Table:
                      "source_offsets": [e.source_offsets for e in entries]}, schema=LEDGER_SCHEMA)
 
 
-def ledger_entries(rows: list[Mapping[str, Any]]) -> list[LedgerEntry]:
+def ledger_entries(rows: Sequence[Mapping[str, Any]]) -> list[LedgerEntry]:
     out = []
     for r in rows:
         at = r["committed_at"]
