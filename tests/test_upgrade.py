@@ -16,6 +16,7 @@ line launches them.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -41,6 +42,7 @@ from tests.harness.registry_templates import demo_stream, inventory_stream, writ
 
 pytestmark = pytest.mark.slow
 VARIANTS = "tests.harness.upgrade_variants"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -198,14 +200,17 @@ def test_a_version_that_crashes_on_its_first_batch_is_rolled_back(demo: Live, sp
 
 
 def test_a_version_that_throws_on_a_record_newer_than_the_savepoint_is_refused_by_the_preflight(
-        demo: Live, spark: Any) -> None:
-    """A record keyed ``poison`` arrives after the newest savepoint and the live stream commits it; the
-    version that throws on it is refused by the pre-flight's run on the newest records, naming the
-    range and the cause, and the live driver never stopped."""
+        demo: Live, tmp_path: Path) -> None:
+    """A record keyed ``poison`` arrives after the newest savepoint and the live stream commits it; ``rewind
+    stream upgrade`` to the version that throws on it is refused by the pre-flight's run on the newest
+    records (a Spark job of its own, its log in a file): exit 3, one line naming the range, the cause and
+    the log, and the live driver never stopped."""
+    import subprocess
+    import sys
+
     from confluent_kafka import Producer
 
     from rewind.demo.events import Event
-    from rewind.upgrade.rules import UpgradeRefused
     from tests.harness.upgrade_variants import POISON_KEY
 
     newest = list_savepoints(demo.store, demo.name).complete[0]
@@ -219,12 +224,20 @@ def test_a_version_that_throws_on_a_record_newer_than_the_savepoint_is_refused_b
     wait_for(lambda: int((demo.status().end_offsets.get(demo.spec.topics[0]) or {}).get(str(part), 0)) > offset, 120,
              "the live stream committing the poison record")
     before, text = demo.status(), demo.registry.read_text()
-    with pytest.raises(UpgradeRefused) as refused:
-        upgrade(demo.request(f"{VARIANTS}:DemoFailsOnPoison", "last-state"), demo.store, demo.bootstrap,
-                demo.start, spark=spark)
-    line = str(refused.value)
+    entry = tmp_path / "new.yaml"
+    entry.write_text(demo.entry(f"{VARIANTS}:DemoFailsOnPoison"))
+    done = subprocess.run([sys.executable, "-m", "rewind.cli", "stream", "upgrade", demo.name, "--registry-entry",
+                           str(entry), "--mode", "last-state", "--registry", str(demo.registry), "--bootstrap",
+                           demo.bootstrap], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **demo.env, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 3, done.stderr[-3000:]
+    refusals = [ln for ln in done.stderr.splitlines() if ln.startswith("refused: ")]
+    assert len(refusals) == 1 and "Traceback" not in done.stderr and "ERROR" not in done.stderr, done.stderr[-3000:]
+    line = refusals[0]
     assert "failed on the newest records" in line and f"{demo.spec.topics[0]}[{part}]" in line, line
-    assert "cannot price key 'poison'" in line and "the live stream was not touched" in line and "\n" not in line
+    assert "cannot price key 'poison'" in line and "the live stream was not touched" in line, line
+    log = Path(line.rsplit("Spark's log: ", 1)[1].split(")")[0])
+    assert log.is_file() and "cannot price key 'poison'" in log.read_text(), log
     assert demo.status().pid == before.pid and pid_alive(before.pid) and demo.registry.read_text() == text
     assert demo.status().epoch == before.epoch  # never stopped, never relaunched
     wait_for(demo.committed_past(before.last_batch_id), 120, "a batch after the refusal")

@@ -25,7 +25,7 @@ from rewind.paths import paths_of
 from rewind.registry import load_registry, parse_duration
 from rewind.upgrade import guard, history
 from rewind.upgrade.entry import check_writable, load_candidate, with_entry, write_registry
-from rewind.upgrade.preflight import preflight
+from rewind.upgrade.preflight import PreflightReport, preflight
 from rewind.upgrade.proving import PROOF_BATCHES, proof_record, prove_new_version
 from rewind.upgrade.rules import Facts, UpgradeRefused, notes, refusals, short_cause
 from rewind.upgrade.steps import first_own_batch_after, rollback, stop_with_savepoint, switch_checkpoint, watch
@@ -110,11 +110,18 @@ def prepare(req: UpgradeRequest) -> Prepared:
     return Prepared(req, old, new, old_entry, new_entry, new_text, facts)
 
 
+#: Runs the pre-flight as a job (``rewind.upgrade.preflight_job``): (the prepared upgrade, its scratch directory)
+#: -> the report, or the refusal raised.
+PreflightRunner = Callable[["Prepared", Path], PreflightReport]
+
+
 def upgrade(req: UpgradeRequest | Prepared, store: Any, bootstrap: str, start: Callable[[Any], int], *,
-            spark: Any = None, on_step: Step = lambda _s, _d: None, scratch_root: Path | None = None
-            ) -> dict[str, Any]:
+            spark: Any = None, on_step: Step = lambda _s, _d: None, scratch_root: Path | None = None,
+            run_preflight: PreflightRunner | None = None) -> dict[str, Any]:
     """Run one upgrade; its history record (``result``: upgraded or rolled_back). ``start(spec)`` launches
     the stream as the registry now declares it and returns its driver's pid once it runs.
+    ``run_preflight``: the pre-flight as a Spark job (the command line's child process, Airflow's
+    spark-submit); None runs it in this process, on ``spark`` (tests that share one session).
 
     Raises ``Refused`` (nothing was stopped) and ``UpgradeFailed`` (the message says where it stopped)."""
 
@@ -131,7 +138,7 @@ def upgrade(req: UpgradeRequest | Prepared, store: Any, bootstrap: str, start: C
     rec = Recorder(old, record, on_step)
     try:
         return _run(p, rec, store, bootstrap, start, spark,
-                    scratch_root or paths_of(old).home / "upgrades" / old.name / record_id)
+                    scratch_root or paths_of(old).home / "upgrades" / old.name / record_id, run_preflight)
     except Refused as exc:
         rec.finish("refused", str(exc))
         raise
@@ -143,13 +150,18 @@ def upgrade(req: UpgradeRequest | Prepared, store: Any, bootstrap: str, start: C
 
 
 def _run(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable[[Any], int], spark: Any,
-         scratch: Path) -> dict[str, Any]:
+         scratch: Path, run_preflight: PreflightRunner | None) -> dict[str, Any]:
 
     req, old, new = p.req, p.old, p.new
-    rec.step("preflight", f"the new version on a copy of the newest savepoint ({req.mode})")
-    checked = preflight(old, new, store, bootstrap, scratch, spark=spark, timeout_s=req.preflight_timeout_s)
-    rec.step("preflight_passed", f"batch {checked.batch_id} of {checked.input_rows} rows on savepoint "
-                                 f"{checked.savepoint_id}", preflight=checked.to_json())
+    rec.step("preflight", f"the new version on the newest records and a copy of the newest savepoint ({req.mode})")
+    if run_preflight is not None:
+        checked = run_preflight(p, scratch / "preflight")
+    else:
+        checked = preflight(old, new, store, bootstrap, scratch / "preflight", spark=spark,
+                            timeout_s=req.preflight_timeout_s)
+    rec.step("preflight_passed", f"batch {checked.batch_id} of {checked.input_rows} records after savepoint "
+                                 f"{checked.savepoint_id}, and {checked.newest_records} newest records",
+             preflight=checked.to_json())
     manifest = stop_with_savepoint(old, store, start, req.stop_timeout_s)
     rec.step("stopped", f"after batch {manifest.batch_id}, savepoint {manifest.savepoint_id}",
              savepoint={"id": manifest.savepoint_id, "batch_id": manifest.batch_id, "offsets": manifest.offsets})

@@ -2,12 +2,14 @@
 
 The new registry entry comes as YAML text from the form (the registry's own format, ``streams:
 {NAME: {...}}``); the stream is launched the way the supervisor launches it (spark-submit through
-``RewindStreamHook``), so the upgraded stream runs where it ran before. While the upgrade holds
+``RewindStreamHook``), so the upgraded stream runs where it ran before, and the pre-flight is a Spark job
+submitted the way a replay is (``submit_preflight``): the worker needs no PySpark. While the upgrade holds
 its guard, the stream's supervisor stands aside (``rewind.upgrade.guard``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -15,6 +17,30 @@ from airflow.sdk import BaseOperator
 from rewind_airflow.errors import fail_without_retry_on_refusal
 from rewind_airflow.hooks.kafka import RewindKafkaHook
 from rewind_airflow.hooks.s3 import RewindS3Hook
+
+
+def submit_preflight(prepared: Any, scratch: Path, registry: str, bootstrap: str, conn_id: str) -> Any:
+    """The pre-flight as a Spark job through the Spark provider (``spark_jobs/preflight.py``, as a replay
+    is submitted): this worker needs no PySpark. Its outcome file says pass or why not."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from rewind.runtime.jars import connector_jars
+    from rewind.upgrade.preflight_job import job_args, read_outcome
+    from rewind_airflow.hooks.stream import submit_env
+    from spark_jobs import PREFLIGHT_JOB
+
+    entry, outcome = scratch.parent / "new-entry.yaml", scratch.parent / "preflight.json"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text(prepared.req.entry_text)
+    hook = SparkSubmitHook(conn_id=conn_id, application_args=job_args(prepared.old.name, registry, entry, bootstrap,
+                                                                      scratch, outcome),
+                           name=f"rewind-preflight-{prepared.old.name}",
+                           jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
+    try:
+        hook.submit(str(PREFLIGHT_JOB))
+    except Exception:  # noqa: BLE001 - a refusal exits 3: the outcome file says why
+        pass
+    return read_outcome(outcome, "this task's log (spark-submit's output above)")
 
 
 class UpgradeStreamOperator(BaseOperator):
@@ -51,11 +77,14 @@ class UpgradeStreamOperator(BaseOperator):
         force = str(self.force).strip().lower() in ("true", "1", "yes")  # a template renders text
         req = UpgradeRequest(self.stream, registry, self.entry, "the form's registry_entry", self.mode, force,
                              float(self.grace_s or 0) or None)
+        bootstrap = RewindKafkaHook().bootstrap()
         with fail_without_retry_on_refusal():
             prepared = prepare(req)
-            record = upgrade(prepared, RewindS3Hook().store(), RewindKafkaHook().bootstrap(),
+            record = upgrade(prepared, RewindS3Hook().store(), bootstrap,
                              lambda spec: int(launch(spec.name, registry, self.conn_id, 240.0)["pid"]),
-                             on_step=lambda step, detail: self.log.info("%s: %s", step, detail))
+                             on_step=lambda step, detail: self.log.info("%s: %s", step, detail),
+                             run_preflight=lambda p, scratch: submit_preflight(p, scratch, registry, bootstrap,
+                                                                                self.conn_id))
         if record["result"] != "upgraded":
             raise AirflowFailException(f"{self.stream}: the new version was rolled back: {record['reason']}")
         return {k: record.get(k) for k in ("id", "result", "mode", "from", "to", "savepoint", "checkpoint")}

@@ -1,0 +1,103 @@
+"""The pre-flight as a Spark job of its own: ``spark_jobs/preflight.py``, run through the stream's launch path.
+
+Why a job: the process that upgrades need not have PySpark (an Airflow installed the MWAA way has
+none: its task submits the job through the Spark provider, as a replay does), and Spark's log of a
+refused pre-flight (its ERROR lines, py4j's stack) belongs in a file, not around the one line that
+says why. The job runs ``rewind.upgrade.preflight.preflight`` and writes its outcome as JSON to the
+file it is given: the report, or the refusal's class and message. The upgrade reads that file
+(``read_outcome``) and refuses with the same class, naming the job's log.
+
+``run_local`` is the command line's launch: the job as a child process of this Python, its output
+to a log file. The Airflow task submits the same file with ``SparkSubmitHook``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rewind.errors import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, Refused
+from rewind.registry import load_registry
+from rewind.settings import SOURCE_ROOT
+from rewind.storage import S3Storage, resolve_s3_config
+from rewind.upgrade.entry import load_candidate
+from rewind.upgrade.preflight import PreflightReport, preflight
+from rewind.upgrade.rules import Incompatible, UpgradeRefused
+
+__all__ = ["job_args", "job_main", "read_outcome", "run_local"]
+
+_REFUSALS: dict[str, type[Refused]] = {"Incompatible": Incompatible, "UpgradeRefused": UpgradeRefused}
+
+
+def job_args(stream: str, registry: str, entry_file: Path, bootstrap: str, scratch: Path, outcome: Path,
+             bucket: str | None = None) -> list[str]:
+    """The job's arguments (the launcher writes the new entry to ``entry_file`` first)."""
+    return [stream, "--registry", str(registry), "--entry-file", str(entry_file), "--bootstrap", bootstrap,
+            "--scratch", str(scratch), "--outcome", str(outcome), *(["--bucket", bucket] if bucket else [])]
+
+
+def job_main(argv: list[str]) -> int:
+    """spark-submit entry (``spark_jobs/preflight.py``): the pre-flight, its outcome written as JSON."""
+    p = argparse.ArgumentParser(prog="preflight.py", description="The pre-flight of an upgrade (docs/upgrades.md).")
+    p.add_argument("stream")
+    p.add_argument("--registry", required=True)
+    p.add_argument("--entry-file", required=True)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--scratch", required=True)
+    p.add_argument("--outcome", required=True)
+    p.add_argument("--bucket")
+    args = p.parse_args(argv)
+    outcome = Path(args.outcome)
+    try:
+        old = load_registry(args.registry).get(args.stream)
+        new = load_candidate(args.registry, args.stream, Path(args.entry_file).read_text(), args.entry_file)[3]
+        report = preflight(old, new, S3Storage(resolve_s3_config(args.bucket)), args.bootstrap, Path(args.scratch))
+        doc: dict[str, Any] = {"ok": True, "report": report.to_json()}
+        code = EXIT_OK
+    except Refused as exc:
+        doc, code = {"ok": False, "refused": type(exc).__name__, "message": str(exc)}, EXIT_REFUSED
+    except Exception as exc:  # noqa: BLE001 - written for the upgrade to read; the traceback is in the log
+        doc, code = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, EXIT_FAILED
+        outcome.parent.mkdir(parents=True, exist_ok=True)
+        outcome.write_text(json.dumps(doc))
+        raise
+    outcome.parent.mkdir(parents=True, exist_ok=True)
+    outcome.write_text(json.dumps(doc, default=str))
+    return code
+
+
+def read_outcome(outcome: Path, log: str) -> PreflightReport:
+    """The report of a job that passed; else the refusal it wrote, raised with the log it names (a job
+    that wrote nothing, or broke, is a refusal too: nothing was stopped)."""
+    try:
+        doc = json.loads(outcome.read_text())
+    except (OSError, ValueError):
+        raise UpgradeRefused(f"the pre-flight job wrote no outcome ({outcome}); Spark's log: {log} -- the live "
+                             "stream was not touched") from None
+    if doc.get("ok"):
+        r = doc["report"]
+        return PreflightReport(r["savepoint_id"], int(r["savepoint_batch"]), r.get("batch_id"),
+                               int(r.get("input_rows") or 0), float(r.get("seconds") or 0.0),
+                               list(r.get("changes") or []), "", dict(r.get("newest") or {}),
+                               int(r.get("newest_records") or 0))
+    if doc.get("refused") in _REFUSALS:
+        raise _REFUSALS[doc["refused"]](f"{doc['message']} (Spark's log: {log})")
+    raise UpgradeRefused(f"the pre-flight job broke: {doc.get('error') or doc.get('message')} (Spark's log: {log}) "
+                         "-- the live stream was not touched")
+
+
+def run_local(args: list[str], log: Path) -> int:
+    """The job as a child process of this Python (the command line's launch path), its output appended to ``log``."""
+    from spark_jobs import PREFLIGHT_JOB
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(SOURCE_ROOT or ""),
+                                                                   os.environ.get("PYTHONPATH", "")) if p)}
+    with open(log, "ab") as out:
+        return subprocess.run([sys.executable, str(PREFLIGHT_JOB), *args], stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=env, check=False).returncode
