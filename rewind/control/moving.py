@@ -43,6 +43,8 @@ def old_files(status_dir: Path, stream: str) -> list[Path]:
 def move_from_status_dir(spec: Any, store: DirectoryStore) -> list[Path]:
     """Move the stream's files from ``spec.status_dir`` into ``store`` (once per process); the files
     moved. Nothing to do when the two are one directory or the old one holds nothing of the stream."""
+    if not getattr(spec, "status_dir", None):
+        return []
     old_dir, new_dir = Path(spec.status_dir), store.directory
     key = (str(old_dir), str(new_dir), spec.name)
     if key in _checked:
