@@ -64,14 +64,34 @@ def _new_batch_or_at_the_end(read: Reader, before: int | None, producer: threadi
     """A new batch; or, once every event was sent, the stream running at the topic's end (a slow machine may
     have let an earlier run read everything: a run with nothing left to read plans no batch)."""
     new = _new_batch(read, before)
+    return lambda: new() or _at_the_end(read, producer, bootstrap, topic)
 
-    def at_the_end() -> bool:
-        if producer.is_alive() or (st := read()) is None or st.state != "running":
-            return False
-        ends = {str(tp.partition): off for tp, off in true_end_offsets(bootstrap, topic).items()}
-        return {p: int(o) for p, o in st.end_offsets.get(topic, {}).items()} == ends
 
-    return lambda: new() or at_the_end()
+def _at_the_end(read: Reader, producer: threading.Thread, bootstrap: str, topic: str) -> bool:
+    """Every event was sent and the running stream has committed up to the topic's end."""
+    if producer.is_alive() or (st := read()) is None or st.state != "running":
+        return False
+    ends = {str(tp.partition): off for tp, off in true_end_offsets(bootstrap, topic).items()}
+    return {p: int(o) for p, o in st.end_offsets.get(topic, {}).items()} == ends
+
+
+def _batch_after(read: Reader, before: int | None, producer: threading.Thread, bootstrap: str, topic: str,
+                 tag: str) -> Callable[[], bool]:
+    """A batch committed after ``before``. When every event was sent and the stream is at the topic's end (a
+    slow machine let the kills run past the producer), ten more events are sent once, so that a batch must
+    come: the claim "a batch commits after it" needs records to commit."""
+    new = _new_batch(read, before)
+    sent: list[bool] = []
+
+    def check() -> bool:
+        if new():
+            return True
+        if not sent and _at_the_end(read, producer, bootstrap, topic):
+            produce(bootstrap, ProduceSpec(topic=topic, count=10, partitions=3, id_prefix=tag))
+            sent.append(True)
+        return False
+
+    return check
 
 
 def _last_batch(read: Reader) -> int | None:
@@ -145,12 +165,14 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
                 workers = stream.python_workers()
                 for pid in workers:
                     os.kill(pid, signal.SIGKILL)
-                wait_for(_new_batch(read, _last_batch(read)), 240, "a batch after the Python workers were killed",
+                wait_for(_batch_after(read, _last_batch(read), producer, platform.kafka_bootstrap, topic,
+                                      f"{name}-w{stream.runs}"), 240, "a batch after the Python workers were killed",
                          stream)
                 kills.append({"run": stream.runs, "python_workers_killed": len(workers)})
             done = mid_run(stream, stream.runs) if mid_run is not None else None
             if done:
-                wait_for(_new_batch(read, _last_batch(read)), 240, f"a batch after {done}", stream)
+                wait_for(_batch_after(read, _last_batch(read), producer, platform.kafka_bootstrap, topic,
+                                      f"{name}-m{stream.runs}"), 240, f"a batch after {done}", stream)
                 kills.append({"run": stream.runs, **done})
             time.sleep(rng.uniform(0.5, 4.0))  # a random moment: mid-batch, mid-commit or idle
             seen = _last_batch(read)
