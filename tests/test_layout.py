@@ -100,7 +100,7 @@ def test_the_design_cards_top_level() -> None:
     their arguments on) and plugins/ (an Airflow plugins folder, for deployments that use one: it registers the
     page of rewind_airflow), as DESIGN.md lays them out and the README's map names them."""
     jobs = {p.stem: p for p in (ROOT / "spark_jobs").glob("*.py") if p.stem != "__init__"}
-    assert set(jobs) == {"stream", "replay"}, jobs
+    assert set(jobs) == {"stream", "replay", "preflight"}, jobs
     for name, path in jobs.items():
         imported = imports_of(path, f"spark_jobs.{name}")
         assert {i.split(".")[0] for i in imported} <= {"sys", "rewind"}, imported
