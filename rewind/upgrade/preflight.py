@@ -17,7 +17,7 @@ Today's records too: the newest savepoint may be an hour old and its range long 
 version that throws on a record that arrived since would pass a check of that range alone and be
 caught only after the stop, by failed launches and a rollback. So the new version's ``build`` also
 runs as a bounded batch over the newest records of every partition, up to where the live stream
-has committed (``NEWEST_PER_PARTITION`` each; ``rewind.driver.bounded``); a failure there refuses
+has committed (``NEWEST_PER_PARTITION`` each, 5,000; ``rewind.driver.bounded``); a failure there refuses
 before the live stream is touched, naming the range.
 """
 
@@ -49,8 +49,9 @@ log = logging.getLogger(__name__)
 
 #: At most this many offsets in the pre-flight batch: it proves the plan and the state, not throughput.
 PREFLIGHT_MAX_OFFSETS = 500
-#: The newest records of each partition (below the live stream's committed end) the new version runs on.
-NEWEST_PER_PARTITION = 200
+#: The newest records of each partition (below the live stream's committed end) the new version runs on:
+#: minutes of a busy partition, seconds of Spark on a bounded batch.
+NEWEST_PER_PARTITION = 5000
 
 
 @dataclass

@@ -10,8 +10,8 @@ Each is what a team would really ship, in one small class:
 - ``DemoFailsOnPoison``: ``DemoWithCentsAndSign`` with a bug that only a record keyed ``poison`` meets: it
   passes a pre-flight batch without one and crashes on its first live batch that holds one (a
   rollback's reason to exist beyond the pre-flight);
-- ``DemoCountsOneMore``: the demo with a bug that fails nothing: one window row of each batch counts one
-  event more than it holds (the watch's proof's reason to exist);
+- ``DemoCountsOneMore``: ``DemoWithCentsAndSign`` with a bug that fails nothing: one window row of each
+  batch counts one event more than it holds (the watch's proof's reason to exist);
 - ``InventoryWithCents``: the stateless inventory stream plus a nullable ``value_cents`` column.
 """
 
@@ -76,9 +76,9 @@ class DemoFailsOnPoison(DemoWithCentsAndSign):
         return out
 
 
-class DemoCountsOneMore(DemoTransform):
-    """The demo whose first window row of each batch has ``event_count`` one too many: it runs, commits and
-    keeps up; only a proof of its output sees it."""
+class DemoCountsOneMore(DemoWithCentsAndSign):
+    """``DemoWithCentsAndSign`` whose first window row of each batch has ``event_count`` one too many: it
+    runs, commits and keeps up; only a proof of its output sees it."""
 
     def split(self, frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
         out = super().split(frame, batch_id)
