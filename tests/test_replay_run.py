@@ -255,11 +255,12 @@ def test_second_replay_of_a_stream_is_refused_naming_the_running_one(tmp_path: P
 def test_cli_run_is_refused_while_another_replay_runs(done_stream: dict[str, Any], platform: Any, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from rewind.cli.main import main
+    from rewind.control.location import control_store
 
     spec = done_stream["spec"]
     argv = ["replay", "run", "rr", "--from", "0", "--to", "50", "--registry", str(done_stream["reg_path"]),
             "--bootstrap", platform.kafka_bootstrap, "--no-s3", "--run-dir", str(tmp_path / "r")]
-    with acquire_lock(spec.status_dir, "rr", "on-call-1", None, "into-sink"):
+    with acquire_lock(control_store(spec), "rr", "on-call-1", None, "into-sink"):  # where the CLI looks
         assert main(argv) == 3
         err = capsys.readouterr().err
         assert "refused" in err and "'on-call-1'" in err and f"pid {os.getpid()}" in err
