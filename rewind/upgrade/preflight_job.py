@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,9 @@ def job_main(argv: list[str]) -> int:
         report = preflight(old, new, S3Storage(resolve_s3_config(args.bucket)), args.bootstrap, Path(args.scratch))
         doc: dict[str, Any] = {"ok": True, "report": report.to_json()}
         code = EXIT_OK
-    except Refused as exc:
+    except Refused as exc:  # the whole story in this job's log (the upgrade's one line names it)
+        traceback.print_exc()
+        print(f"pre-flight refused: {exc}", file=sys.stderr, flush=True)
         doc, code = {"ok": False, "refused": type(exc).__name__, "message": str(exc)}, EXIT_REFUSED
     except Exception as exc:  # noqa: BLE001 - written for the upgrade to read; the traceback is in the log
         doc, code = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, EXIT_FAILED
