@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         wait_running,
     )
     from rewind.upgrade.entry import EntryRefused  # lazy: start-up of the CLI
-    from rewind.upgrade.preflight_job import job_args, read_outcome, run_local  # lazy: start-up of the CLI
+    from rewind.upgrade.preflight_job import job_files, read_outcome, run_local  # lazy: start-up of the CLI
     from rewind.upgrade.run import UpgradeRequest, prepare, upgrade  # lazy: start-up of the CLI
 
     registry = str(Path(args.registry) if args.registry else default_registry())
@@ -79,12 +79,10 @@ def run(args: argparse.Namespace) -> int:
         return wait_running(spec, pid, timeout=240.0, log_path=log_path).pid
 
     def run_preflight(p: Any, scratch: Path) -> Any:  # a child process, Spark's log in a file, one line here
-        entry, outcome, log = scratch.parent / "new-entry.yaml", scratch.parent / "preflight.json", \
-            scratch.parent / "preflight.log"
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        entry.write_text(p.req.entry_text)
+        job, outcome = job_files(p, scratch, registry, bootstrap, args.bucket)
+        log = scratch.parent / "preflight.log"
         _say("preflight", f"Spark's log: {log}")
-        run_local(job_args(p.old.name, registry, entry, bootstrap, scratch, outcome, args.bucket), log)
+        run_local(job, log)
         return read_outcome(outcome, str(log))
 
     record = upgrade(prepared, store, bootstrap, start, on_step=_say, run_preflight=run_preflight)

@@ -12,7 +12,6 @@ process writing the old place and a newer one moving it do not interleave.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
@@ -53,7 +52,7 @@ def move_from_status_dir(spec: Any, store: DirectoryStore) -> list[Path]:
     if old_dir.resolve() == new_dir.resolve() or not old_files(old_dir, spec.name):
         return []
     moved: list[Path] = []
-    with _lock(old_dir, spec.name), store.locked():
+    with DirectoryStore(old_dir, spec.name).locked(), store.locked():
         for old in old_files(old_dir, spec.name):  # again, under the locks
             new = new_dir / old.name
             if not new.exists():
@@ -69,16 +68,3 @@ def move_from_status_dir(spec: Any, store: DirectoryStore) -> list[Path]:
                  "ones renamed *%s)", spec.name, old_dir, new_dir, len(moved), MOVED_SUFFIX)
     return moved
 
-
-class _lock:
-    """The old directory's store lock (the file ``DirectoryStore`` locks), without creating the directory."""
-
-    def __init__(self, directory: Path, stream: str) -> None:
-        self.path = directory / f".{stream}.control.lock"
-
-    def __enter__(self) -> None:
-        self.file = open(self.path, "a")  # noqa: SIM115 - closed in __exit__
-        fcntl.flock(self.file, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc: object) -> None:
-        self.file.close()

@@ -85,15 +85,9 @@ def build_batch(spark: Any, spec: Any, transform: Any, bootstrap: str, ranges: M
         src = bounded_read(spark, spec, bounded_options(spec, bootstrap, topics), _padded(ranges, earliest))
         if exclude:
             src = _without(spark, src, exclude)
-        out = output_frame(transform, src, spec)
-        if kinds is not None:
-            from pyspark.sql import functions as F
-
-            out = out.filter(F.col(KIND).isin(list(kinds)))
-        frame = arrow_to_pandas(out.toArrow())
+        return _built(transform, src, spec, kinds)
     finally:
         spark.sparkContext.setJobDescription(None)
-    return transform.split(frame, None)
 
 
 def build_records(spark: Any, spec: Any, transform: Any, records: Sequence[Any], *,
@@ -107,9 +101,6 @@ def build_records(spark: Any, spec: Any, transform: Any, records: Sequence[Any],
     """
     from datetime import UTC, datetime
 
-    from pyspark.sql import functions as F
-
-
     resolved_tables(transform, spec, spark)
     if not records:
         return transform.split(pd.DataFrame({KIND: pd.Series([], dtype=object)}), None)
@@ -118,14 +109,19 @@ def build_records(spark: Any, spec: Any, transform: Any, records: Sequence[Any],
             for r in records]
     spark.sparkContext.setJobDescription(description or f"rewind: {spec.name} build() over {len(rows)} records")
     try:
-        src = spark.createDataFrame(rows, _empty_source(spark).schema)
-        out = output_frame(transform, src, spec)
-        if kinds is not None:
-            out = out.filter(F.col(KIND).isin(list(kinds)))
-        frame = arrow_to_pandas(out.toArrow())
+        return _built(transform, spark.createDataFrame(rows, _empty_source(spark).schema), spec, kinds)
     finally:
         spark.sparkContext.setJobDescription(None)
-    return transform.split(frame, None)
+
+
+def _built(transform: Any, src: Any, spec: Any, kinds: Sequence[str] | None) -> dict[str, pd.DataFrame]:
+    """``build`` over the source frame ``src``, only rows of ``kinds`` (None: all), collected and split."""
+    out = output_frame(transform, src, spec)
+    if kinds is not None:
+        from pyspark.sql import functions as F
+
+        out = out.filter(F.col(KIND).isin(list(kinds)))
+    return transform.split(arrow_to_pandas(out.toArrow()), None)
 
 
 def _without(spark: Any, src: Any, exclude: Collection[Coord]) -> Any:

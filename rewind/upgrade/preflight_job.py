@@ -24,22 +24,26 @@ from typing import Any
 
 from rewind.errors import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, Refused
 from rewind.registry import load_registry
-from rewind.settings import SOURCE_ROOT
+from rewind.settings import python_path
 from rewind.storage import S3Storage, resolve_s3_config
 from rewind.upgrade.entry import load_candidate
 from rewind.upgrade.preflight import PreflightReport, preflight
 from rewind.upgrade.rules import Incompatible, UpgradeRefused
 
-__all__ = ["job_args", "job_main", "read_outcome", "run_local"]
+__all__ = ["job_files", "job_main", "read_outcome", "run_local"]
 
 _REFUSALS: dict[str, type[Refused]] = {"Incompatible": Incompatible, "UpgradeRefused": UpgradeRefused}
 
 
-def job_args(stream: str, registry: str, entry_file: Path, bootstrap: str, scratch: Path, outcome: Path,
-             bucket: str | None = None) -> list[str]:
-    """The job's arguments (the launcher writes the new entry to ``entry_file`` first)."""
-    return [stream, "--registry", str(registry), "--entry-file", str(entry_file), "--bootstrap", bootstrap,
-            "--scratch", str(scratch), "--outcome", str(outcome), *(["--bucket", bucket] if bucket else [])]
+def job_files(prepared: Any, scratch: Path, registry: str, bootstrap: str, bucket: str | None = None
+              ) -> tuple[list[str], Path]:
+    """The job's arguments and the file it writes its outcome to, beside ``scratch``; the new entry is
+    written there first (the job reads it as the command line's ``--registry-entry`` is read)."""
+    entry, outcome = scratch.parent / "new-entry.yaml", scratch.parent / "preflight.json"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text(prepared.req.entry_text)
+    return [prepared.old.name, "--registry", str(registry), "--entry-file", str(entry), "--bootstrap", bootstrap,
+            "--scratch", str(scratch), "--outcome", str(outcome), *(["--bucket", bucket] if bucket else [])], outcome
 
 
 def job_main(argv: list[str]) -> int:
@@ -99,8 +103,7 @@ def run_local(args: list[str], log: Path) -> int:
     from spark_jobs import PREFLIGHT_JOB
 
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(SOURCE_ROOT or ""),
-                                                                   os.environ.get("PYTHONPATH", "")) if p)}
+    env = {**os.environ, "PYTHONPATH": python_path()}
     with open(log, "ab") as out:
         return subprocess.run([sys.executable, str(PREFLIGHT_JOB), *args], stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, env=env, check=False).returncode

@@ -83,6 +83,21 @@ def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
     return env
 
 
+def submit_job(job: Path, args: list[str], name: str, conn_id: str) -> Exception | None:
+    """spark-submit one of Rewind's bounded jobs (``spark_jobs/``: a replay, a pre-flight) through the Spark
+    provider with the connector jars and `submit_env`, and wait for it; the exception it ended with (None:
+    exit 0). The job's own report says more than an exit code, so the caller reads it either way."""
+    from rewind.runtime.jars import connector_jars
+
+    hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=name,
+                           jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
+    try:
+        hook.submit(str(job))
+    except Exception as exc:  # noqa: BLE001 - handed to the caller, which reads the job's report
+        return exc
+    return None
+
+
 def _spark_submit_environ(*, driver_on_worker: bool = True) -> dict[str, str]:
     """spark-submit's whole environment: the worker's (without `WORKER_ONLY` for a driver in a YARN container)
     with `submit_env` on top."""

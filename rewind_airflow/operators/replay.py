@@ -48,7 +48,6 @@ def plan_replay_task(params: dict[str, Any], registry: str) -> dict[str, Any]:
 def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: str,
                     conn_id: str = "spark_default") -> dict[str, Any]:
     """The bounded Spark job through spark-submit; its report (plan, counts, proof) in the log."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.sdk.exceptions import AirflowFailException
 
     from rewind.control.location import control_store
@@ -65,17 +64,10 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
     args = [spec.name, "--registry", registry, "--bootstrap", RewindKafkaHook().bootstrap(), "--plan-json",
             planned["plan_file"], "--mode", params.get("mode") or "into-sink", "--replay-id", planned["replay_id"],
             "--run-dir", planned["run_dir"]]
-    from rewind.runtime.jars import connector_jars
-    from rewind_airflow.hooks.stream import submit_env
+    from rewind_airflow.hooks.stream import submit_job
     from spark_jobs import REPLAY_JOB
 
-    hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=f"rewind-replay-{spec.name}",
-                           jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
-    failure: Exception | None = None
-    try:
-        hook.submit(str(REPLAY_JOB))
-    except Exception as exc:  # noqa: BLE001 - the report (if any) says more than the exit code
-        failure = exc
+    failure = submit_job(REPLAY_JOB, args, f"rewind-replay-{spec.name}", conn_id)
     if not report_file.exists():
         raise AirflowFailException(f"the replay job wrote no report ({failure}); see the spark-submit output above")
     report = ReplayReport.from_json(report_file.read_text())

@@ -21,25 +21,13 @@ from rewind_airflow.hooks.s3 import RewindS3Hook
 
 def submit_preflight(prepared: Any, scratch: Path, registry: str, bootstrap: str, conn_id: str) -> Any:
     """The pre-flight as a Spark job through the Spark provider (``spark_jobs/preflight.py``, as a replay
-    is submitted): this worker needs no PySpark. Its outcome file says pass or why not."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    from rewind.runtime.jars import connector_jars
-    from rewind.upgrade.preflight_job import job_args, read_outcome
-    from rewind_airflow.hooks.stream import submit_env
+    is submitted): this worker needs no PySpark. Its outcome file says pass or why not (a refusal exits 3)."""
+    from rewind.upgrade.preflight_job import job_files, read_outcome
+    from rewind_airflow.hooks.stream import submit_job
     from spark_jobs import PREFLIGHT_JOB
 
-    entry, outcome = scratch.parent / "new-entry.yaml", scratch.parent / "preflight.json"
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    entry.write_text(prepared.req.entry_text)
-    hook = SparkSubmitHook(conn_id=conn_id, application_args=job_args(prepared.old.name, registry, entry, bootstrap,
-                                                                      scratch, outcome),
-                           name=f"rewind-preflight-{prepared.old.name}",
-                           jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
-    try:
-        hook.submit(str(PREFLIGHT_JOB))
-    except Exception:  # noqa: BLE001 - a refusal exits 3: the outcome file says why
-        pass
+    args, outcome = job_files(prepared, scratch, registry, bootstrap)
+    submit_job(PREFLIGHT_JOB, args, f"rewind-preflight-{prepared.old.name}", conn_id)
     return read_outcome(outcome, "this task's log (spark-submit's output above)")
 
 
