@@ -2,8 +2,9 @@
 
 One fresh virtualenv gets Airflow 3.3 from a requirements file the way MWAA and Composer build theirs: the
 Spark provider pinned, and Rewind as a built wheel (``rewind[airflow] @ file://.../rewind-*.whl``), with the
-repository's requirements.txt as constraints. Nothing of the checkout is on its path afterwards. Then, from a
-directory outside the checkout and with no PYTHONPATH:
+repository's requirements.txt as constraints (built once for the run, ``tests/harness/mwaa.py``: test_yarn
+upgrades a stream on YARN from it). Nothing of the checkout is on its path afterwards. Then, from a directory
+outside the checkout and with no PYTHONPATH:
 
 - the ``pip install`` deployment: the five-line DAG file in the dags folder, an empty plugins folder; the DAGs
   build from the registry, the Rewind page is a registered plugin (entry point ``airflow.plugins``) and the
@@ -19,28 +20,17 @@ directory outside the checkout and with no PYTHONPATH:
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from harness.mwaa import mwaa_install
 
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
-
-
-def pins(*names: str) -> list[str]:
-    text = (ROOT / "requirements.txt").read_text()
-    out = []
-    for name in names:
-        m = re.search(rf"^{re.escape(name)}==(\S+)", text, re.M)
-        assert m, f"{name} is not pinned in requirements.txt"
-        out.append(f"{name}=={m.group(1)}")
-    return out
 
 
 PROBE = """
@@ -66,35 +56,15 @@ print(json.dumps({"errors": bag.import_errors, "dags": sorted(bag.dag_ids),
 """
 
 
-def test_the_package_installs_into_a_fresh_airflow_from_a_wheel(tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=120)
-    py = str(venv / "bin" / "python")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "AIRFLOW", "REWIND_"))}
-    src = tmp_path / "src"  # a copy: setuptools builds in the source tree (build/), not in the checkout
-    src.mkdir()
-    for part in ("pyproject.toml", "README.md", "rewind", "rewind_airflow", "spark_jobs"):
-        copy = shutil.copytree if (ROOT / part).is_dir() else shutil.copy
-        extra = {"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / part).is_dir() else {}
-        copy(ROOT / part, src / part, **extra)
-    wheels = tmp_path / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(src)],
-                           capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    wheel = next(wheels.glob("rewind-*.whl"))
+def test_the_package_installs_into_a_fresh_airflow_from_a_wheel(tmp_path: Path,
+                                                               tmp_path_factory: pytest.TempPathFactory) -> None:
+    install = mwaa_install(tmp_path_factory)  # built once for the run (tests/harness/mwaa.py)
+    py, env, wheel = str(install.python), install.env, install.wheel
     import zipfile
 
     names = zipfile.ZipFile(wheel).namelist()  # test tooling stays out of what every install takes (issue 35)
     assert not [n for n in names if n.startswith(("tests/", "rewind/testing/")) or "/harness/" in n], names
     assert "rewind/api/__init__.py" in names and "rewind/storage/base.py" in names
-    requirements = tmp_path / "requirements.txt"  # as an MWAA environment's requirements.txt pins its packages
-    requirements.write_text("\n".join([*pins("apache-airflow", "apache-airflow-providers-apache-spark"),
-                                       f"rewind[airflow] @ {wheel.as_uri()}"]) + "\n")
-    install = subprocess.run([py, "-m", "pip", "install", "--quiet", "-c", str(ROOT / "requirements.txt"),
-                              "-r", str(requirements)], capture_output=True, text=True, timeout=1500, env=env,
-                             cwd=tmp_path)
-    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
 
     def probe(dags: Path, plugins: Path) -> dict:
         run_env = {**env, "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -123,16 +93,16 @@ def test_the_package_installs_into_a_fresh_airflow_from_a_wheel(tmp_path: Path) 
     assert "apache-airflow-providers-apache-kafka" in facts["providers"], facts["providers"]
 
     # MWAA: copies of dags/ and plugins/, nothing else of the checkout
-    mwaa = tmp_path / "mwaa"
-    shutil.copytree(ROOT / "dags", mwaa / "dags", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "plugins", mwaa / "plugins", ignore=shutil.ignore_patterns("__pycache__"))
-    facts = probe(mwaa / "dags", mwaa / "plugins")
+    facts = probe(install.dags, install.plugins)
     assert not facts["full_pyspark"], "the Airflow side pulled in full pyspark (jars): it needs pyspark-client only"
     assert "$PLUGINS_FOLDER" not in dict(facts["plugins"])["rewind"]  # the entry point's; the folder stood aside
 
     # the same folders, the wheel's entry point hidden: plugins/ registers the page by itself
-    entry_points = next((venv / "lib").glob("python3*/site-packages/rewind-*.dist-info/entry_points.txt"))
+    entry_points = next(install.site_packages.glob("rewind-*.dist-info/entry_points.txt"))
     text = entry_points.read_text()
     entry_points.write_text(re.sub(r"\[airflow\.plugins\][^\[]*", "", text))
-    facts = probe(mwaa / "dags", mwaa / "plugins")
+    try:
+        facts = probe(install.dags, install.plugins)
+    finally:  # the install is the run's: the other tests get it as built
+        entry_points.write_text(text)
     assert dict(facts["plugins"])["rewind"] == "$PLUGINS_FOLDER/rewind_plugin.py", facts["plugins"]

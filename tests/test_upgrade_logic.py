@@ -62,9 +62,20 @@ def test_modes_that_cannot_apply_are_refused_with_the_reason(tmp_path: Path) -> 
                           source="{format: rewind_kafka, options: {startingOffsets: earliest}}")
     assert any("only Spark's Kafka connector" in r for r in refusals(python_source))
     assert any("no committed batch" in r for r in refusals(facts(tmp_path / "f", committed=None)))
-    assert any("is not one of" in r for r in refusals(facts(tmp_path / "g", "blue-green")))
+    assert any("is not one of" in r for r in refusals(facts(tmp_path / "g", "rolling")))
+    assert refusals(facts(tmp_path / "g2", "blue-green")) == []
     same = facts(tmp_path / "h")
     assert any("nothing to upgrade" in r for r in refusals(Facts("savepoint", False, same.old, same.old, 3, ())))
+
+
+def test_a_stream_with_its_checkpoint_in_s3_can_be_upgraded(tmp_path: Path) -> None:
+    """Savepoints copy ``s3a://`` checkpoints inside S3 (a YARN stream's, tests/test_yarn.py upgrades one)."""
+    on_s3 = {"checkpoint": "s3a://bucket/checkpoints/demo"}
+    old = load_registry(registry(tmp_path, **on_s3)).get("demo")
+    new = load_registry(registry(tmp_path, "tests.harness.upgrade_variants:DemoWithCents", "new.yaml",
+                                 **on_s3)).get("demo")
+    for mode in ("savepoint", "last-state"):
+        assert refusals(Facts(mode, False, old, new, 3, ("0",))) == [], mode
 
 
 def test_an_upgrade_keeps_the_stream_s_identity(tmp_path: Path) -> None:
@@ -375,3 +386,65 @@ def test_the_preflight_counts_records_by_offsets_not_by_source_reads() -> None:
     assert records_in(progress) == 500  # a transform that reads its batch four times counts 1,992 rows
     assert records_in({"sources": [{"startOffset": None, "endOffset": {"t": {"0": 7}}}]}) == 0
     assert records_in({}) == 0
+
+
+# --------------------------------------------------------------------------- blue/green, pure parts
+def test_green_runs_on_its_own_checkpoint_store_status_and_tables(tmp_path: Path) -> None:
+    from rewind.upgrade.bluegreen import green_entry
+
+    entry = entry_text(entry_file(tmp_path, "tests.harness.upgrade_variants:DemoWithCents",
+                                  control=f"{tmp_path}/shared-control", supervision="{standby: true}"), "demo")
+    text = green_entry(entry, "demo", f"{tmp_path}/checkpoints/demo.green-r1", f"{tmp_path}/g/status",
+                       "demo_shadow_green_r1_")
+    (tmp_path / "green.yaml").write_text(text)
+    green = load_registry(tmp_path / "green.yaml").get("demo")
+    live = load_registry(write_registry(tmp_path / "live.yaml", demo_stream("demo", "t", tmp_path))).get("demo")
+    assert green.transform == "tests.harness.upgrade_variants:DemoWithCents" and green.topics == live.topics
+    assert green.checkpoint.endswith("demo.green-r1") and green.status_dir.endswith("g/status")
+    assert green.control is None  # beside its own checkpoint: a lease of its own, never the live stream's
+    assert green.sink.url == live.sink.url and green.sink.table_prefix == "demo_shadow_green_r1_"
+    assert green.savepoints.schedule is None and green.supervision.standby is False
+
+
+def test_green_s_tables_have_a_prefix_the_registry_takes() -> None:
+    from rewind.registry import SinkSpec
+    from rewind.upgrade.bluegreen import green_prefix
+
+    for prefix in ("", "bg_", "a_very_long_prefix_of_thirty_1_"[:31]):
+        one, two = green_prefix(prefix, "20261128T221207Z-acc2"), green_prefix(prefix, "20261128T221207Z-acc3")
+        assert one != two and len(one) <= 31 and one.startswith(prefix[:18])
+        assert SinkSpec(url="sqlite:///x.db", table_prefix=one).table_prefix == one  # the registry's validator
+
+
+def test_green_reaches_the_live_offsets_only_on_every_partition() -> None:
+    from rewind.upgrade.bluegreen import behind_or_at
+
+    blue = {("t", 0): 10, ("t", 1): 20}
+    assert behind_or_at({("t", 0): 10, ("t", 1): 21}, blue)
+    assert not behind_or_at({("t", 0): 9, ("t", 1): 99}, blue)
+    assert not behind_or_at({("t", 0): 10}, blue)  # a partition not read yet
+    assert not behind_or_at(None, blue) and not behind_or_at(blue, None)
+
+
+def test_green_s_rows_are_compared_by_type_and_only_for_insert_once_tables() -> None:
+    import pandas as pd
+
+    from rewind.api import Column, TableSpec
+    from rewind.upgrade.bluegreen import compare_rows
+
+    events = TableSpec("events", (Column("id", "string"), Column("total", "decimal(18,2)"),
+                                  Column("batch_id", "bigint")), ("id",), "ignore")
+    totals = TableSpec("totals", (Column("k", "string"), Column("n", "bigint")), ("k",), "replace")
+    from decimal import Decimal
+
+    live = {"events": pd.DataFrame({"id": ["a", "b", "c"], "total": [Decimal("30190708.01"), Decimal("1.00"),
+                                                                     Decimal("2.50")], "batch_id": [1, 1, 2]}),
+            "totals": pd.DataFrame({"k": ["x"], "n": [5]})}
+    green = {"events": pd.DataFrame({"id": ["a", "b", "d"], "total": [Decimal("30190708.02"), Decimal("1.00"),
+                                                                      Decimal("9.00")], "batch_id": [7, 8, 9],
+                                     "extra": [1, 2, 3]}),
+             "totals": pd.DataFrame({"k": ["x"], "n": [6]})}
+    out = compare_rows([events, totals], live, green)
+    assert set(out) == {"events"}  # totals change as windows fill: the proof judges them
+    assert out["events"]["compared"] == 2 and out["events"]["differing"] == 1 and out["events"]["columns"] == ["total"]
+    assert out["events"]["examples"][0]["id"] == "a"  # one cent on a large value differs; batch ids do not count

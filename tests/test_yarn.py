@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from typing import Any
 import psutil
 import pytest
 from harness.dag_runs import migrated_airflow, states, xcom
+from harness.mwaa import MwaaInstall, mwaa_install
 from harness.processes import wait_for as wait
 
 from rewind.control.status_store import read_stream_status
@@ -40,6 +42,7 @@ from tests.harness.registry_templates import demo_stream, write_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAM = "ymig"
+NEW_TRANSFORM = "ymig_v2:DemoWithCents"
 
 pytestmark = pytest.mark.slow
 
@@ -117,19 +120,46 @@ def proven(spec: Any, bootstrap: str, everything: bool = False) -> dict[str, Any
     return dict(summary)
 
 
+def upgrade_from_mwaa(install: MwaaInstall, dags: Path, airflow: dict[str, str], env: dict[str, str],
+                      registry: Path, entry: str, workdir: Path) -> str:
+    """``rewind_upgrade`` run as an Airflow worker installed the MWAA way runs it (``airflow dags test``): its
+    own Python with no full PySpark, the DAGs and plugins folders only, a Spark installation's spark-submit
+    (``SPARK_HOME``, as the deployment provides it) and the deployment's REWIND_JARS; its output."""
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).resolve().parent
+    run_env = {**install.env, **airflow, **env, "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+               "AIRFLOW__CORE__PLUGINS_FOLDER": str(install.plugins), "REWIND_REGISTRY": str(registry),
+               "REWIND_JARS": str(ROOT / ".jars"), "SPARK_HOME": str(spark_home),
+               "PATH": os.pathsep.join([str(spark_home / "bin"), install.env.get("PATH", "")])}
+    run_env.pop("PYTHONPATH", None)
+    conf = {"stream": STREAM, "mode": "savepoint", "registry_entry": entry}
+    run = subprocess.run([str(install.python), "-m", "airflow", "dags", "test", "rewind_upgrade", "-c",
+                          json.dumps(conf)], env=run_env, cwd=workdir, capture_output=True, text=True, timeout=1500)
+    out = run.stdout + run.stderr
+    (workdir / "mwaa-upgrade.log").write_text(out)
+    assert run.returncode == 0, out[-6000:]
+    return out
+
+
 @pytest.mark.timeout(1800)
 def test_a_stream_moves_onto_yarn_survives_its_driver_and_a_node_lost_and_moves_back(
         yarn: YarnCluster, yarn_env: dict[str, str], airflow_home: dict[str, str], platform: PlatformInfo,
-        new_topic: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        new_topic: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
     """Job migration and recovery through YARN, one stream, proven by the data after each leg:
 
     1. on the embedded default (``local[2]``, a local checkpoint), stopped with a savepoint;
     2. restored onto YARN with an ``s3a://`` checkpoint and launched there by the supervisor DAG (cluster mode:
        the driver in a container); its driver's container JVM SIGKILLed mid-batch (the batch written in the
        sink's open transaction, not committed): the supervisor relaunches it through YARN;
-    3. the NodeManager running the driver SIGKILLed with every container it started (a node lost): YARN
+    3. upgraded on YARN (savepoint mode, a column added by the team's own module in the DAGs folder) by the
+       ``rewind_upgrade`` DAG run from an Airflow installed the MWAA way (no PySpark in it): the pre-flight runs
+       as a job in a YARN container and reports through S3, the new version is launched on YARN, watched and
+       proven by its own DQ proof;
+    4. the NodeManager running the (new) driver SIGKILLed with every container it started (a node lost): YARN
        declares it lost and ends the application, the supervisor relaunches it on the other node;
-    4. stopped with a savepoint (copied inside S3), restored onto the embedded default, run to the end.
+    5. stopped with a savepoint (copied inside S3), restored onto the embedded default, run to the end.
     """
     topic = new_topic(3, "ymig")
     home, bootstrap = tmp_path / "home", platform.kafka_bootstrap
@@ -139,7 +169,14 @@ def test_a_stream_moves_onto_yarn_survives_its_driver_and_a_node_lost_and_moves_
     on_yarn = write_registry(tmp_path / "yarn.yaml", demo_stream(
         STREAM, topic, home, checkpoint=f"s3a://{platform.bucket}/yarn-{uuid.uuid4().hex[:8]}/{STREAM}", **entry))
     back = write_registry(tmp_path / "back.yaml", demo_stream(
-        STREAM, topic, home, checkpoint=str(home / "checkpoints" / f"{STREAM}-back"), **entry))
+        STREAM, topic, home, checkpoint=str(home / "checkpoints" / f"{STREAM}-back"), transform=NEW_TRANSFORM,
+        **entry))
+    # the team's next version: its own module in the DAGs folder (a copy of the tests' upgrade variants)
+    install = mwaa_install(tmp_path_factory)  # built once for the run (tests/harness/mwaa.py)
+    dags = tmp_path / "mwaa-dags"
+    shutil.copytree(install.dags, dags)
+    shutil.copy(ROOT / "tests" / "harness" / "upgrade_variants.py", dags / f"{NEW_TRANSFORM.split(':')[0]}.py")
+    monkeypatch.syspath_prepend(str(dags))  # this process launches the new version later (legs 4, 5)
     spec = load_registry(local).get(STREAM)
     stop = threading.Event()
     sent: dict[str, Any] = {}
@@ -196,7 +233,40 @@ def test_a_stream_moves_onto_yarn_survives_its_driver_and_a_node_lost_and_moves_
         timings["driver_kill_to_first_batch_s"] = relaunched["detect_to_first_batch_s"]
         monkeypatch.delenv("REWIND_FAULTS")
 
-        # 3. the node running the driver is lost
+        # 3. an upgrade on YARN from the MWAA-style Airflow: the pre-flight in a container, the switch, the proof
+        app_before = yarn.rest.apps(tag=stream_tag(STREAM))[0].app_id
+        new_entry = on_yarn.read_text().replace(f"transform: {spec.transform}", f"transform: {NEW_TRANSFORM}")
+        assert NEW_TRANSFORM in new_entry
+        upgraded_at = time.monotonic()
+        upgrade_from_mwaa(install, dags, airflow_home, yarn_env, on_yarn, new_entry, tmp_path)
+        timings["upgrade_s"] = time.monotonic() - upgraded_at
+        yspec = load_registry(on_yarn).get(STREAM)
+        assert yspec.transform == NEW_TRANSFORM
+        from rewind.runtime.cluster_submit import job_tag
+        from rewind.upgrade.history import read_history
+
+        record = read_history(yspec)[-1]
+        assert record["result"] == "upgraded", record
+        assert [s["step"] for s in record["steps"]][-2:] == ["proving", "proven"], record["steps"]
+        assert record["preflight"]["batch_id"] is not None and record["preflight"]["input_rows"] > 0, record
+        assert record["savepoint"]["id"] in str(record.get("checkpoint")) and record["checkpoint"].startswith("s3a://")
+        preflights = yarn.rest.apps(tag=job_tag(STREAM))  # the pre-flight ran in the cluster and ended there
+        assert [a.state for a in preflights] == ["FINISHED"], preflights
+        app_after = yarn.rest.apps(tag=stream_tag(STREAM))[0]
+        assert app_after.app_id != app_before and app_after.active, (app_before, app_after)
+        from rewind.driver.runner import open_sink
+
+        def cents_rows() -> int:
+            sink = open_sink(yspec)
+            try:
+                return int(sink.read_table("events")["amount_cents"].notna().sum())
+            finally:
+                sink.dispose()
+
+        wait(lambda: cents_rows() > 0, 180, "rows of the new version (amount_cents) in the sink")
+        upgrade_proof = proven(yspec, bootstrap)
+
+        # 4. the node running the driver is lost
         lost: dict[str, Any] = {}
 
         def lose_the_drivers_node() -> None:
@@ -220,7 +290,7 @@ def test_a_stream_moves_onto_yarn_survives_its_driver_and_a_node_lost_and_moves_
         timings["node_lost_to_first_batch_s"] = again["detect_to_first_batch_s"]
         yarn_proof = proven(yspec, bootstrap)
 
-        # 4. back to the embedded default through a savepoint copied inside S3
+        # 5. back to the embedded default through a savepoint copied inside S3
         second = rewind_cli("savepoint", "create", STREAM, "--stop", "--no-restart", registry=on_yarn)
         assert second["batch_id"] > killed["batch"]
         wait(lambda: not yarn.rest.apps(tag=stream_tag(STREAM))[0].active, 60, "its YARN application to end")
@@ -228,7 +298,7 @@ def test_a_stream_moves_onto_yarn_survives_its_driver_and_a_node_lost_and_moves_
         bspec = load_registry(back).get(STREAM)
         stop.set()
         producer.join(timeout=60)
-        pid = launch_stream(bspec, back, bootstrap, tmp_path / "local-2.log")
+        pid = launch_stream(bspec, back, bootstrap, tmp_path / "local-2.log", env={"PYTHONPATH": str(dags)})
         wait_running(bspec, pid, 240, tmp_path / "local-2.log")
         from rewind.supervision.process_control import stop_stream, wait_caught_up
 
@@ -238,6 +308,7 @@ def test_a_stream_moves_onto_yarn_survives_its_driver_and_a_node_lost_and_moves_
     finally:
         stop.set()
     print(json.dumps({"sent": sent, "local": local_proof["kafka_records"], "yarn": yarn_proof["kafka_records"],
+                      "upgraded": upgrade_proof["kafka_records"],
                       "final": {k: final[k] for k in ("kafka_records", "sink_events", "sink_dead_letters",
                                                       "duplicate_event_rows")},
                       "killed": killed, "lost": {k: v for k, v in lost.items() if k != "pids"},

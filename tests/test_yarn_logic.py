@@ -172,6 +172,47 @@ def test_a_cluster_submit_ships_the_code_and_keeps_secrets_off_the_command_line(
     assert "spark.yarn.appMasterEnv.AWS_SECRET_ACCESS_KEY s3cr3t" in props.read_text()
 
 
+def test_a_bounded_job_in_the_cluster_waits_takes_its_files_and_reports_to_s3(tmp_path: Path) -> None:
+    """A pre-flight submitted in cluster mode: spark-submit waits for its end (its exit is the job's), it is
+    tagged apart from the stream (the stream's tag finds the stream's driver), the registry and the new entry
+    go with it under their base names, its scratch is its container's and its outcome goes to S3."""
+    from types import SimpleNamespace
+
+    from rewind.runtime.cluster_submit import job_archive, job_submit
+    from rewind.runtime.yarn_rm import stream_tag
+    from rewind.upgrade.preflight_job import job_files
+    from rewind.upgrade.rules import UpgradeRefused
+
+    registry = tmp_path / "streams.yaml"
+    registry.write_text("streams: {}\n")
+    prepared = SimpleNamespace(old=SimpleNamespace(name="demo"),
+                               req=SimpleNamespace(entry_text="streams: {demo: {}}\n"))
+    scratch = tmp_path / "upgrades" / "demo" / "rec-1" / "preflight"
+    job = job_files(prepared, scratch, str(registry), "broker:9092", "bkt", in_cluster=True)
+    assert job.outcome == "s3://bkt/rewind/upgrades/demo/rec-1/preflight.json"
+    assert job.files == [registry.resolve(), (scratch.parent / "new-entry.yaml").resolve()]
+    assert job.args[job.args.index("--registry") + 1] == "streams.yaml"
+    assert job.args[job.args.index("--entry-file") + 1] == "new-entry.yaml"
+    assert job.args[job.args.index("--scratch") + 1] == "preflight-scratch"
+    assert not [a for a in job.args if str(tmp_path) in a]  # no path of this worker reaches the container
+    with pytest.raises(UpgradeRefused, match="REWIND_S3_BUCKET"):
+        job_files(prepared, scratch, str(registry), "broker:9092", None, in_cluster=True)
+    here = job_files(prepared, scratch, str(registry), "broker:9092", "bkt")
+    assert here.outcome == str(scratch.parent / "preflight.json") and str(registry.resolve()) in here.args
+
+    archive = job_archive("rewind.demo.transform:DemoTransform", tmp_path / "ship")
+    submit = job_submit("demo", "rewind-preflight-demo", job.args, archive, job.files,
+                        driver_env={"REWIND_S3_BUCKET": "bkt"}, secret_env={"AWS_SECRET_ACCESS_KEY": "s3cr3t"})
+    assert submit.conf["spark.yarn.submit.waitAppCompletion"] == "true"
+    assert submit.conf["spark.yarn.maxAppAttempts"] == "1"
+    tags = submit.conf["spark.yarn.tags"].split(",")
+    assert "rewind-job-demo" in tags and stream_tag("demo") not in tags
+    assert submit.files == ",".join(str(f) for f in job.files) and submit.archives == f"{archive}#rewind_job"
+    assert submit.conf["spark.yarn.appMasterEnv.REWIND_S3_BUCKET"] == "bkt"
+    assert "s3cr3t" not in str(submit.conf) and submit.secret_conf == {
+        "spark.yarn.appMasterEnv.AWS_SECRET_ACCESS_KEY": "s3cr3t"}
+
+
 def test_a_transform_outside_rewind_is_shipped_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import zipfile
 
@@ -186,3 +227,8 @@ def test_a_transform_outside_rewind_is_shipped_too(tmp_path: Path, monkeypatch: 
     assert "payments_pkg/transform.py" in names and "rewind/__init__.py" in names
     with pytest.raises(NotShippable, match="not_installed_anywhere"):
         job_archive("not_installed_anywhere.t:T", tmp_path / "cache")
+    # a pre-flight ships the running version's code and the new one's (a module of its own, as in a DAGs folder)
+    (tmp_path / "src" / "payments_v2.py").write_text("Y = 2\n")
+    both = zipfile.ZipFile(job_archive(["payments_pkg.transform:T", "payments_v2:T"], tmp_path / "cache")).namelist()
+    assert {"payments_pkg/transform.py", "payments_v2.py", "rewind/__init__.py"} <= set(both)
+    assert len(both) == len(set(both))  # rewind once

@@ -1,4 +1,4 @@
-"""`rewind stream upgrade NAME --registry-entry FILE --mode stateless|last-state|savepoint`: the command
+"""`rewind stream upgrade NAME --registry-entry FILE --mode stateless|last-state|savepoint|blue-green`: the command
 line of ``rewind.upgrade.run`` (its parser is added to ``rewind stream``'s actions)."""
 
 from __future__ import annotations
@@ -22,18 +22,22 @@ def add_parser(actions: Any) -> None:
                  "crash-loops, Rewind rolls back to the savepoint and the previous entry. Modes: savepoint (restore "
                  "the stop's savepoint into a fresh checkpoint), last-state (resume the same checkpoint), stateless "
                  "(a new checkpoint from the committed offsets, state dropped: refused for a stream with state unless "
-                 "--force). The new entry is a registry file in the registry's own format, `streams: {NAME: {...}}` "
+                 "--force), blue-green (the new version starts from a savepoint beside the live one, into shadow "
+                 "tables, is proven there and compared with the live tables, then takes over: the live one stops "
+                 "past it and the new one re-reads the overlap, written once; an abort leaves the live one "
+                 "running). The new entry is a registry file in the registry's own format, `streams: {NAME: {...}}` "
                  "(one stream, or an otherwise unchanged copy of the registry); the registry file itself is rewritten "
                  "(only NAME's entry), and the entry it replaced is kept by its config hash. See docs/upgrades.md.",
                  codes={EXIT_FAILED: "failed: the new version did not become healthy and was rolled back (the message "
                                      "says why), or a step broke (the message says where the stream was left)",
                         3: "refused: a new entry that fails validation or names a transform that fails to load, a "
                            "mode that cannot apply, incompatible state or tables, a pre-flight batch that failed, "
-                           "another upgrade running; the live stream was not touched"})
+                           "another upgrade running, a blue-green new version that failed beside the live one; the "
+                           "live stream was not touched"})
     up.add_argument("stream")
     up.add_argument("--registry-entry", required=True, metavar="FILE",
                     help="the new entry: a registry file `streams: {NAME: {...}}` (- reads standard input)")
-    up.add_argument("--mode", required=True, choices=["stateless", "last-state", "savepoint"])
+    up.add_argument("--mode", required=True, choices=["stateless", "last-state", "savepoint", "blue-green"])
     up.add_argument("--force", action="store_true", help="stateless: drop the state of a stream that has some")
     up.add_argument("--grace", type=float, metavar="SECONDS",
                     help="how long the new version has to commit a batch (default: its supervision.startup_grace)")
@@ -78,14 +82,21 @@ def run(args: argparse.Namespace) -> int:
         pid = launch_stream(spec, registry, bootstrap, log_path)
         return wait_running(spec, pid, timeout=240.0, log_path=log_path).pid
 
+    def launch_green(spec: Any, green_registry: Path) -> int:  # beside the live one, its log beside its registry
+        log_path = green_registry.with_suffix(".log")
+        _say("green", f"the new version's log: {log_path}")
+        pid = launch_stream(spec, green_registry, bootstrap, log_path)
+        return wait_running(spec, pid, timeout=240.0, log_path=log_path).pid
+
     def run_preflight(p: Any, scratch: Path) -> Any:  # a child process, Spark's log in a file, one line here
-        job, outcome = job_files(p, scratch, registry, bootstrap, args.bucket)
+        job = job_files(p, scratch, registry, bootstrap, args.bucket)
         log = scratch.parent / "preflight.log"
         _say("preflight", f"Spark's log: {log}")
-        run_local(job, log)
-        return read_outcome(outcome, str(log))
+        run_local(job.args, log)
+        return read_outcome(job.outcome, str(log))
 
-    record = upgrade(prepared, store, bootstrap, start, on_step=_say, run_preflight=run_preflight)
+    record = upgrade(prepared, store, bootstrap, start, on_step=_say, run_preflight=run_preflight,
+                     launch_green=launch_green)
     if args.json:
         print(json.dumps(record, default=str))
     if record["result"] == "upgraded":

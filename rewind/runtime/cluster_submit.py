@@ -32,7 +32,7 @@ import hashlib
 import importlib.util
 import os
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,10 +93,13 @@ def _files(roots: list[Path]) -> list[tuple[str, Path]]:
     return out
 
 
-def job_archive(transform: str, cache_dir: Path) -> Path:
-    """The zip of the code a stream's driver and executors import, in ``cache_dir`` under its content's hash
-    (built when absent; written to a temporary name and renamed, so concurrent submits never ship half)."""
-    entries = _files(code_roots(transform))
+def job_archive(transform: str | Sequence[str], cache_dir: Path) -> Path:
+    """The zip of the code a stream's driver and executors import (``transform``: one entry point, or several:
+    an upgrade's pre-flight runs the old version's and the new one's), in ``cache_dir`` under its content's
+    hash (built when absent; written to a temporary name and renamed, so concurrent submits never ship half)."""
+    roots = list(dict.fromkeys(r for t in ([transform] if isinstance(transform, str) else transform)
+                               for r in code_roots(t)))
+    entries = _files(roots)
     digest = hashlib.sha256()
     for name, path in entries:
         digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
@@ -112,23 +115,45 @@ def job_archive(transform: str, cache_dir: Path) -> Path:
     return target
 
 
+def _container_conf(tags: str, wait: bool, driver_env: Mapping[str, str] | None) -> dict[str, str]:
+    on_path = "{{PWD}}/" + ALIAS  # YARN expands {{PWD}} to the container's working directory
+    return {
+        "spark.yarn.maxAppAttempts": "1",
+        "spark.yarn.submit.waitAppCompletion": "true" if wait else "false",
+        "spark.yarn.tags": tags,
+        "spark.yarn.appMasterEnv.PYTHONPATH": on_path,
+        "spark.executorEnv.PYTHONPATH": on_path,
+        **{f"spark.yarn.appMasterEnv.{k}": v for k, v in sorted((driver_env or {}).items())},
+    }
+
+
 def stream_submit(stream: str, registry: Path, bootstrap: str, archive: Path, *, standby: bool = False,
                   driver_env: Mapping[str, str] | None = None, secret_env: Mapping[str, str] | None = None
                   ) -> ClusterSubmit:
     """Pure: the spark-submit of ``stream`` in YARN's cluster mode. ``driver_env`` is set in the driver's
     container (no secrets: it is on the command line); ``secret_env`` too, through the properties file."""
-    on_path = "{{PWD}}/" + ALIAS  # YARN expands {{PWD}} to the container's working directory
-    conf = {
-        "spark.yarn.maxAppAttempts": "1",
-        "spark.yarn.submit.waitAppCompletion": "false",
-        "spark.yarn.tags": f"rewind,{stream_tag(stream)}",
-        "spark.yarn.appMasterEnv.PYTHONPATH": on_path,
-        "spark.executorEnv.PYTHONPATH": on_path,
-        **{f"spark.yarn.appMasterEnv.{k}": v for k, v in sorted((driver_env or {}).items())},
-    }
+    conf = _container_conf(f"rewind,{stream_tag(stream)}", False, driver_env)
     secret = {f"spark.yarn.appMasterEnv.{k}": v for k, v in sorted((secret_env or {}).items())}
     args = [stream, "--registry", registry.name, "--bootstrap", bootstrap] + (["--standby"] if standby else [])
     return ClusterSubmit(args, conf, f"{archive}#{ALIAS}", str(registry), f"rewind-{stream}", secret)
+
+
+def job_tag(stream: str) -> str:
+    """The tag of a bounded job's application (a pre-flight, a replay) of ``stream``: not the stream's own
+    (`stream_tag`), which finds the stream's driver."""
+    return f"rewind-job-{stream}".lower()
+
+
+def job_submit(stream: str, name: str, args: list[str], archive: Path, files: list[Path], *,
+               driver_env: Mapping[str, str] | None = None, secret_env: Mapping[str, str] | None = None
+               ) -> ClusterSubmit:
+    """Pure: the spark-submit of one of Rewind's bounded jobs for ``stream`` in YARN's cluster mode. As a
+    stream's, but spark-submit waits for the application's end (its exit status is the job's), and ``files``
+    go with it: the job names them by their base names, in its container's working directory (``args`` must
+    already do so)."""
+    conf = _container_conf(f"rewind,{job_tag(stream)}", True, driver_env)
+    secret = {f"spark.yarn.appMasterEnv.{k}": v for k, v in sorted((secret_env or {}).items())}
+    return ClusterSubmit(list(args), conf, f"{archive}#{ALIAS}", ",".join(str(f) for f in files), name, secret)
 
 
 def write_properties(path: Path, conf: Mapping[str, str], defaults_dir: str | None = None) -> Path:

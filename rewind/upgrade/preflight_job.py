@@ -19,31 +19,59 @@ import os
 import subprocess
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewind.errors import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, Refused
+from rewind.errors import EXIT_OK, EXIT_REFUSED, Refused
 from rewind.registry import load_registry
 from rewind.settings import python_path
 from rewind.storage import S3Storage, resolve_s3_config
+from rewind.storage.location import open_file
 from rewind.upgrade.entry import load_candidate
 from rewind.upgrade.preflight import PreflightReport, preflight
 from rewind.upgrade.rules import Incompatible, UpgradeRefused
 
-__all__ = ["job_files", "job_main", "read_outcome", "run_local"]
+__all__ = ["JobFiles", "job_files", "job_main", "read_outcome", "run_local"]
 
 _REFUSALS: dict[str, type[Refused]] = {"Incompatible": Incompatible, "UpgradeRefused": UpgradeRefused}
 
 
-def job_files(prepared: Any, scratch: Path, registry: str, bootstrap: str, bucket: str | None = None
-              ) -> tuple[list[str], Path]:
-    """The job's arguments and the file it writes its outcome to, beside ``scratch``; the new entry is
-    written there first (the job reads it as the command line's ``--registry-entry`` is read)."""
+@dataclass(frozen=True)
+class JobFiles:
+    """One pre-flight job's arguments, the files that go with it, and where it writes its outcome."""
+
+    args: list[str]
+    files: list[Path]
+    outcome: str  # a local path, or an ``s3://`` URL when the job runs in a YARN container
+
+
+def job_files(prepared: Any, scratch: Path, registry: str, bootstrap: str, bucket: str | None = None, *,
+              in_cluster: bool = False) -> JobFiles:
+    """The job's arguments and files; the new entry is written beside ``scratch`` first (the job reads it as
+    the command line's ``--registry-entry`` is read). ``in_cluster``: the job runs in a YARN container, on a
+    node that sees none of this worker's paths: the registry and the entry go with it (named by their base
+    names), its scratch is its container's, and its outcome goes to S3 (``bucket``), where the upgrade reads it."""
     entry, outcome = scratch.parent / "new-entry.yaml", scratch.parent / "preflight.json"
     entry.parent.mkdir(parents=True, exist_ok=True)
     entry.write_text(prepared.req.entry_text)
-    return [prepared.old.name, "--registry", str(registry), "--entry-file", str(entry), "--bootstrap", bootstrap,
-            "--scratch", str(scratch), "--outcome", str(outcome), *(["--bucket", bucket] if bucket else [])], outcome
+    files = [Path(registry).resolve(), entry.resolve()]
+    if in_cluster:
+        if not bucket:
+            raise UpgradeRefused("a pre-flight in a YARN container writes its outcome to S3: set the bucket "
+                                 "(REWIND_S3_BUCKET, or the rewind_s3 connection's extra bucket)")
+        where = f"s3://{bucket}/rewind/upgrades/{prepared.old.name}/{scratch.parent.name}/preflight.json"
+        names, scratch_arg = [f.name for f in files], "preflight-scratch"
+    else:
+        where, names, scratch_arg = str(outcome), [str(f) for f in files], str(scratch)
+    args = [prepared.old.name, "--registry", names[0], "--entry-file", names[1], "--bootstrap", bootstrap,
+            "--scratch", scratch_arg, "--outcome", where, *(["--bucket", bucket] if bucket else [])]
+    return JobFiles(args, files, where)
+
+
+def _write(location: str, doc: dict[str, Any]) -> None:
+    storage, name = open_file(location)
+    storage.write_bytes(name, json.dumps(doc, default=str).encode(), "application/json")
 
 
 def job_main(argv: list[str]) -> int:
@@ -57,7 +85,6 @@ def job_main(argv: list[str]) -> int:
     p.add_argument("--outcome", required=True)
     p.add_argument("--bucket")
     args = p.parse_args(argv)
-    outcome = Path(args.outcome)
     try:
         old = load_registry(args.registry).get(args.stream)
         new = load_candidate(args.registry, args.stream, Path(args.entry_file).read_text(), args.entry_file)[3]
@@ -69,21 +96,19 @@ def job_main(argv: list[str]) -> int:
         print(f"pre-flight refused: {exc}", file=sys.stderr, flush=True)
         doc, code = {"ok": False, "refused": type(exc).__name__, "message": str(exc)}, EXIT_REFUSED
     except Exception as exc:  # noqa: BLE001 - written for the upgrade to read; the traceback is in the log
-        doc, code = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, EXIT_FAILED
-        outcome.parent.mkdir(parents=True, exist_ok=True)
-        outcome.write_text(json.dumps(doc))
+        _write(args.outcome, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
         raise
-    outcome.parent.mkdir(parents=True, exist_ok=True)
-    outcome.write_text(json.dumps(doc, default=str))
+    _write(args.outcome, doc)
     return code
 
 
-def read_outcome(outcome: Path, log: str) -> PreflightReport:
+def read_outcome(outcome: str | Path, log: str) -> PreflightReport:
     """The report of a job that passed; else the refusal it wrote, raised with the log it names (a job
-    that wrote nothing, or broke, is a refusal too: nothing was stopped)."""
+    that wrote nothing, or broke, is a refusal too: nothing was stopped). ``outcome``: a path or an S3 URL."""
     try:
-        doc = json.loads(outcome.read_text())
-    except (OSError, ValueError):
+        storage, name = open_file(outcome)
+        doc = json.loads(storage.read_bytes(name))
+    except Exception:  # noqa: BLE001 - missing or unreadable, local or in S3: the job wrote no outcome
         raise UpgradeRefused(f"the pre-flight job wrote no outcome ({outcome}); Spark's log: {log} -- the live "
                              "stream was not touched") from None
     if doc.get("ok"):

@@ -7,6 +7,8 @@ The modes (as the Flink Kubernetes Operator names them, ``UpgradeMode``):
   checkpoint, start the new version there;
 - ``last-state``: stop after the batch in flight (a savepoint is still taken, for the rollback) and
   start the new version on the same checkpoint;
+- ``blue-green``: the new version starts beside the live one from a savepoint, into shadow tables, is proven
+  there, then takes over (``rewind.upgrade.bluegreen``);
 - ``stateless``: stop, start the new version on a new checkpoint that begins at the committed
   offsets, state dropped. Refused for a stream whose checkpoint holds state (its deduplications and
   windows would start empty: windows open at the switch would be emitted from half their rows),
@@ -31,8 +33,8 @@ from typing import Any, Literal
 from rewind.errors import Refused
 from rewind.supervision.causes import headline
 
-Mode = Literal["stateless", "last-state", "savepoint"]
-MODES: tuple[Mode, ...] = ("stateless", "last-state", "savepoint")
+Mode = Literal["stateless", "last-state", "savepoint", "blue-green"]
+MODES: tuple[Mode, ...] = ("stateless", "last-state", "savepoint", "blue-green")
 #: Registry keys an upgrade cannot change: they say which stream this is and where its data lives.
 FIXED = {"checkpoint": "the checkpoint location", "status_dir": "the status directory", "topics": "the topics it reads",
          "sink.url": "the sink", "sink.table_prefix": "the sink's table prefix"}
@@ -78,9 +80,6 @@ def refusals(f: Facts) -> list[str]:
         if _get(f.old, key) != _get(f.new, key):
             out.append(f"{key} changed ({_get(f.old, key)!r} -> {_get(f.new, key)!r}): an upgrade keeps {what}; a "
                        "different one is a new stream")
-    if "://" in f.old.checkpoint:
-        out.append(f"its checkpoint {f.old.checkpoint} is not on local disk: upgrades take and restore savepoints, "
-                   "which copy local checkpoints only")
     if f.committed_batch is None:
         out.append(f"{f.old.name} has no committed batch yet: there is no state or position to carry over; change "
                    "its registry entry directly")

@@ -19,11 +19,15 @@ from typing import Any
 
 from rewind.api.contract import load_transform
 from rewind.checkpoints.inspection import inspect_checkpoint
-from rewind.checkpoints.pointer import active_checkpoint
+from rewind.checkpoints.pointer import active_checkpoint, point_to
+from rewind.checkpoints.savepoints import create_savepoint, restore_savepoint
+from rewind.checkpoints.watermark import committed_end_offsets
 from rewind.errors import Failed, Refused
 from rewind.paths import paths_of
 from rewind.registry import load_registry, parse_duration
-from rewind.upgrade import guard, history
+from rewind.supervision.process_control import stop_stream
+from rewind.upgrade import bluegreen, guard, history
+from rewind.upgrade.bluegreen import BlueGreenAborted
 from rewind.upgrade.entry import check_writable, load_candidate, with_entry, write_registry
 from rewind.upgrade.preflight import PreflightReport, preflight
 from rewind.upgrade.proving import PROOF_BATCHES, proof_record, prove_new_version
@@ -55,10 +59,7 @@ class UpgradeRequest:
 def live_facts(spec: Any) -> tuple[int | None, tuple[str, ...]]:
     """The active checkpoint's last committed batch and its stateful operators."""
 
-    cp = active_checkpoint(spec)
-    if "://" in cp or not (Path(cp) / "offsets").is_dir():
-        return None, ()
-    report = inspect_checkpoint(cp, recent=2)
+    report = inspect_checkpoint(active_checkpoint(spec), recent=2)  # on local disk or in S3 alike
     return (report.committed[-1] if report.committed else None), tuple(sorted(report.operators))
 
 
@@ -117,16 +118,21 @@ PreflightRunner = Callable[["Prepared", Path], PreflightReport]
 
 def upgrade(req: UpgradeRequest | Prepared, store: Any, bootstrap: str, start: Callable[[Any], int], *,
             spark: Any = None, on_step: Step = lambda _s, _d: None, scratch_root: Path | None = None,
-            run_preflight: PreflightRunner | None = None) -> dict[str, Any]:
+            run_preflight: PreflightRunner | None = None, launch_green: GreenLauncher | None = None
+            ) -> dict[str, Any]:
     """Run one upgrade; its history record (``result``: upgraded or rolled_back). ``start(spec)`` launches
     the stream as the registry now declares it and returns its driver's pid once it runs.
     ``run_preflight``: the pre-flight as a Spark job (the command line's child process, Airflow's
     spark-submit); None runs it in this process, on ``spark`` (tests that share one session).
+    ``launch_green(spec, registry_file)``: mode blue-green's launch of the new version beside the live one.
 
-    Raises ``Refused`` (nothing was stopped) and ``UpgradeFailed`` (the message says where it stopped)."""
+    Raises ``Refused`` (nothing was stopped; ``BlueGreenAborted``: the new version was stopped, the live one
+    ran on) and ``UpgradeFailed`` (the message says where it stopped)."""
 
     p = req if isinstance(req, Prepared) else prepare(req)
     old, new = p.old, p.new
+    if p.req.mode == "blue-green" and launch_green is None:
+        raise TypeError("mode blue-green needs launch_green: how to launch the new version beside the live one")
     store.check()
     record_id = history.new_record_id()
     record: dict[str, Any] = {
@@ -137,10 +143,12 @@ def upgrade(req: UpgradeRequest | Prepared, store: Any, bootstrap: str, start: C
     guard.take(old, record_id, f"upgrade {p.req.mode}")
     rec = Recorder(old, record, on_step)
     try:
-        return _run(p, rec, store, bootstrap, start, spark,
-                    scratch_root or paths_of(old).home / "upgrades" / old.name / record_id, run_preflight)
+        scratch = scratch_root or paths_of(old).home / "upgrades" / old.name / record_id
+        if p.req.mode == "blue-green" and launch_green is not None:
+            return _run_blue_green(p, rec, store, bootstrap, start, spark, scratch, run_preflight, launch_green)
+        return _run(p, rec, store, bootstrap, start, spark, scratch, run_preflight)
     except Refused as exc:
-        rec.finish("refused", str(exc))
+        rec.finish("aborted" if isinstance(exc, BlueGreenAborted) else "refused", str(exc))
         raise
     except BaseException as exc:
         rec.finish("failed", f"{type(exc).__name__}: {exc}")
@@ -149,42 +157,66 @@ def upgrade(req: UpgradeRequest | Prepared, store: Any, bootstrap: str, start: C
         guard.release(old, record_id)
 
 
-def _run(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable[[Any], int], spark: Any,
-         scratch: Path, run_preflight: PreflightRunner | None) -> dict[str, Any]:
-
-    req, old, new = p.req, p.old, p.new
-    rec.step("preflight", f"the new version on the newest records and a copy of the newest savepoint ({req.mode})")
+def _preflight(p: Prepared, rec: Recorder, store: Any, bootstrap: str, spark: Any, scratch: Path,
+               run_preflight: PreflightRunner | None) -> PreflightReport:
+    rec.step("preflight", f"the new version on the newest records and a copy of the newest savepoint ({p.req.mode})")
     if run_preflight is not None:
         checked = run_preflight(p, scratch / "preflight")
     else:
-        checked = preflight(old, new, store, bootstrap, scratch / "preflight", spark=spark,
-                            timeout_s=req.preflight_timeout_s)
+        checked = preflight(p.old, p.new, store, bootstrap, scratch / "preflight", spark=spark,
+                            timeout_s=p.req.preflight_timeout_s)
     rec.step("preflight_passed", f"batch {checked.batch_id} of {checked.input_rows} records after savepoint "
                                  f"{checked.savepoint_id}, and {checked.newest_records} newest records",
              preflight=checked.to_json())
-    manifest = stop_with_savepoint(old, store, start, req.stop_timeout_s)
-    rec.step("stopped", f"after batch {manifest.batch_id}, savepoint {manifest.savepoint_id}",
-             savepoint={"id": manifest.savepoint_id, "batch_id": manifest.batch_id, "offsets": manifest.offsets})
+    return checked
+
+
+def _switch_entry(p: Prepared, manifest: Any, move: Callable[[], str]) -> str:
+    """The checkpoint moved (``move``: by mode), then the registry's entry: the stream is stopped now, so a
+    failure here is no refusal; the message says where it stands."""
+    old = p.old
     history.keep_entry(old, old.config_hash(), p.old_entry, old.transform)
     try:
-        checkpoint = switch_checkpoint(old, store, req.mode, manifest, str(rec.record["id"]))
-        current = Path(req.registry).read_text()
-        write_registry(req.registry, current, p.new_text)
-        history.keep_entry(old, new.config_hash(), p.new_entry, new.transform)
+        checkpoint = move()
+        current = Path(p.req.registry).read_text()
+        write_registry(p.req.registry, current, p.new_text)
+        history.keep_entry(old, p.new.config_hash(), p.new_entry, p.new.transform)
     except Exception as exc:  # the stream is stopped now: no refusal may say "nothing was done"
         raise UpgradeFailed(f"the switch of {old.name} failed after the stop ({type(exc).__name__}: {exc}); it is "
                             f"stopped after batch {manifest.batch_id} and savepoint {manifest.savepoint_id} has its "
                             f"state: `rewind savepoint restore {old.name} {manifest.savepoint_id}`, then `rewind "
                             f"stream run {old.name}`") from exc
-    rec.step("switched", f"{req.mode}: checkpoint {checkpoint}, registry entry {new.config_hash()}",
+    return checkpoint
+
+
+def _run(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable[[Any], int], spark: Any,
+         scratch: Path, run_preflight: PreflightRunner | None) -> dict[str, Any]:
+
+    req, old = p.req, p.old
+    _preflight(p, rec, store, bootstrap, spark, scratch, run_preflight)
+    manifest = stop_with_savepoint(old, store, start, req.stop_timeout_s)
+    rec.step("stopped", f"after batch {manifest.batch_id}, savepoint {manifest.savepoint_id}",
+             savepoint={"id": manifest.savepoint_id, "batch_id": manifest.batch_id, "offsets": manifest.offsets})
+    checkpoint = _switch_entry(p, manifest, lambda: switch_checkpoint(old, store, req.mode, manifest,
+                                                                      str(rec.record["id"])))
+    rec.step("switched", f"{req.mode}: checkpoint {checkpoint}, registry entry {p.new.config_hash()}",
              checkpoint=checkpoint)
+    return _watch_prove_or_roll_back(p, rec, store, bootstrap, start, manifest, manifest.offsets,
+                                     first_own_batch_after(old, req.mode, manifest), scratch)
+
+
+def _watch_prove_or_roll_back(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable[[Any], int],
+                              manifest: Any, prove_from: dict[str, dict[str, int]], after: int | None,
+                              scratch: Path) -> dict[str, Any]:
+    """The new version launched and watched, then proven over its first batches from ``prove_from``; rolled
+    back to ``manifest`` (the stop's savepoint) and the previous entry when either fails."""
+    req, old, new = p.req, p.old, p.new
     grace = req.grace_s if req.grace_s is not None else parse_duration(new.supervision.startup_grace).total_seconds()
-    after = first_own_batch_after(old, req.mode, manifest)
     verdict, why, attempts = watch(new, start, after, grace, on_attempt=lambda a: rec.step(
         "launched" if a.ok else "failed", "committed a batch" if a.ok else f"{a.cause}: {short_cause(a.detail)}"))
     if verdict == "healthy":
         rec.step("proving", f"the new version's first {PROOF_BATCHES} batches, from the savepoint's offsets")
-        proof = prove_new_version(new, bootstrap, manifest.offsets, after, scratch / "proof")
+        proof = prove_new_version(new, bootstrap, prove_from, after, scratch / "proof")
         if proof is None or proof.ok:
             shown = "nothing committed past the savepoint to prove" if proof is None else "proven"
             rec.step("proven", shown, **({"proof": proof_record(proof)} if proof is not None else {}))
@@ -208,3 +240,57 @@ def _run(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable
                             f"savepoint {manifest.savepoint_id} holds the pre-upgrade state") from exc
     rec.step("rolled_back", f"on savepoint {manifest.savepoint_id}, first batch {back['first_batch']['batch']}")
     return rec.finish("rolled_back", why, attempts=len(attempts), rollback=back)
+
+
+#: Launches green (``rewind.upgrade.bluegreen``): (its spec, its registry file) -> its driver's pid once it runs.
+GreenLauncher = Callable[[Any, Path], int]
+
+
+def _run_blue_green(p: Prepared, rec: Recorder, store: Any, bootstrap: str, start: Callable[[Any], int], spark: Any,
+                    scratch: Path, run_preflight: PreflightRunner | None, launch_green: GreenLauncher
+                    ) -> dict[str, Any]:
+    """``rewind.upgrade.bluegreen``'s steps (its docstring says why each)."""
+    req, old, new = p.req, p.old, p.new
+    _preflight(p, rec, store, bootstrap, spark, scratch, run_preflight)
+    beside = create_savepoint(old, store)
+    green = bluegreen.make_green(new, p.new_entry, str(rec.record["id"]), scratch / "green")
+    restore_savepoint(green.spec, store, beside.savepoint_id, running=None)
+    rec.step("green_starting", f"from savepoint {beside.savepoint_id} (batch {beside.batch_id}) of the running "
+                               f"stream, into tables {green.table_prefix}*",
+             green={"savepoint": beside.savepoint_id, "checkpoint": active_checkpoint(green.spec),
+                    "table_prefix": green.table_prefix, "registry": str(green.registry)})
+    grace = req.grace_s if req.grace_s is not None else parse_duration(new.supervision.startup_grace).total_seconds()
+
+    try:
+        bluegreen.earn_the_switch(p.old, rec, green, beside, bootstrap, grace, scratch, launch_green)
+    except BlueGreenAborted:
+        raise
+    except BaseException as exc:  # green must not outlive the upgrade that launched it
+        stop_stream(green.spec, timeout=120)
+        rec.step("aborted", f"{type(exc).__name__}: {exc}")
+        raise
+    # the switch: green stops behind blue, blue stops past green (see the module docstring)
+    stop_stream(green.spec, timeout=req.stop_timeout_s)
+    green_end = committed_end_offsets(green.spec) or {}
+    if not bluegreen.wait_past(old, green_end, timeout_s=grace):
+        bluegreen.abort(rec, green, f"the live stream did not commit past the new version's offsets within "
+                                    f"{grace:.0f}s ({sorted(green_end.items())})")
+    manifest = stop_with_savepoint(old, store, start, req.stop_timeout_s)
+    green_at = ", ".join(f"{tp}[{part}] {off}" for (tp, part), off in sorted(green_end.items()))
+    rec.step("stopped", f"after batch {manifest.batch_id}, savepoint {manifest.savepoint_id}; the new version "
+                        f"stopped at {green_at}",
+             savepoint={"id": manifest.savepoint_id, "batch_id": manifest.batch_id, "offsets": manifest.offsets})
+    checkpoint = active_checkpoint(green.spec)
+
+    def move() -> str:
+        point_to(old, checkpoint, f"blue/green upgrade {rec.record['id']}: the new version's checkpoint, caught up "
+                                  f"beside the live one from savepoint {beside.savepoint_id}")
+        return checkpoint
+
+    _switch_entry(p, manifest, move)
+    rec.step("switched", f"blue-green: checkpoint {checkpoint}, registry entry {new.config_hash()}",
+             checkpoint=checkpoint)
+    green_last = inspect_checkpoint(checkpoint, recent=2).committed
+    starts = {t: {str(part): off for (tt, part), off in green_end.items() if tt == t} for t, _ in green_end}
+    return _watch_prove_or_roll_back(p, rec, store, bootstrap, start, manifest, starts,
+                                     green_last[-1] if green_last else None, scratch)

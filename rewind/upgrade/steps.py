@@ -22,6 +22,7 @@ from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.pointer import active_checkpoint, point_to
 from rewind.checkpoints.savepoints import restore_savepoint, savepoint_with_stop
 from rewind.control.status_store import read_stream_status
+from rewind.storage.location import open_storage
 from rewind.supervision.failures import record_failure, reset
 from rewind.supervision.observe import running_reason
 from rewind.supervision.process_control import (
@@ -57,15 +58,18 @@ def stop_with_savepoint(spec: Any, store: Any, start: Callable[[Any], int], stop
         raise
 
 
-def stateless_checkpoint(spec: Any, record_id: str, offsets: dict[str, dict[str, int]]) -> Path:
-    """A new checkpoint whose query starts at ``offsets``: only ``sources/0/0``, the initial offsets
-    Spark's Kafka connector writes when a query starts and reads instead of ``startingOffsets`` ever
-    after (its format: a zero byte, ``v1``, the offsets JSON). No offset log, no state: a new query."""
+def stateless_checkpoint(spec: Any, record_id: str, offsets: dict[str, dict[str, int]]) -> str:
+    """A new checkpoint beside the stream's (on local disk or in S3) whose query starts at ``offsets``: only
+    ``sources/0/0``, the initial offsets Spark's Kafka connector writes when a query starts and reads instead
+    of ``startingOffsets`` ever after (its format: a zero byte, ``v1``, the offsets JSON). No offset log, no
+    state: a new query."""
 
-    base = Path(active_checkpoint(spec)).resolve()
-    fresh = base.with_name(f"{Path(spec.checkpoint).name}.stateless-{record_id}")
-    (fresh / "sources" / "0").mkdir(parents=True)
-    (fresh / "sources" / "0" / "0").write_bytes(b"\x00v1\n" + json.dumps(offsets, sort_keys=True).encode())
+    base = str(spec.checkpoint).rstrip("/")
+    fresh = f"{base}.stateless-{record_id}" if "://" in base else str(Path(f"{base}.stateless-{record_id}").resolve())
+    store = open_storage(fresh)
+    if store.exists("sources"):
+        raise FileExistsError(f"{fresh} exists already: a stateless checkpoint is always new")
+    store.write_bytes("sources/0/0", b"\x00v1\n" + json.dumps(offsets, sort_keys=True).encode())
     return fresh
 
 

@@ -201,9 +201,10 @@ def upgrade_dag(streams: list[str], registry: str) -> DAG:
                "crash-loops. Paste the new entry in the registry's own format: `streams: {NAME: {...}}`.",
         params={
             "stream": Param(streams[0], enum=streams, description="stream from the registry"),
-            "mode": Param("savepoint", enum=["savepoint", "last-state", "stateless"],
+            "mode": Param("savepoint", enum=["savepoint", "last-state", "stateless", "blue-green"],
                           description="savepoint: restore the stop's savepoint; last-state: resume the same "
-                                      "checkpoint; stateless: a new checkpoint, state dropped"),
+                                      "checkpoint; stateless: a new checkpoint, state dropped; blue-green: the new "
+                                      "version proven beside the live one, into shadow tables, then switched"),
             "registry_entry": Param("", type="string", minLength=1, format="multiline",
                                     description="the new entry: YAML `streams: {NAME: {...}}`"),
             "force": Param(False, type="boolean", description="stateless: drop the state of a stream that has some"),

@@ -38,6 +38,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,15 +84,29 @@ def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
     return env
 
 
-def submit_job(job: Path, args: list[str], name: str, conn_id: str) -> Exception | None:
+def job_in_cluster(stream: str, registry: str, conn_id: str) -> bool:
+    """A bounded job of ``stream`` submitted on ``conn_id`` runs in a YARN container (cluster mode): its files
+    go with it and what it reports must be written where this worker can read it (S3), not to a local path."""
+    return RewindStreamHook(stream, registry, conn_id=conn_id).is_yarn_cluster()
+
+
+def submit_job(job: Path, args: list[str], name: str, conn_id: str, *, stream: str | None = None,
+               registry: str | None = None, files: list[Path] | None = None,
+               transforms: Sequence[str] = ()) -> Exception | None:
     """spark-submit one of Rewind's bounded jobs (``spark_jobs/``: a replay, a pre-flight) through the Spark
-    provider with the connector jars and `submit_env`, and wait for it; the exception it ended with (None:
-    exit 0). The job's own report says more than an exit code, so the caller reads it either way."""
+    provider and wait for it; the exception it ended with (None: exit 0). The job's own report says more than
+    an exit code, so the caller reads it either way. On this worker (local, standalone, YARN client mode):
+    the connector jars and `submit_env`. In a YARN container (``stream`` given and `job_in_cluster`): the
+    stream's code archive (with ``transforms``' code) and ``files`` go with it, as a stream's driver is submitted."""
     from rewind.runtime.jars import connector_jars
 
-    hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=name,
-                           jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
     try:
+        if stream is not None and job_in_cluster(stream, str(registry), conn_id):
+            RewindStreamHook(stream, registry, conn_id=conn_id).submit_job_to_yarn(job, args, list(files or []), name,
+                                                                                   transforms)
+            return None
+        hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=name,
+                               jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
         hook.submit(str(job))
     except Exception as exc:  # noqa: BLE001 - handed to the caller, which reads the job's report
         return exc
@@ -272,22 +287,13 @@ class RewindStreamHook(BaseHook):
         self.log.info("launched %s detached: pid %d, log %s", self.stream, pid, log_path)
         return pid
 
-    def submit_to_yarn(self) -> dict[str, Any]:
-        """spark-submit the driver (or standby) into YARN through ``SparkSubmitHook.submit``, which returns once
-        YARN accepted the application: ``{"tag", "submitted_at", "resourcemanager"}``."""
+    def _container_env(self) -> tuple[dict[str, str], dict[str, str]]:
+        """What a driver in a YARN container is given: (its environment, the secrets of it: S3's keys, for the
+        properties file)."""
         from rewind import faults
-        from rewind.registry import load_registry
-        from rewind.runtime.cluster_submit import job_archive, stream_submit, write_properties
-        from rewind.runtime.jvm import submit_jars
-        from rewind.settings import default_registry, jars_dir, rewind_home
+        from rewind.settings import jars_dir
         from rewind_airflow.hooks.s3 import RewindS3Hook
-        from spark_jobs import STREAM_JOB
 
-        if not self.bootstrap:
-            raise ValueError(f"{self.stream}: a driver in a YARN container is told where Kafka is (bootstrap)")
-        registry = str(self.registry or default_registry())
-        spec = load_registry(registry).get(self.stream)
-        archive = job_archive(spec.transform, rewind_home() / "ship")
         s3 = RewindS3Hook().config()
         driver_env = {"REWIND_JARS": str(jars_dir()), "REWIND_S3_BUCKET": s3.bucket, "AWS_REGION": s3.region,
                       **({"AWS_ENDPOINT_URL": s3.endpoint, "REWIND_S3_ENDPOINT": s3.endpoint} if s3.endpoint else {}),
@@ -295,10 +301,14 @@ class RewindStreamHook(BaseHook):
         if driver_env.get(faults.ENV):  # YARN's launch script keeps no double quote of an environment value
             driver_env[faults.ENV] = faults.encoded(driver_env[faults.ENV])
         secret_env = {"AWS_ACCESS_KEY_ID": s3.access_key or "", "AWS_SECRET_ACCESS_KEY": s3.secret_key or ""}
-        submit = stream_submit(self.stream, Path(registry).resolve(), self.bootstrap, archive,
-                               standby=self.standby, driver_env=driver_env,
-                               secret_env={k: v for k, v in secret_env.items() if v})
-        started = time.time()
+        return driver_env, {k: v for k, v in secret_env.items() if v}
+
+    def _submit_yarn(self, application: Path, submit: Any, registry: str) -> None:
+        """Hand one cluster-mode submit (``rewind.runtime.cluster_submit``) to ``SparkSubmitHook.submit``, S3's
+        keys in a 0600 properties file that lives while spark-submit runs."""
+        from rewind.runtime.cluster_submit import write_properties
+        from rewind.runtime.jvm import submit_jars
+
         with tempfile.TemporaryDirectory(prefix="rewind-submit-") as private:  # mode 0700
             props = write_properties(Path(private) / "spark.properties", submit.secret_conf,
                                      os.environ.get("SPARK_CONF_DIR"))
@@ -307,9 +317,44 @@ class RewindStreamHook(BaseHook):
                                    driver_class_path=s3a_driver_class_path(self.stream, registry),
                                    properties_file=str(props), name=submit.name,
                                    application_args=submit.application_args)
-            hook.submit(str(STREAM_JOB), env=_spark_submit_environ(driver_on_worker=False))
+            hook.submit(str(application), env=_spark_submit_environ(driver_on_worker=False))
+
+    def submit_to_yarn(self) -> dict[str, Any]:
+        """spark-submit the driver (or standby) into YARN through ``SparkSubmitHook.submit``, which returns once
+        YARN accepted the application: ``{"tag", "submitted_at", "resourcemanager"}``."""
+        from rewind.registry import load_registry
+        from rewind.runtime.cluster_submit import job_archive, stream_submit
+        from rewind.settings import default_registry, rewind_home
+        from spark_jobs import STREAM_JOB
+
+        if not self.bootstrap:
+            raise ValueError(f"{self.stream}: a driver in a YARN container is told where Kafka is (bootstrap)")
+        registry = str(self.registry or default_registry())
+        spec = load_registry(registry).get(self.stream)
+        archive = job_archive(spec.transform, rewind_home() / "ship")
+        driver_env, secret_env = self._container_env()
+        submit = stream_submit(self.stream, Path(registry).resolve(), self.bootstrap, archive,
+                               standby=self.standby, driver_env=driver_env, secret_env=secret_env)
+        started = time.time()
+        self._submit_yarn(STREAM_JOB, submit, registry)
         return {"tag": submit.conf["spark.yarn.tags"].split(",")[-1], "submitted_at": started,
                 "resourcemanager": self.resourcemanager_url()}
+
+    def submit_job_to_yarn(self, job: Path, args: list[str], files: list[Path], name: str,
+                           transforms: Sequence[str] = ()) -> None:
+        """spark-submit one of Rewind's bounded jobs for this stream into YARN (cluster mode) and wait for its
+        end; ``files`` go with it, named in ``args`` by their base names (``cluster_submit.job_submit``); the
+        code of the stream's transform goes with it, and of ``transforms`` too (a pre-flight's new version)."""
+        from rewind.registry import load_registry
+        from rewind.runtime.cluster_submit import job_archive, job_submit
+        from rewind.settings import default_registry, rewind_home
+
+        registry = str(self.registry or default_registry())
+        code = [load_registry(registry).get(self.stream).transform, *transforms]
+        archive = job_archive(code, rewind_home() / "ship")
+        driver_env, secret_env = self._container_env()
+        self._submit_yarn(job, job_submit(self.stream, name, args, archive, files, driver_env=driver_env,
+                                          secret_env=secret_env), registry)
 
 
 def s3a_driver_class_path(stream: str, registry: str | None) -> str | None:

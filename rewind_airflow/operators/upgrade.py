@@ -20,15 +20,23 @@ from rewind_airflow.hooks.s3 import RewindS3Hook
 
 
 def submit_preflight(prepared: Any, scratch: Path, registry: str, bootstrap: str, conn_id: str) -> Any:
-    """The pre-flight as a Spark job through the Spark provider (``spark_jobs/preflight.py``, as a replay
-    is submitted): this worker needs no PySpark. Its outcome file says pass or why not (a refusal exits 3)."""
+    """The pre-flight as a Spark job through the Spark provider (``spark_jobs/preflight.py``), where the
+    stream's connection runs its driver: on this worker, or in a YARN container (cluster mode: the job's
+    files go with it and it writes its outcome to S3). This worker needs no PySpark. The outcome says pass
+    or why not (a refusal exits 3)."""
     from rewind.upgrade.preflight_job import job_files, read_outcome
-    from rewind_airflow.hooks.stream import submit_job
+    from rewind_airflow.hooks.s3 import RewindS3Hook
+    from rewind_airflow.hooks.stream import job_in_cluster, submit_job
     from spark_jobs import PREFLIGHT_JOB
 
-    args, outcome = job_files(prepared, scratch, registry, bootstrap)
-    submit_job(PREFLIGHT_JOB, args, f"rewind-preflight-{prepared.old.name}", conn_id)
-    return read_outcome(outcome, "this task's log (spark-submit's output above)")
+    name = prepared.old.name
+    in_cluster = job_in_cluster(name, registry, conn_id)
+    job = job_files(prepared, scratch, registry, bootstrap, RewindS3Hook().config().bucket, in_cluster=in_cluster)
+    submit_job(PREFLIGHT_JOB, job.args, f"rewind-preflight-{name}", conn_id, stream=name, registry=registry,
+               files=job.files, transforms=[prepared.new.transform])
+    log = ("the YARN application's driver log (`yarn logs -applicationId ID`, the ID in spark-submit's output "
+           "above)") if in_cluster else "this task's log (spark-submit's output above)"
+    return read_outcome(job.outcome, log)
 
 
 class UpgradeStreamOperator(BaseOperator):
@@ -38,7 +46,7 @@ class UpgradeStreamOperator(BaseOperator):
     is untouched; a rollback fails the task too, saying why (the stream runs its previous entry).
 
     :param stream: the registry stream
-    :param mode: ``savepoint``, ``last-state`` or ``stateless``
+    :param mode: ``savepoint``, ``last-state``, ``stateless`` or ``blue-green``
     :param entry: the new entry as YAML text, ``streams: {NAME: {...}}``
     :param force: stateless only: drop the state of a stream that has some
     :param grace_s: seconds the new version has to commit a batch (0: its ``supervision.startup_grace``)
@@ -72,7 +80,9 @@ class UpgradeStreamOperator(BaseOperator):
                              lambda spec: int(launch(spec.name, registry, self.conn_id, 240.0)["pid"]),
                              on_step=lambda step, detail: self.log.info("%s: %s", step, detail),
                              run_preflight=lambda p, scratch: submit_preflight(p, scratch, registry, bootstrap,
-                                                                                self.conn_id))
+                                                                                self.conn_id),
+                             launch_green=lambda spec, green: int(launch(spec.name, str(green), self.conn_id,
+                                                                         240.0)["pid"]))
         if record["result"] != "upgraded":
             raise AirflowFailException(f"{self.stream}: the new version was rolled back: {record['reason']}")
         return {k: record.get(k) for k in ("id", "result", "mode", "from", "to", "savepoint", "checkpoint")}
