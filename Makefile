@@ -54,7 +54,7 @@ test-fast: java jars venv lint
 
 # Each bench prints one JSON object: saved to bench/results/NAME.json (via .tmp, so a failed run
 # leaves the previous result), then the charts go to docs/img/. See docs/benchmarks.md.
-BENCHES := savepoint checkpoint_inspect recovery standby throughput replay latency proof_scaling sinks driver_memory
+BENCHES := savepoint checkpoint_inspect recovery standby throughput replay latency proof_scaling sinks driver_memory overhead
 bench: java jars venv
 	@mkdir -p bench/results docs/img
 	@set -e; for b in $(BENCHES); do \

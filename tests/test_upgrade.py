@@ -5,8 +5,12 @@ producer writes events (with malformed, late and duplicate records) the whole ti
    check) while the live stream keeps running, untouched;
 2. a column added, in last-state mode; 3. another column added, in savepoint mode;
 4. a version that crashes on its first live batch (a record its pre-flight batch did not hold) is
-   rolled back by itself to the pre-upgrade savepoint and entry;
-5. the whole episode is proven from the data: every Kafka record in the sink once, every window.
+   rolled back by itself to the pre-upgrade savepoint and entry; one that throws on a record newer than
+   the savepoint is refused by the pre-flight; one whose totals are off by one is rolled back by the
+   watch's proof;
+5. blue/green: the off-by-one version beside the live one is aborted, the live driver untouched; a
+   version with a column added takes over with the lease's next epoch;
+6. the whole episode is proven from the data: every Kafka record in the sink once, every window.
 
 Then the stateless mode on the stateless inventory stream (the demo keeps state, which stateless
 drops: refused there, scenario 1 checks it), proven by its contract. The pre-flights run in this
@@ -35,7 +39,7 @@ from rewind.paths import status_file
 from rewind.registry import load_registry
 from rewind.runtime.processes import pid_alive, terminate_group
 from rewind.storage import S3Config, S3Storage
-from rewind.supervision.process_control import launch_stream, stop_stream, wait_running
+from rewind.supervision.process_control import launch_stream, stop_stream, stream_liveness, wait_running
 from rewind.upgrade.history import read_history
 from rewind.upgrade.run import UpgradeRequest, upgrade
 from tests.harness.registry_templates import demo_stream, inventory_stream, write_registry
@@ -71,6 +75,18 @@ class Live:
         pid = launch_stream(spec, self.registry, self.bootstrap, log, env=self.env)
         self.pids.append(pid)
         return wait_running(spec, pid, timeout=300.0, log_path=log).pid
+
+    def launch_green(self, spec: Any, registry: Path) -> int:
+        """Blue/green's launch of the new version beside the live one (its log beside its registry file)."""
+        log = registry.with_suffix(".log")
+        pid = launch_stream(spec, registry, self.bootstrap, log, env=self.env)
+        self.pids.append(pid)
+        return wait_running(spec, pid, timeout=300.0, log_path=log).pid
+
+    def blue_green(self, transform: str, spark: Any) -> dict[str, Any]:
+        req = UpgradeRequest(self.name, str(self.registry), self.entry(transform), "new.yaml", "blue-green",
+                             grace_s=240.0)
+        return upgrade(req, self.store, self.bootstrap, self.start, spark=spark, launch_green=self.launch_green)
 
     def entry(self, transform: str) -> str:
         """The stream's entry with another transform, as the file a team hands ``--registry-entry``."""
@@ -262,6 +278,57 @@ def test_a_version_that_writes_a_count_off_by_one_is_rolled_back_by_the_watchs_p
     assert demo.spec.transform == running and record["savepoint"]["id"] in active_checkpoint(demo.spec)
 
 
+def test_an_aborted_blue_green_leaves_the_live_stream_untouched(demo: Live, spark: Any) -> None:
+    """Blue/green: a new version whose totals are one too many runs beside the live one, into tables of its
+    own, fails its proof there and is stopped. The live driver (same pid) committed meanwhile; its entry,
+    checkpoint and tables' columns are as they were; green's tables and checkpoint stay for a look."""
+    from rewind.upgrade.bluegreen import BlueGreenAborted
+
+    before, text, checkpoint = demo.status(), demo.registry.read_text(), active_checkpoint(demo.spec)
+    columns = list(rows(demo.spec, "events").columns)
+    with pytest.raises(BlueGreenAborted, match="failed its proof") as aborted:
+        demo.blue_green(f"{VARIANTS}:DemoCountsOneMore", spark)
+    assert "the live stream ran on untouched" in str(aborted.value)
+    record = read_history(demo.spec)[-1]
+    assert record["result"] == "aborted", record
+    steps = [s["step"] for s in record["steps"]]
+    assert steps[-3:] == ["green_starting", "green_proof_failed", "aborted"], steps
+    assert record["green_proof"]["counts"]["aggregates_mismatch"] >= 1, record["green_proof"]["counts"]
+    assert record["green"]["table_prefix"].startswith("up_green_") and "events" in record["compared"]
+    after = demo.status()
+    assert after.pid == before.pid and pid_alive(before.pid) and after.last_batch_id > before.last_batch_id
+    assert demo.registry.read_text() == text and active_checkpoint(demo.spec) == checkpoint
+    assert list(rows(demo.spec, "events").columns) == columns
+    green = load_registry(Path(record["green"]["registry"])).get(demo.name)
+    assert not stream_liveness(green).running
+    assert len(rows(green, "events")) > 0  # its tables stay for a look
+
+
+def test_a_blue_green_cutover_loses_and_repeats_nothing(demo: Live, spark: Any) -> None:
+    """Blue/green: a new version with a column added catches up beside the live one, is proven and compared
+    (its insert-once rows equal the live ones on every shared column), then takes over: the live driver
+    stops past it, the new one takes the next lease epoch (in its log) and re-reads the overlap. The last
+    test proves the whole episode, this cutover included, exactly once from the data."""
+    import re
+
+    blue = demo.status()
+    record = demo.blue_green(f"{VARIANTS}:DemoWithCentsSignAndDigits", spark)
+    assert record["result"] == "upgraded", record
+    steps = [s["step"] for s in record["steps"]]
+    assert steps == ["preflight", "preflight_passed", "green_starting", "green_proven", "stopped", "switched",
+                     "launched", "proving", "proven"], steps
+    compared = record["compared"]["events"]
+    assert compared["compared"] > 0 and compared["differing"] == 0 and "amount_sign" in compared["columns"], compared
+    assert demo.spec.transform == f"{VARIANTS}:DemoWithCentsSignAndDigits"
+    assert active_checkpoint(demo.spec) == record["green"]["checkpoint"] == record["checkpoint"]
+    new = demo.status()
+    assert new.pid != blue.pid and not pid_alive(blue.pid)
+    logs = sorted((demo.home / "logs").glob("stream-*.log"), key=lambda f: int(f.stem.split("-")[1]))
+    epochs = [int(m) for f in logs for m in re.findall(r"lease epoch (\d+), resuming", f.read_text())]
+    assert len(epochs) >= 2 and epochs[-1] > epochs[-2], epochs  # the lease moved on at the switch
+    wait_for(lambda: rows(demo.spec, "events")["amount_digits"].notna().any(), 120, "rows with amount_digits")
+
+
 def test_the_whole_episode_is_exactly_once(demo: Live) -> None:
     from harness.processes import no_batch_in_flight
 
@@ -281,7 +348,7 @@ def test_the_whole_episode_is_exactly_once(demo: Live) -> None:
     assert report.ok, str(report)
     assert report.expected_dead_letters > 0 and report.duplicate_sends > 0 and report.windows_checked > 0
     assert [r["result"] for r in read_history(demo.spec)] == ["refused", "upgraded", "upgraded", "rolled_back",
-                                                                   "refused", "rolled_back"]
+                                                                   "refused", "rolled_back", "aborted", "upgraded"]
 
 
 def test_a_column_added_in_stateless_mode(tmp_path: Path, platform: Any, spark: Any) -> None:

@@ -4,7 +4,8 @@ Each is what a team would really ship, in one small class:
 
 - ``DemoWithCents``: the demo plus a nullable column ``amount_cents`` in its events table (compatible:
   old rows read NULL); ``DemoWithCentsAndSign`` adds ``amount_sign`` on top (a second compatible
-  change, so two upgrades in a row each add a column);
+  change, so two upgrades in a row each add a column); ``DemoWithCentsSignAndDigits`` a third
+  (``amount_digits``, the blue/green cutover's);
 - ``DemoDedupByEventAndKey``: deduplicates by (event_id, key) instead of event_id: the state key
   of its deduplication changes, which Spark's state schema check refuses;
 - ``DemoFailsOnPoison``: ``DemoWithCentsAndSign`` with a bug that only a record keyed ``poison`` meets: it
@@ -63,6 +64,18 @@ class DemoWithCentsAndSign(DemoWithCents):
         out = super().split(frame, batch_id)
         events = out["events"]
         events["amount_sign"] = ["-" if a < 0 else "+" for a in events["amount"].astype("float64")]
+        return out
+
+
+class DemoWithCentsSignAndDigits(DemoWithCentsAndSign):
+    """``DemoWithCentsAndSign`` with ``events.amount_digits`` (bigint, nullable: the digits of the cents) too."""
+
+    extra = (Column("amount_cents", "bigint"), Column("amount_sign", "string"), Column("amount_digits", "bigint"))
+
+    def split(self, frame: pd.DataFrame, batch_id: int | None) -> dict[str, pd.DataFrame]:
+        out = super().split(frame, batch_id)
+        events = out["events"]
+        events["amount_digits"] = events["amount_cents"].abs().astype("string").str.len().astype("Int64")
         return out
 
 

@@ -1,0 +1,164 @@
+"""What Rewind costs over the Spark job a team would write without it: one topic, one transform, timed side by
+side in one run. Prints one JSON object.
+
+Each run is a process of its own, started cold the same way (so no run profits from another's warm JVM), over
+the whole topic as a backlog (``availableNow``), on its own checkpoint and sink:
+
+- ``rewind``: the stream run by Rewind, ``rewind stream run NAME --available-now`` (lease, status, ledger,
+  late-record routing: everything a stream's driver does);
+- ``plain_spark``: the same plan as a plain PySpark job with a careful ``foreachBatch`` into SQLite
+  (``bench/plain_job.py``), Spark's defaults;
+- ``plain_rewind_settings``: the same plain job with the settings Rewind gives every stream
+  (``rewind.driver.spark_conf``);
+- ``noop``: the same plan into Spark's ``noop`` sink, with Rewind's settings: Spark's floor;
+- ``raw_consumer``: a confluent-kafka consumer reading the topic (no Spark at all).
+
+A Spark run's time is its processing span, read from its checkpoint: from the first offset-log entry
+(its first batch planned) to the last commit-log entry (its last batch committed); start-up (JVM, session,
+connector) is left out of every run alike, and reported apart (``wall_s``). Runs rotate their order
+between repetitions; a figure is the median over the repetitions. Every Spark run's table row counts are
+reported, so a run that wrote less cannot look faster.
+
+Everything but the JSON goes to ``<work>/bench.log``; each run's own output to ``<work>/<run>-<rep>.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common import broker_description, keep_stdout_for_json  # noqa: E402
+
+RUNS = ("rewind", "plain_rewind_settings", "plain_spark", "noop")
+TRANSFORMS = {"demo": "rewind.demo.transform:DemoTransform"}
+
+
+def processing_span(checkpoint: Path) -> tuple[float, int]:
+    """Seconds from the first offset-log entry to the last commit-log entry of ``checkpoint``."""
+    offsets = [p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+    commits = [p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
+    first = min(offsets, key=lambda p: int(p.name))
+    last = max(commits, key=lambda p: int(p.name))
+    return last.stat().st_mtime - first.stat().st_mtime, len(commits)
+
+
+def table_rows(db: Path, prefix: str = "") -> dict[str, int]:
+    with sqlite3.connect(db) as con:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {n.removeprefix(prefix): int(con.execute(f'SELECT COUNT(*) FROM "{n}"').fetchone()[0])
+                for n in names if n.startswith(prefix) and not n.startswith(f"{prefix}rewind_") and n != "batches"}
+
+
+def run_process(argv: list[str], log: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    with open(log, "ab") as out:
+        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False).returncode
+    if code != 0:
+        raise RuntimeError(f"{argv[:4]} exited {code}: see {log}")
+    return time.perf_counter() - started
+
+
+def one_run(kind: str, rep: int, work: Path, args: argparse.Namespace, bootstrap: str, registry: Path,
+            env: dict[str, str]) -> dict[str, Any]:
+    name = f"{kind}_{rep}"
+    log = work / f"{name}.log"
+    if kind == "rewind":
+        argv = [sys.executable, "-m", "rewind.cli", "stream", "run", name, "--registry", str(registry),
+                "--bootstrap", bootstrap, "--available-now"]
+        checkpoint, db, prefix = work / "checkpoints" / name, work / f"sink-{name}.db", f"{name}_"
+    else:
+        checkpoint, db, prefix = work / "checkpoints" / name, work / f"sink-{name}.db", ""
+        argv = [sys.executable, str(ROOT / "bench" / "plain_job.py"), "--bootstrap", bootstrap, "--topic",
+                args.topic, "--checkpoint", str(checkpoint), "--db", str(db), "--max-offsets",
+                str(args.max_offsets_per_trigger), "--settings", "spark" if kind == "plain_spark" else "rewind",
+                "--sink", "noop" if kind == "noop" else "sqlite", "--transform", TRANSFORMS[args.transform],
+                "--stream-spec", str(registry)]
+    wall = run_process(argv, log, env)
+    span, batches = processing_span(checkpoint)
+    out = {"run": kind, "repetition": rep, "wall_s": round(wall, 2), "processing_s": round(span, 2),
+           "events_per_s": round(args.records_in_topic / span), "batches": batches}
+    if kind != "noop":
+        out["rows"] = table_rows(db, prefix)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--transform", choices=sorted(TRANSFORMS), default="demo")
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"which of {', '.join(RUNS)}")
+    args = ap.parse_args()
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    if set(runs) - set(RUNS) or args.repeat < 1:
+        ap.error(f"--runs takes names among {', '.join(RUNS)}; --repeat must be >= 1")
+    work = Path(tempfile.mkdtemp(prefix="rewind-overhead-"))
+    out = keep_stdout_for_json(work / "bench.log")
+    load_start = round(os.getloadavg()[0], 2)
+
+    from throughput import raw_consumer_eps
+
+    from rewind.demo.producer import ProduceSpec, produce
+    from rewind.embedded.services import EmbeddedPlatform
+    from tests.harness.registry_templates import demo_stream, write_registry
+
+    args.topic = "overhead-events"
+    results: dict[str, list[dict[str, Any]]] = {r: [] for r in [*runs, "raw_consumer"]}
+    order: list[list[str]] = []
+    with EmbeddedPlatform(work / "services") as plat:
+        info = plat.info()
+        env = {**os.environ, **info.env(), "REWIND_HOME": str(work / "home"), "PYTHONPATH": str(ROOT)}
+        produce(info.kafka_bootstrap, ProduceSpec(topic=args.topic, count=args.events, partitions=args.partitions,
+                                                  id_prefix="ovh"))
+        entries = [demo_stream(f"{kind}_{rep}", args.topic, work, max_offsets=args.max_offsets_per_trigger,
+                               transform=f"{TRANSFORMS[args.transform]}", savepoints="{schedule: null}")
+                   for rep in range(1, args.repeat + 1) for kind in ("rewind",)]
+        registry = write_registry(work / "streams.yaml", *entries)
+        for rep in range(1, args.repeat + 1):
+            n, seconds = raw_consumer_eps(info.kafka_bootstrap, args.topic)
+            args.records_in_topic = n
+            results["raw_consumer"].append({"repetition": rep, "records": n, "seconds": round(seconds, 2),
+                                            "events_per_s": round(n / seconds)})
+            turn = runs[(rep - 1) % len(runs):] + runs[:(rep - 1) % len(runs)]
+            order.append(turn)
+            for kind in turn:
+                results[kind].append(one_run(kind, rep, work, args, info.kafka_bootstrap, registry, env))
+
+    def median(kind: str) -> float:
+        return float(statistics.median(r["events_per_s"] for r in results[kind]))
+
+    summary = {kind: {"events_per_s": round(median(kind)), "runs": results[kind]} for kind in results}
+    for kind in runs:
+        summary[kind]["ratio_to_raw"] = round(median(kind) / median("raw_consumer"), 3)
+    if "rewind" in runs:
+        for ref in ("plain_spark", "plain_rewind_settings", "noop"):
+            if ref in runs:
+                summary["rewind"][f"ratio_to_{ref}"] = round(median("rewind") / median(ref), 3)
+    result = {"benchmark": "overhead", "transform": TRANSFORMS[args.transform], "events": args.events,
+              "records_in_topic": args.records_in_topic, "partitions": args.partitions,
+              "max_offsets_per_trigger": args.max_offsets_per_trigger, "repeat": args.repeat, "order": order,
+              "settings": {"plain_spark": "Spark's defaults, local[2], 2 shuffle partitions",
+                           "rewind, plain_rewind_settings, noop": "rewind.driver.spark_conf DEFAULTS and REQUIRED, "
+                                                                  "kafka.isolation.level read_committed"},
+              "machine": {"cores": os.cpu_count(), "kafka": broker_description(),
+                          "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
+              "runs": summary, "log": str(work / "bench.log")}
+    print(json.dumps(result), file=out, flush=True)
+
+
+if __name__ == "__main__":
+    main()
