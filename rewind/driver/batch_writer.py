@@ -13,12 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewind.checkpoints.logs import parse_offsets_file
 from rewind.driver.late_routing import keep_behind, late_events_watermark_ms, mark_behind
+from rewind.driver.offset_log import OffsetLog
 from rewind.faults import fault_point
 from rewind.sink.errors import SinkRefused
 from rewind.sink.unwritable import route_unwritable
-from rewind.storage.location import read_text
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +55,13 @@ class BatchWriter:
     #: the driver lease's check (``LeaseKeeper.check``), asked before every commit: a driver that lost
     #: its lease commits nothing (the sink's own fence refuses it too, in the commit's transaction)
     lease_check: Callable[[str], None] | None = None
+    #: ``offsets/N`` as this query's batches read it, each once (``rewind.driver.offset_log``)
+    offset_log: OffsetLog | None = field(default=None, init=False, repr=False)
+
+    def _log(self) -> OffsetLog:
+        if self.offset_log is None:
+            self.offset_log = OffsetLog(str(self.checkpoint))
+        return self.offset_log
 
     def check_lease(self, batch_id: int) -> None:
         if self.lease_check is not None:
@@ -67,7 +73,7 @@ class BatchWriter:
         batch fails here). Both writers start here."""
 
         fault_point("batch.write", batch=batch_id)
-        watermark = late_events_watermark_ms(self.checkpoint, batch_id) if self.checkpoint else None
+        watermark = late_events_watermark_ms(self.checkpoint, batch_id, self._log()) if self.checkpoint else None
         if "kind" in df.columns:
             df = keep_behind(df, watermark if watermark is not None else -1)
         return df, watermark
@@ -123,14 +129,14 @@ class BatchWriter:
             return None
 
         try:
-            meta, sources = parse_offsets_file(read_text(self.checkpoint, f"offsets/{batch_id}"))
+            meta, sources = self._log().entry(batch_id)
         except (OSError, ValueError) as exc:
             log.warning("batch %d: offsets unreadable (%s); the ledger records no offsets", batch_id, exc)
             return None
         start: Any = None
         if batch_id > 0:
             try:
-                start = _one_or_all(parse_offsets_file(read_text(self.checkpoint, f"offsets/{batch_id - 1}"))[1])
+                start = _one_or_all(self._log().entry(batch_id - 1)[1])
             except (OSError, ValueError):
                 start = "unknown"  # never equal to a recorded identity with a known start: rewritten
         return json.dumps({"start": start, "end": _one_or_all(sources),

@@ -45,15 +45,19 @@ class WatermarkUnknown(Failed, RuntimeError):
     """The offset log does not say which watermark batch N judges lateness by."""
 
 
-def late_events_watermark_ms(checkpoint: str | Path, batch_id: int) -> int:
+def late_events_watermark_ms(checkpoint: str | Path, batch_id: int, log: Any = None) -> int:
     """The watermark (ms) Spark's stateful operators use for late rows in ``batch_id``:
-    ``batchWatermarkMs`` of ``offsets/<batch_id - 1>``, 0 for the first batch."""
+    ``batchWatermarkMs`` of ``offsets/<batch_id - 1>``, 0 for the first batch. ``log``: the query's
+    ``rewind.driver.offset_log.OffsetLog`` (each entry read once), else the file is read."""
 
     if batch_id <= 0:
         return 0
     path = f"{str(checkpoint).rstrip('/')}/offsets/{batch_id - 1}"
     try:
-        meta, _ = parse_offsets_file(read_text(checkpoint, f"offsets/{batch_id - 1}"))
+        if log is not None:
+            meta, _ = log.entry(batch_id - 1)
+        else:
+            meta, _ = parse_offsets_file(read_text(checkpoint, f"offsets/{batch_id - 1}"))
     except (OSError, ValueError) as exc:
         raise WatermarkUnknown(f"batch {batch_id}: cannot read the previous batch's watermark from {path} ({exc}); "
                                "records behind the watermark could not be told apart") from exc
