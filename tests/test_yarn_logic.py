@@ -232,3 +232,19 @@ def test_a_transform_outside_rewind_is_shipped_too(tmp_path: Path, monkeypatch: 
     both = zipfile.ZipFile(job_archive(["payments_pkg.transform:T", "payments_v2:T"], tmp_path / "cache")).namelist()
     assert {"payments_pkg/transform.py", "payments_v2.py", "rewind/__init__.py"} <= set(both)
     assert len(both) == len(set(both))  # rewind once
+
+
+def test_a_bounded_job_past_its_deadline_is_found_by_its_tag_queued_or_running() -> None:
+    """What the deadline of a bounded job kills: its own applications that have not ended (one YARN never
+    scheduled, ACCEPTED, included), never the stream's driver nor an application that ended."""
+    from rewind.runtime.cluster_submit import job_tag
+    from rewind.runtime.yarn_rm import still_running
+
+    def app(app_id: str, state: str, *tags: str) -> YarnApp:
+        return YarnApp(app_id, "x", state, "UNDEFINED", None, tags=tuple(tags))
+
+    apps = [app("a1", "ACCEPTED", "rewind", job_tag("demo")), app("a2", "RUNNING", "rewind", job_tag("demo")),
+            app("a3", "FINISHED", "rewind", job_tag("demo")), app("a4", "RUNNING", "rewind", stream_tag("demo")),
+            app("a5", "RUNNING", "rewind", job_tag("other"))]
+    assert still_running(apps, job_tag("demo")) == ["a1", "a2"]
+    assert still_running(apps, job_tag("Demo")) == ["a1", "a2"]  # YARN keeps tags in lower case

@@ -138,6 +138,11 @@ class ResourceManagerClient:
         return str((raw or {}).get("state", ""))
 
 
+def still_running(apps: list[YarnApp], tag: str) -> list[str]:
+    """Pure: the ids of ``apps`` that carry ``tag`` and have not ended (queued ones included)."""
+    return [a.app_id for a in apps if tag.lower() in a.tags and a.active]
+
+
 def stream_tag(stream: str) -> str:
     """The tag every YARN application of ``stream`` carries (``spark.yarn.tags``); YARN keeps tags in lower case."""
     return f"rewind-stream-{stream}".lower()

@@ -37,6 +37,7 @@ import base64
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,35 +83,6 @@ def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
     if driver_on_worker and python_path():
         env["PYTHONPATH"] = python_path()
     return env
-
-
-def job_in_cluster(stream: str, registry: str, conn_id: str) -> bool:
-    """A bounded job of ``stream`` submitted on ``conn_id`` runs in a YARN container (cluster mode): its files
-    go with it and what it reports must be written where this worker can read it (S3), not to a local path."""
-    return RewindStreamHook(stream, registry, conn_id=conn_id).is_yarn_cluster()
-
-
-def submit_job(job: Path, args: list[str], name: str, conn_id: str, *, stream: str | None = None,
-               registry: str | None = None, files: list[Path] | None = None,
-               transforms: Sequence[str] = ()) -> Exception | None:
-    """spark-submit one of Rewind's bounded jobs (``spark_jobs/``: a replay, a pre-flight) through the Spark
-    provider and wait for it; the exception it ended with (None: exit 0). The job's own report says more than
-    an exit code, so the caller reads it either way. On this worker (local, standalone, YARN client mode):
-    the connector jars and `submit_env`. In a YARN container (``stream`` given and `job_in_cluster`): the
-    stream's code archive (with ``transforms``' code) and ``files`` go with it, as a stream's driver is submitted."""
-    from rewind.runtime.jars import connector_jars
-
-    try:
-        if stream is not None and job_in_cluster(stream, str(registry), conn_id):
-            RewindStreamHook(stream, registry, conn_id=conn_id).submit_job_to_yarn(job, args, list(files or []), name,
-                                                                                   transforms)
-            return None
-        hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=name,
-                               jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
-        hook.submit(str(job))
-    except Exception as exc:  # noqa: BLE001 - handed to the caller, which reads the job's report
-        return exc
-    return None
 
 
 def _spark_submit_environ(*, driver_on_worker: bool = True) -> dict[str, str]:
@@ -341,20 +313,44 @@ class RewindStreamHook(BaseHook):
                 "resourcemanager": self.resourcemanager_url()}
 
     def submit_job_to_yarn(self, job: Path, args: list[str], files: list[Path], name: str,
-                           transforms: Sequence[str] = ()) -> None:
+                           transforms: Sequence[str] = (), deadline_s: float | None = None) -> list[str]:
         """spark-submit one of Rewind's bounded jobs for this stream into YARN (cluster mode) and wait for its
         end; ``files`` go with it, named in ``args`` by their base names (``cluster_submit.job_submit``); the
-        code of the stream's transform goes with it, and of ``transforms`` too (a pre-flight's new version)."""
+        code of the stream's transform goes with it, and of ``transforms`` too (a pre-flight's new version).
+
+        ``deadline_s``: past it, the job's applications still queued or running are killed through the
+        ResourceManager (spark-submit then ends): a job YARN never schedules must not hold the task forever.
+        Returns the ids of the applications killed so (empty: it ended by itself)."""
         from rewind.registry import load_registry
-        from rewind.runtime.cluster_submit import job_archive, job_submit
+        from rewind.runtime.cluster_submit import job_archive, job_submit, job_tag
+        from rewind.runtime.yarn_rm import ResourceManagerClient, still_running
         from rewind.settings import default_registry, rewind_home
 
         registry = str(self.registry or default_registry())
         code = [load_registry(registry).get(self.stream).transform, *transforms]
         archive = job_archive(code, rewind_home() / "ship")
         driver_env, secret_env = self._container_env()
-        self._submit_yarn(job, job_submit(self.stream, name, args, archive, files, driver_env=driver_env,
-                                          secret_env=secret_env), registry)
+        killed: list[str] = []
+        rm = self.resourcemanager_url() if deadline_s else None
+
+        def past_deadline() -> None:
+            client = ResourceManagerClient(str(rm))
+            for app_id in still_running(client.apps(tag=job_tag(self.stream)), job_tag(self.stream)):
+                self.log.warning("%s: past its %.0fs deadline: killing YARN application %s", name, deadline_s, app_id)
+                client.kill(app_id)
+                killed.append(app_id)
+
+        watchdog = threading.Timer(float(deadline_s or 0), past_deadline) if rm else None
+        if watchdog is not None:
+            watchdog.daemon = True
+            watchdog.start()
+        try:
+            self._submit_yarn(job, job_submit(self.stream, name, args, archive, files, driver_env=driver_env,
+                                              secret_env=secret_env), registry)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+        return killed
 
 
 def s3a_driver_class_path(stream: str, registry: str | None) -> str | None:

@@ -64,7 +64,7 @@ def run_replay_task(planned: dict[str, Any], params: dict[str, Any], registry: s
     args = [spec.name, "--registry", registry, "--bootstrap", RewindKafkaHook().bootstrap(), "--plan-json",
             planned["plan_file"], "--mode", params.get("mode") or "into-sink", "--replay-id", planned["replay_id"],
             "--run-dir", planned["run_dir"]]
-    from rewind_airflow.hooks.stream import submit_job
+    from rewind_airflow.hooks.jobs import submit_job
     from spark_jobs import REPLAY_JOB
 
     failure = submit_job(REPLAY_JOB, args, f"rewind-replay-{spec.name}", conn_id)

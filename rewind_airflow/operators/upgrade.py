@@ -18,6 +18,9 @@ from rewind_airflow.errors import fail_without_retry_on_refusal
 from rewind_airflow.hooks.kafka import RewindKafkaHook
 from rewind_airflow.hooks.s3 import RewindS3Hook
 
+#: How long a pre-flight submitted to YARN may take, queueing included, before it is killed and refused.
+PREFLIGHT_DEADLINE_S = 900.0
+
 
 def submit_preflight(prepared: Any, scratch: Path, registry: str, bootstrap: str, conn_id: str) -> Any:
     """The pre-flight as a Spark job through the Spark provider (``spark_jobs/preflight.py``), where the
@@ -25,15 +28,18 @@ def submit_preflight(prepared: Any, scratch: Path, registry: str, bootstrap: str
     files go with it and it writes its outcome to S3). This worker needs no PySpark. The outcome says pass
     or why not (a refusal exits 3)."""
     from rewind.upgrade.preflight_job import job_files, read_outcome
+    from rewind.upgrade.rules import UpgradeRefused
+    from rewind_airflow.hooks.jobs import job_in_cluster, submit_job
     from rewind_airflow.hooks.s3 import RewindS3Hook
-    from rewind_airflow.hooks.stream import job_in_cluster, submit_job
     from spark_jobs import PREFLIGHT_JOB
 
     name = prepared.old.name
     in_cluster = job_in_cluster(name, registry, conn_id)
     job = job_files(prepared, scratch, registry, bootstrap, RewindS3Hook().config().bucket, in_cluster=in_cluster)
-    submit_job(PREFLIGHT_JOB, job.args, f"rewind-preflight-{name}", conn_id, stream=name, registry=registry,
-               files=job.files, transforms=[prepared.new.transform])
+    ended = submit_job(PREFLIGHT_JOB, job.args, f"rewind-preflight-{name}", conn_id, stream=name, registry=registry,
+                       files=job.files, transforms=[prepared.new.transform], deadline_s=PREFLIGHT_DEADLINE_S)
+    if isinstance(ended, TimeoutError):
+        raise UpgradeRefused(f"the pre-flight of {name} did not run: {ended} -- the live stream was not touched")
     log = ("the YARN application's driver log (`yarn logs -applicationId ID`, the ID in spark-submit's output "
            "above)") if in_cluster else "this task's log (spark-submit's output above)"
     return read_outcome(job.outcome, log)
