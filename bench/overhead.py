@@ -42,7 +42,10 @@ sys.path.insert(0, str(ROOT))
 from common import broker_description, keep_stdout_for_json  # noqa: E402
 
 RUNS = ("rewind", "plain_rewind_settings", "plain_spark", "noop")
-TRANSFORMS = {"demo": "rewind.demo.transform:DemoTransform"}
+#: The demo (parse, deduplicate, window totals: stateful) and the inventory stream (parse, route, a broadcast
+#: join with a static catalog: stateless).
+TRANSFORMS = {"demo": "rewind.demo.transform:DemoTransform",
+              "inventory": "rewind.inventory.transform:InventoryTransform"}
 
 
 def processing_span(checkpoint: Path) -> tuple[float, int]:
@@ -114,7 +117,8 @@ def main() -> None:
 
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.embedded.services import EmbeddedPlatform
-    from tests.harness.registry_templates import demo_stream, write_registry
+    from rewind.inventory.producer import produce_inventory
+    from tests.harness.registry_templates import demo_stream, inventory_stream, write_registry
 
     args.topic = "overhead-events"
     results: dict[str, list[dict[str, Any]]] = {r: [] for r in [*runs, "raw_consumer"]}
@@ -122,11 +126,14 @@ def main() -> None:
     with EmbeddedPlatform(work / "services") as plat:
         info = plat.info()
         env = {**os.environ, **info.env(), "REWIND_HOME": str(work / "home"), "PYTHONPATH": str(ROOT)}
-        produce(info.kafka_bootstrap, ProduceSpec(topic=args.topic, count=args.events, partitions=args.partitions,
-                                                  id_prefix="ovh"))
-        entries = [demo_stream(f"{kind}_{rep}", args.topic, work, max_offsets=args.max_offsets_per_trigger,
-                               transform=f"{TRANSFORMS[args.transform]}", savepoints="{schedule: null}")
-                   for rep in range(1, args.repeat + 1) for kind in ("rewind",)]
+        if args.transform == "demo":
+            produce(info.kafka_bootstrap, ProduceSpec(topic=args.topic, count=args.events,
+                                                      partitions=args.partitions, id_prefix="ovh"))
+        else:
+            produce_inventory(info.kafka_bootstrap, args.topic, args.events, args.partitions)
+        entry = demo_stream if args.transform == "demo" else inventory_stream
+        entries = [entry(f"rewind_{rep}", args.topic, work, max_offsets=args.max_offsets_per_trigger,
+                         savepoints="{schedule: null}") for rep in range(1, args.repeat + 1)]
         registry = write_registry(work / "streams.yaml", *entries)
         for rep in range(1, args.repeat + 1):
             n, seconds = raw_consumer_eps(info.kafka_bootstrap, args.topic)
