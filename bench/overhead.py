@@ -19,6 +19,13 @@ connector) is left out of every run alike, and reported apart (``wall_s``). Runs
 between repetitions; a figure is the median over the repetitions. Every Spark run's table row counts are
 reported, so a run that wrote less cannot look faster.
 
+``--latency``: instead, each of ``rewind``, ``plain_rewind_settings`` and ``plain_spark`` runs with trigger 0
+(a batch as soon as the last ends) on a topic of its own while a producer sends ``--rate`` demo events/s for
+``--seconds`` (after a warm-up of 2,000 records the run must have written first); a poller reads the sink's
+new event rows every 20 ms and takes, for each, the time it became visible minus its Kafka timestamp (the
+broker's append time). p50/p95/p99 over the records sent after the first 10 s and before the last 2 s (the
+batch after the producer stops is left out). The demo transform only.
+
 Everything but the JSON goes to ``<work>/bench.log``; each run's own output to ``<work>/<run>-<rep>.log``.
 """
 
@@ -97,6 +104,92 @@ def one_run(kind: str, rep: int, work: Path, args: argparse.Namespace, bootstrap
     return out
 
 
+class VisibilityPoller:
+    """Reads the sink's new event rows every ``every`` seconds: for each, (Kafka timestamp, seen at)."""
+
+    def __init__(self, db: Path, table: str, every: float = 0.02) -> None:
+        import threading
+
+        self.db, self.table, self.every = db, table, every
+        self.seen: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import pandas as pd
+
+        last = 0
+        while not self.stop.is_set():
+            try:
+                with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=1) as con:
+                    rows = con.execute(f'SELECT rowid, kafka_timestamp, event_id FROM "{self.table}" '
+                                       "WHERE rowid > ? ORDER BY rowid", (last,)).fetchall()
+            except sqlite3.Error:
+                rows = []  # not created yet, or locked for a moment: the next look
+            now = time.time()
+            if rows:
+                last = rows[-1][0]
+                stamps = pd.to_datetime([r[1] for r in rows if str(r[2]).startswith("lat")], utc=True, format="mixed")
+                self.seen += [(s.timestamp(), now) for s in stamps]
+            self.stop.wait(self.every)
+
+
+def latency_run(kind: str, work: Path, args: argparse.Namespace, bootstrap: str, env: dict[str, str]
+                ) -> dict[str, Any]:
+    """One run of ``kind`` with trigger 0 under a steady producer (see the module docstring)."""
+    import signal
+
+    from latency import SteadyProducer, create_topic, percentiles
+
+    from rewind.demo.producer import ProduceSpec, produce
+    from tests.harness.registry_templates import demo_stream, write_registry
+
+    name, topic = f"lat_{kind}", f"lat-{kind}"
+    create_topic(bootstrap, topic, args.partitions)
+    registry = write_registry(work / f"{name}.yaml", demo_stream(
+        name, topic, work, max_offsets=args.max_offsets_per_trigger, trigger='"0 seconds"',
+        savepoints="{schedule: null}"))
+    checkpoint, db = work / "checkpoints" / name, work / f"sink-{name}.db"
+    if kind == "rewind":
+        argv = [sys.executable, "-m", "rewind.cli", "stream", "run", name, "--registry", str(registry),
+                "--bootstrap", bootstrap]
+        table = f"{name}_events"
+    else:
+        argv = [sys.executable, str(ROOT / "bench" / "plain_job.py"), "--bootstrap", bootstrap, "--topic", topic,
+                "--checkpoint", str(checkpoint), "--db", str(db), "--max-offsets", str(args.max_offsets_per_trigger),
+                "--settings", "spark" if kind == "plain_spark" else "rewind", "--stream-spec", str(registry),
+                "--continuous"]
+        table = "events"
+    log = open(work / f"{name}.log", "ab")  # noqa: SIM115 - open while the process runs
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    poller = VisibilityPoller(db, table)
+    try:
+        produce(bootstrap, ProduceSpec(topic=topic, count=2000, partitions=args.partitions, id_prefix="warm"))
+        prefix = f"{name}_" if kind == "rewind" else ""
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (db.exists() and table_rows(db, prefix).get("events", 0) >= 2000):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{kind} ended during its warm-up: see {log.name}")
+            time.sleep(0.5)
+        poller.thread.start()
+        producer = SteadyProducer(bootstrap, topic, args.rate, args.seconds, "lat")
+        producer.start()
+        producer.join()
+        time.sleep(5.0)
+    finally:
+        poller.stop.set()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+    lo, hi = producer.start_epoch + 10.0, producer.end_epoch - 2.0
+    kept = [seen - ts for ts, seen in poller.seen if lo <= ts <= hi]
+    return {"run": kind, "records_measured": len(kept), "producer": producer.report(),
+            "latency_s": percentiles(kept)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=300_000)
@@ -105,6 +198,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--transform", choices=sorted(TRANSFORMS), default="demo")
     ap.add_argument("--runs", default=",".join(RUNS), help=f"which of {', '.join(RUNS)}")
+    ap.add_argument("--latency", action="store_true", help="latency under a steady producer instead (see above)")
+    ap.add_argument("--rate", type=int, default=1000, help="--latency: events per second")
+    ap.add_argument("--seconds", type=float, default=60.0, help="--latency: how long the producer sends")
     args = ap.parse_args()
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     if set(runs) - set(RUNS) or args.repeat < 1:
@@ -120,6 +216,18 @@ def main() -> None:
     from rewind.inventory.producer import produce_inventory
     from tests.harness.registry_templates import demo_stream, inventory_stream, write_registry
 
+    if args.latency:
+        with EmbeddedPlatform(work / "services") as plat:
+            info = plat.info()
+            env = {**os.environ, **info.env(), "REWIND_HOME": str(work / "home"), "PYTHONPATH": str(ROOT)}
+            measured = [latency_run(kind, work, args, info.kafka_bootstrap, env)
+                        for kind in ("rewind", "plain_rewind_settings", "plain_spark") if kind in runs]
+        print(json.dumps({"benchmark": "overhead_latency", "rate": args.rate, "seconds": args.seconds,
+                          "partitions": args.partitions, "trigger": "0 seconds", "runs": measured,
+                          "machine": {"cores": os.cpu_count(), "load_avg_1m_at_start": load_start,
+                                      "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
+                          "log": str(work / "bench.log")}), file=out, flush=True)
+        return
     args.topic = "overhead-events"
     results: dict[str, list[dict[str, Any]]] = {r: [] for r in [*runs, "raw_consumer"]}
     order: list[list[str]] = []

@@ -12,8 +12,8 @@ consumer's default ``read_uncommitted``); ``--settings rewind``: the settings Re
 (``rewind.driver.spark_conf``: RocksDB with changelog checkpointing, Arrow, ``read_committed``). Both run
 ``local[2]`` with 2 shuffle partitions (the plan's state partitions), as the Rewind stream does.
 
-usage: plain_job.py --bootstrap B --topic T --checkpoint DIR --db FILE --max-offsets N
-                    [--settings spark|rewind] [--sink sqlite|noop] [--transform MODULE:CLASS]
+usage: plain_job.py --bootstrap B --topic T --checkpoint DIR --db FILE --max-offsets N --stream-spec FILE
+                    [--settings spark|rewind] [--sink sqlite|noop] [--transform MODULE:CLASS] [--continuous]
 """
 
 from __future__ import annotations
@@ -108,6 +108,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--settings", choices=["spark", "rewind"], default="spark")
     ap.add_argument("--sink", choices=["sqlite", "noop"], default="sqlite")
     ap.add_argument("--transform", default="rewind.demo.transform:DemoTransform")
+    ap.add_argument("--continuous", action="store_true",
+                    help="trigger 0 (a batch as soon as the last ends) until SIGTERM, instead of availableNow")
     ap.add_argument("--stream-spec", required=True,
                     help="a registry file whose first stream gives build() its durations")
     args = ap.parse_args(argv)
@@ -129,11 +131,15 @@ def main(argv: list[str]) -> int:
     plan = transform.build(reader.load(), spec)
     if "kind" in plan.columns:  # the contract's late-candidate branch: a plain job has none (pruned by Spark)
         plan = plan.filter(F.col("kind") != F.lit(LATE_CANDIDATE))
-    writer = plan.writeStream.option("checkpointLocation", args.checkpoint).trigger(availableNow=True)
+    writer = plan.writeStream.option("checkpointLocation", args.checkpoint)
+    writer = writer.trigger(processingTime="0 seconds") if args.continuous else writer.trigger(availableNow=True)
     if args.sink == "noop":
         query = writer.format("noop").start()
     else:
         query = writer.foreachBatch(SqliteWriter(Path(args.db), transform)).start()
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: query.stop())  # the bench ends a --continuous run so
     query.awaitTermination()
     spark.stop()
     return 0
