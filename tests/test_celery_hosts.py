@@ -8,12 +8,16 @@ stream, as an operator's week would:
 
 1. the supervisor launches the stream on one worker; that worker is killed and the stream keeps
    running; its driver is SIGKILLed and the recovery runs on the other worker (the task instances'
-   hostnames in Airflow's database say so);
-2. the driver is SIGSTOPped mid-batch and its host's worker lost; supervision relaunches on the
-   other host, which commits batches; SIGCONT: the zombie commits nothing, logs the fenced line and
-   exits, the status stays the new driver's, no batch is planned twice with different offsets;
-3. a savepoint, a DQ proof and a replay run on the worker that did not launch the stream;
-4. the data: every Kafka record exactly once (0 duplicates, 0 missing), and the checkpoint whole.
+   hostnames in Airflow's database say so), with the next epoch of the lease in the S3 control store;
+2. a savepoint, a DQ proof and a replay run on the worker that did not launch the stream;
+3. the data: every Kafka record exactly once (0 duplicates, 0 missing), and the checkpoint whole.
+
+A zombie driver (SIGSTOPped mid-batch on a host cut off, another host's driver holding the next
+epoch, then SIGCONTed) commits nothing, logs the fenced line, exits and leaves the status and the
+checkpoint alone: proven end to end by ``tests/test_hosts_fencing.py`` (the taker a standby on the
+other host). It was proven here a second time, with supervision as the taker (81 s of CI); the
+taker's path (a relaunch on the other host once the lease lapsed) is step 1's, and the S3 store's
+conditional writes under racing writers are ``tests/test_control_store.py``'s.
 """
 
 from __future__ import annotations
@@ -212,75 +216,6 @@ def test_launch_and_recovery_run_on_different_workers_and_a_lost_worker_loses_no
     fleet["driver_host"], fleet["idle_host"] = other, launched_on
 
 
-def test_a_zombie_driver_is_fenced_when_supervision_relaunched_on_the_other_host(
-        fleet: dict[str, Any], platform: PlatformInfo) -> None:
-    from rewind.api.tables import LEDGER_TABLE
-    from rewind.checkpoints.logs import parse_offsets_file
-    from rewind.driver.runner import open_sink
-    from rewind.storage.location import read_text
-
-    zombie_host, other = fleet["driver_host"], fleet["idle_host"]
-    stack, cp = fleet["stack"], Path(fleet["spec"].checkpoint)
-    feed(fleet, platform, 1500, 50, "p2")
-    mine = wait_for("the driver committing the producer's batches", lambda: (st := status(fleet))
-                    and st.host == zombie_host and (st.last_batch_id or 0) >= 3 and st, 120)
-    wait_supervised(fleet, "the supervisor watching again", lambda: watching(fleet), 600)
-    n = pause_mid_batch(fleet, zombie_host, cp)
-    stack.kill_worker(zombie_host)  # its host is cut off: no task of the supervisor runs there now
-    took = wait_supervised(fleet, "supervision relaunching on the other host, committing three batches",
-                    lambda: (st := status(fleet)) and st.host == other and st.epoch == mine.epoch + 1
-                    and (st.last_batch_id or -1) >= n + 3 and st, 400)
-    for proc in zombie_processes(fleet, zombie_host):
-        proc.send_signal(signal.SIGCONT)
-    gone = wait_for("the zombie's exit", lambda: not driver_processes(fleet, zombie_host), 120)
-    log = fleet["hosts"][zombie_host].read(fleet["private"] / "home" / "logs" / f"stream-{NAME}.log")
-    line = f"fenced: epoch {mine.epoch} was taken over by epoch {took.epoch} on {other}"
-    assert gone
-    assert hosts.fenced_exit_problem(log, line) is None, hosts.fenced_exit_problem(log, line)
-    reached = [ln for ln in log.splitlines() if any(f"batch {k} " in ln for k in range(n, n + 50))
-               and any(w in ln for w in ("committed", "skipped", "re-planned"))]
-    assert not reached, f"the zombie reached its sink commit: {reached}"
-    after = status(fleet)
-    assert after.epoch == took.epoch and after.state == "running", "the zombie wrote the status"
-    sink = open_sink(fleet["spec"])
-    try:
-        ledger = sink.read_table(LEDGER_TABLE)
-    finally:
-        sink.dispose()
-    assert not [b for b, e in zip(ledger["batch_id"], ledger["epoch"]) if b >= n and e == mine.epoch], \
-        "a batch of the zombie's epoch was committed after the pause"
-    for row in ledger.itertuples():  # no batch planned twice with different offsets
-        _, sources = parse_offsets_file(read_text(str(cp), f"offsets/{row.batch_id}"))
-        assert json.loads(row.source_offsets)["end"] == sources[0], f"batch {row.batch_id} was re-planned"
-    stack.start_worker(zombie_host)
-    fleet["driver_host"], fleet["idle_host"] = other, zombie_host
-    print(json.dumps({"paused_batch": n, "zombie_epoch": mine.epoch, "new_epoch": took.epoch}))
-
-
-def pause_mid_batch(fleet: dict[str, Any], host: str, cp: Path, timeout: float = 120) -> int:
-    def ids(d: str) -> set[int]:
-        return {int(p.name) for p in (cp / d).iterdir() if p.name.isdigit()}
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        n = max(ids("offsets"), default=-1)
-        if n >= 0 and n not in ids("commits"):
-            for proc in zombie_processes(fleet, host):
-                proc.send_signal(signal.SIGSTOP)
-            if max(ids("offsets")) == n and n not in ids("commits"):
-                return n
-            for proc in zombie_processes(fleet, host):
-                proc.send_signal(signal.SIGCONT)
-        time.sleep(0.03)
-    raise AssertionError("no batch caught in flight")
-
-
-def zombie_processes(fleet: dict[str, Any], host: str) -> list[Any]:
-    """Every process of the driver's session on ``host`` (spark-submit, the JVM, the Python driver, its workers)."""
-    sids = {sid for p in driver_processes(fleet, host) if (sid := _or_none(os.getsid, p.pid)) is not None}
-    return [p for p in fleet["hosts"][host].processes() if _or_none(os.getsid, p.pid) in sids]
-
-
 def _or_none(call: Callable[[int], int], pid: int) -> int | None:
     """``call(pid)``, or None for a process that has exited since it was listed."""
     try:
@@ -320,6 +255,6 @@ def test_every_record_landed_once(fleet: dict[str, Any], platform: PlatformInfo)
     report = verify_stream(fleet["spec"], platform.kafka_bootstrap, committed_bounds(st.end_offsets))
     print(json.dumps({k: report.summary()[k] for k in ("kafka_records", "sink_events", "sink_dead_letters",
                                                        "duplicate_event_rows", "ok")}))
-    assert report.kafka_records >= 3600 and report.duplicate_event_rows == 0 and not report.missing_events
+    assert report.kafka_records >= 2100 and report.duplicate_event_rows == 0 and not report.missing_events
     assert report.ok, str(report)
     assert inspect_checkpoint(Path(fleet["spec"].checkpoint)).errors == []

@@ -170,13 +170,22 @@ def _kill_hard(pid: int) -> None:
 
 
 @pytest.mark.slow
-def test_a_driver_killed_between_supervisor_runs_is_found_by_the_next_launch(
+def test_a_corrupted_checkpoint_is_repaired_and_a_driver_killed_between_runs_is_found_by_the_next_launch(
         airflow_env: dict[str, str], platform: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """dag.test() of the supervisor against real Kafka/SeaweedFS/Spark: the stream is launched through
-    spark-submit, SIGKILLed between two supervisor runs (no watch looks), found dead by the next run's
-    launch, recorded as a failure that counts towards the restart strategy, and relaunched; then every
-    Kafka record is checked against the sink. (A kill the watch sees, healed through a real Airflow:
-    tests/test_airflow_stack.py.)"""
+    """dag.test() of the supervisor against real Kafka/SeaweedFS/Spark, one stream launched through
+    spark-submit, two recoveries in turn (one stream for both: they were two tests, each paying a launch,
+    a catch-up and a proof of its own):
+
+    1. the stream (process group) is SIGKILLed while the watch looks and, while it is down, the newest
+       committed batch's offsets file is truncated: the supervisor rolls the checkpoint back, relaunches
+       and the proof passes. (Every offsets file emptied, so that the supervisor's steps restore the
+       newest savepoint: tests/test_chaos.py.)
+    2. it is SIGKILLed between two supervisor runs (no watch looks), found dead by the next run's launch,
+       recorded as a failure that counts towards the restart strategy, and relaunched. (A kill the watch
+       sees, healed through a real Airflow: tests/test_airflow_stack.py.)
+
+    Then every Kafka record is checked against the sink: exactly once across both."""
+    from rewind.checkpoints.inspection import inspect_checkpoint
     from rewind.control.status import read_status
     from rewind.demo.producer import ProduceSpec, produce
     from rewind.paths import status_file
@@ -185,54 +194,7 @@ def test_a_driver_killed_between_supervisor_runs_is_found_by_the_next_launch(
     from rewind.supervision.failures import read_failures
     from rewind.supervision.process_control import stop_stream, wait_caught_up
 
-    topic = "sup-demo"
-    registry = _supervised_registry(tmp_path, topic, platform, monkeypatch)
-    produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=3000, partitions=2, malformed_every=50,
-                                                  duplicate_every=40, id_prefix="s1"))
-    spec = load_registry(registry).get("sup")
-    dag = _load(registry)["rewind_sup_supervisor"]
-    try:
-        states = _states(dag.test(run_conf={"chain": False, "watch_s": 5}))
-        assert states["launch"] == "success", states
-        wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
-        produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1000, partitions=2, id_prefix="s3"))
-        st = read_status(status_file(spec))
-        assert st and st.state == "running"
-        _kill_hard(st.pid)
-        dead = read_status(status_file(spec))  # it may have committed a batch since `st`
-        assert dead and dead.pid == st.pid, dead
-        assert not read_failures(spec)["failures"]
-        states = _states(dag.test(run_conf={"chain": False, "watch_s": 5}))
-        assert states["launch"] == "success", states
-        failures = read_failures(spec)["failures"]
-        assert len(failures) == 1 and failures[-1]["cause"] == "process_gone", failures
-        assert "found gone at launch" in failures[-1]["detail"] and failures[-1]["batch_id"] == dead.last_batch_id
-        now = read_status(status_file(spec))
-        assert now and now.pid != st.pid and now.state == "running", now
-        wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
-    finally:
-        stop_stream(spec, timeout=90)
-    report = verify_stream(spec, platform.kafka_bootstrap)
-    assert report.ok, str(report)
-    assert report.kafka_records >= 4000
-
-
-@pytest.mark.slow
-def test_checkpoint_corrupted_while_down_is_repaired(airflow_env: dict[str, str], platform: Any, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stream (process group) is SIGKILLed and, while it is down, the newest committed batch's offsets
-    file is truncated: the supervisor rolls the checkpoint back, relaunches, the proof passes, and every
-    Kafka record is in the sink exactly once. (Every offsets file emptied, so that the supervisor's steps
-    restore the newest savepoint: tests/test_chaos.py.)"""
-    from rewind.checkpoints.inspection import inspect_checkpoint
-    from rewind.control.status import read_status
-    from rewind.demo.producer import ProduceSpec, produce
-    from rewind.paths import status_file
-    from rewind.proof.verify import verify_stream
-    from rewind.registry import load_registry
-    from rewind.supervision.process_control import stop_stream, wait_caught_up
-
-    topic = "corrupt-repair"
+    topic = "sup-recover"
     registry = _supervised_registry(tmp_path, topic, platform, monkeypatch, max_offsets=400)
     produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=2400, partitions=2, malformed_every=60,
                                                   duplicate_every=45, id_prefix="c1"))
@@ -261,8 +223,10 @@ def test_checkpoint_corrupted_while_down_is_repaired(airflow_env: dict[str, str]
             done["error"] = repr(exc)
 
     threading.Thread(target=saboteur, daemon=True).start()
-    run = _load(registry)["rewind_sup_supervisor"].test(run_conf={"chain": False, "watch_s": 600})
+    dag = _load(registry)["rewind_sup_supervisor"]
+    run = dag.test(run_conf={"chain": False, "watch_s": 600})
     try:
+        # 1. the checkpoint corrupted while down, repaired
         states = _states(run)
         assert "error" not in done and "pid" in done, f"{done}; tasks: {states}"
         assert states["recover_checkpoint"] == "success" and states["prove"] == "success", states
@@ -273,11 +237,29 @@ def test_checkpoint_corrupted_while_down_is_repaired(airflow_env: dict[str, str]
         st = read_status(status_file(spec))
         assert st and st.pid != done["pid"] and st.state == "running"
         wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
+
+        # 2. killed between two supervisor runs, found by the next launch
+        produce(platform.kafka_bootstrap, ProduceSpec(topic=topic, count=1000, partitions=2, id_prefix="s3"))
+        st = read_status(status_file(spec))
+        assert st and st.state == "running"
+        before = read_failures(spec)["failures"]
+        _kill_hard(st.pid)
+        dead = read_status(status_file(spec))  # it may have committed a batch since `st`
+        assert dead and dead.pid == st.pid, dead
+        assert read_failures(spec)["failures"] == before  # no watch looked: nothing recorded yet
+        states = _states(dag.test(run_conf={"chain": False, "watch_s": 5}))
+        assert states["launch"] == "success", states
+        failures = read_failures(spec)["failures"]
+        assert len(failures) == len(before) + 1 and failures[-1]["cause"] == "process_gone", failures
+        assert "found gone at launch" in failures[-1]["detail"] and failures[-1]["batch_id"] == dead.last_batch_id
+        now = read_status(status_file(spec))
+        assert now and now.pid != st.pid and now.state == "running", now
+        wait_caught_up(spec, platform.kafka_bootstrap, timeout=300)
     finally:
         stop_stream(spec, timeout=90)
     report = verify_stream(spec, platform.kafka_bootstrap)
     assert report.ok, str(report)
-    assert report.kafka_records >= 3600  # plus the producer's deliberate duplicates
+    assert report.kafka_records >= 4600  # plus the producer's deliberate duplicates
 
 
 @pytest.mark.slow

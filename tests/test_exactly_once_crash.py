@@ -11,8 +11,8 @@ against the sink and its dead letters, and every window total against a recomput
 Where the other crash claims are proven, each once:
 - every sink (SQL on SQLite and PostgreSQL, staged or not; Kafka; Delta) killed at each commit point
   and finished by a fresh process: ``tests/test_sink_commit_points.py`` (no Spark);
-- the transactional Kafka sink written from the driver, killed between pre-commit and commit and at
-  random, with an executor JVM killed, checkpoint on ``s3a://``: ``tests/test_spark_cluster.py``;
+- the transactional Kafka sink written from the driver, killed between pre-commit and commit, with an
+  executor JVM killed, checkpoint on ``s3a://``: ``tests/test_spark_cluster.py``;
 - SQLite from the driver with kills during a batch, during a commit and at random, many times:
   ``tests/test_chaos.py``; Rewind's Python source (``rewind_kafka``) SIGKILLed mid-run:
   ``tests/test_late_routing.py``.

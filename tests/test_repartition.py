@@ -4,8 +4,9 @@ The same run is the SQL sink's crash proof (PostgreSQL, ``write_from: executors`
 committed by the driver; ``tests/harness/crash.py``): the first run dies between batch 2's pre-commit and
 its commit, the next run's Python workers are SIGKILLed mid-write, then ``rewind checkpoint repartition``
 stops it with a savepoint, repartitions a verified copy through Spark's offline repartition and switches,
-and the driver is SIGKILLed twice more on 4 state partitions; ``verify_stream`` checks every Kafka record
-against the sink and its dead letters and every window total against a recomputation.
+and the driver is SIGKILLed once more on 4 state partitions, then a last run catches up on them;
+``verify_stream`` checks every Kafka record against the sink and its dead letters and every window total
+against a recomputation.
 """
 
 from __future__ import annotations
@@ -63,8 +64,12 @@ def test_exactly_once_under_sigkill_sql_sink_written_from_the_executors(tmp_path
     """PostgreSQL, ``write_from: executors``: the tasks COPY each batch into staging tables, the driver
     moves them into the tables with the ledger row in one transaction (the first kill lands inside it).
     Then the stream's state is rescaled from 2 to 4 partitions while it runs (stop with a savepoint,
-    Spark's offline repartition of a verified copy, inspected, switched) and killed twice more: the
-    rescale is proven exactly once under kills too."""
+    Spark's offline repartition of a verified copy, inspected, switched), its driver SIGKILLed on 4
+    partitions and a last run catches up on them: the rescale is proven exactly once under kills too.
+
+    One random driver kill, not two (2026-11-28): the second was a whole run more (a launch, its first
+    batch, its Python workers killed, a batch after) proving what the first had proven: a restart
+    from the rescaled checkpoint after a SIGKILL."""
     import uuid
 
     from rewind.checkpoints.inspection import inspect_checkpoint
@@ -78,7 +83,7 @@ def test_exactly_once_under_sigkill_sql_sink_written_from_the_executors(tmp_path
     try:
         summary = run_crash_scenario(tmp_path, platform, new_topic(3, "crashsql"), url, "crash_sql",
                                      precommit_kill_batch=2, write_from="executors", kill_workers=True,
-                                     driver_kills=2, mid_run=rescale_to_4(spark, platform, done), produce_s=120.0)
+                                     driver_kills=1, mid_run=rescale_to_4(spark, platform, done), produce_s=120.0)
     finally:
         drop_database(postgres_url, db)
     assert "killed_between_pre_commit_and_commit" in summary["kills"][0]

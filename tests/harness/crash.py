@@ -125,7 +125,9 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
     on a cluster) and a batch must commit after it. ``driver_kills``: runs killed at a random moment
     (mid-batch, mid-commit or idle). ``checkpoint`` (e.g. ``s3a://``) and ``env`` go to every run;
     ``mid_run(stream, run)`` is called in each randomly killed run after its first new batch; when
-    it did something it returns what, and a batch must commit after it. ``produce_s``: how long the
+    it did something it returns what, and a batch must commit after it; with ``driver_kills=0`` it is
+    called in the last run instead, after its first new batch, before the catch-up (a scenario whose
+    random kills are proven elsewhere saves a whole run). ``produce_s``: how long the
     events take to send (a ``mid_run`` that restarts the stream needs them to flow longer)."""
     home = tmp_path / "home"
     registry = crash_registry(tmp_path / "streams.yaml", name, topic, sink_url, home, source, write_from, checkpoint)
@@ -183,6 +185,16 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
         # The last run: catch up to the true end of the topic, let the watermark close windows, stop gracefully.
         ends = {str(tp.partition): off for tp, off in true_end_offsets(platform.kafka_bootstrap, topic).items()}
         stream.start(**master)
+        if mid_run is not None and driver_kills == 0:  # the last run is the one mid_run acts in
+            wait_for(_new_batch_or_at_the_end(read, _last_batch(read), producer, platform.kafka_bootstrap, topic),
+                     240, "a new batch", stream)
+            done = mid_run(stream, stream.runs)
+            if done:
+                wait_for(_batch_after(read, _last_batch(read), producer, platform.kafka_bootstrap, topic,
+                                      f"{name}-m{stream.runs}"), 240, f"a batch after {done}", stream)
+                kills.append({"run": stream.runs, **done})
+            # mid_run may have sent records of its own (a load while it hunts): the true end is after them
+            ends = {str(tp.partition): off for tp, off in true_end_offsets(platform.kafka_bootstrap, topic).items()}
         started = time.time()
         s3 = S3Config.from_platform(platform) if spec.checkpoint.startswith("s3") else None
         # Quiet for 4 s at the true end (of the checkpoint the stream runs on: a restore or a rescale
