@@ -70,18 +70,17 @@ class Live:
     def status(self) -> Any:
         return read_status(status_file(self.spec))
 
-    def start(self, spec: Any) -> int:
-        log = self.home / "logs" / f"stream-{len(self.pids) + 1}.log"
-        pid = launch_stream(spec, self.registry, self.bootstrap, log, env=self.env)
-        self.pids.append(pid)
-        return wait_running(spec, pid, timeout=300.0, log_path=log).pid
-
-    def launch_green(self, spec: Any, registry: Path) -> int:
-        """Blue/green's launch of the new version beside the live one (its log beside its registry file)."""
-        log = registry.with_suffix(".log")
+    def _launch(self, spec: Any, registry: Path, log: Path) -> int:
         pid = launch_stream(spec, registry, self.bootstrap, log, env=self.env)
         self.pids.append(pid)
         return wait_running(spec, pid, timeout=300.0, log_path=log).pid
+
+    def start(self, spec: Any) -> int:
+        return self._launch(spec, self.registry, self.home / "logs" / f"stream-{len(self.pids) + 1}.log")
+
+    def launch_green(self, spec: Any, registry: Path) -> int:
+        """Blue/green's launch of the new version beside the live one (its log beside its registry file)."""
+        return self._launch(spec, registry, registry.with_suffix(".log"))
 
     def blue_green(self, transform: str, spark: Any) -> dict[str, Any]:
         req = UpgradeRequest(self.name, str(self.registry), self.entry(transform), "new.yaml", "blue-green",

@@ -49,6 +49,7 @@ def _utc_time(text: str) -> datetime:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rewind.kafka.types import TP, offsets_to_json  # lazy: start-up of the CLI
     from rewind.proof.cursor import Since  # lazy: start-up of the CLI
     from rewind.proof.scope import committed_position, nothing_to_prove  # lazy: start-up of the CLI
     from rewind.proof.verify import verify_stream  # lazy: start-up of the CLI
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     bounds = position.end_offsets
     if bounds is not None:
         print(f"{position.describe(spec.name)}: the records below offsets "
-              f"{_offsets_doc(bounds)}", file=sys.stderr)
+              f"{offsets_to_json({TP(*tp): end for tp, end in bounds.items()})}", file=sys.stderr)
     since: Since | None = "cursor" if args.since_last_proof else "time" if args.since else None
     if spec.dq_suite == "contract":  # any stream: proven from what its transform declares
         from rewind.proof.contract_proof import verify_contract_stream  # lazy: start-up of the CLI
@@ -81,13 +82,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         report = verify_stream(spec, resolve_bootstrap(args.bootstrap), bounds, committed=position)
     return _print(args, spec.name, report.summary())
-
-
-def _offsets_doc(bounds: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
-    doc: dict[str, dict[str, int]] = {}
-    for (topic, part), end in sorted(bounds.items()):
-        doc.setdefault(topic, {})[str(part)] = end
-    return doc
 
 
 def _print(args: argparse.Namespace, stream: str, summary: dict[str, Any]) -> int:

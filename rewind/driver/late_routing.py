@@ -34,8 +34,8 @@ from typing import Any
 
 from rewind.api.late import BEHIND_WATERMARK, LATE_CANDIDATE
 from rewind.checkpoints.logs import parse_offsets_file
+from rewind.driver.offset_log import OffsetLog
 from rewind.errors import Failed
-from rewind.storage.location import read_text
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class WatermarkUnknown(Failed, RuntimeError):
     """The offset log does not say which watermark batch N judges lateness by."""
 
 
-def late_events_watermark_ms(checkpoint: str | Path, batch_id: int, log: Any = None) -> int:
+def late_events_watermark_ms(checkpoint: str | Path, batch_id: int, log: OffsetLog | None = None) -> int:
     """The watermark (ms) Spark's stateful operators use for late rows in ``batch_id``:
     ``batchWatermarkMs`` of ``offsets/<batch_id - 1>``, 0 for the first batch. ``log``: the query's
     ``rewind.driver.offset_log.OffsetLog`` (each entry read once), else the file is read."""
@@ -54,10 +54,7 @@ def late_events_watermark_ms(checkpoint: str | Path, batch_id: int, log: Any = N
         return 0
     path = f"{str(checkpoint).rstrip('/')}/offsets/{batch_id - 1}"
     try:
-        if log is not None:
-            meta, _ = log.entry(batch_id - 1)
-        else:
-            meta, _ = parse_offsets_file(read_text(checkpoint, f"offsets/{batch_id - 1}"))
+        meta, _ = (log if log is not None else OffsetLog(checkpoint)).entry(batch_id - 1)
     except (OSError, ValueError) as exc:
         raise WatermarkUnknown(f"batch {batch_id}: cannot read the previous batch's watermark from {path} ({exc}); "
                                "records behind the watermark could not be told apart") from exc

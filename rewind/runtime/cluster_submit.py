@@ -127,13 +127,18 @@ def _container_conf(tags: str, wait: bool, driver_env: Mapping[str, str] | None)
     }
 
 
+def _secret_conf(secret_env: Mapping[str, str] | None) -> dict[str, str]:
+    """The driver container's secret variables as conf, for the 0600 properties file (``write_properties``)."""
+    return {f"spark.yarn.appMasterEnv.{k}": v for k, v in sorted((secret_env or {}).items())}
+
+
 def stream_submit(stream: str, registry: Path, bootstrap: str, archive: Path, *, standby: bool = False,
                   driver_env: Mapping[str, str] | None = None, secret_env: Mapping[str, str] | None = None
                   ) -> ClusterSubmit:
     """Pure: the spark-submit of ``stream`` in YARN's cluster mode. ``driver_env`` is set in the driver's
     container (no secrets: it is on the command line); ``secret_env`` too, through the properties file."""
     conf = _container_conf(f"rewind,{stream_tag(stream)}", False, driver_env)
-    secret = {f"spark.yarn.appMasterEnv.{k}": v for k, v in sorted((secret_env or {}).items())}
+    secret = _secret_conf(secret_env)
     args = [stream, "--registry", registry.name, "--bootstrap", bootstrap] + (["--standby"] if standby else [])
     return ClusterSubmit(args, conf, f"{archive}#{ALIAS}", str(registry), f"rewind-{stream}", secret)
 
@@ -152,7 +157,7 @@ def job_submit(stream: str, name: str, args: list[str], archive: Path, files: li
     go with it: the job names them by their base names, in its container's working directory (``args`` must
     already do so)."""
     conf = _container_conf(f"rewind,{job_tag(stream)}", True, driver_env)
-    secret = {f"spark.yarn.appMasterEnv.{k}": v for k, v in sorted((secret_env or {}).items())}
+    secret = _secret_conf(secret_env)
     return ClusterSubmit(list(args), conf, f"{archive}#{ALIAS}", ",".join(str(f) for f in files), name, secret)
 
 

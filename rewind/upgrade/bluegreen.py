@@ -220,7 +220,7 @@ def earn_the_switch(old: Any, rec: Any, green: Green, beside: Any, bootstrap: st
         abort(rec, green, f"the new version did not start beside the live one ({type(exc).__name__}: "
                            f"{short_cause(str(exc))})")
     ok, why = wait_caught_up(green.spec, old, beside.batch_id, grace,
-                                       alive=lambda: stream_liveness(green.spec).running)
+                             alive=lambda: stream_liveness(green.spec).running)
     if not ok:
         abort(rec, green, why)
     proof = prove_new_version(green.spec, bootstrap, beside.offsets, beside.batch_id, scratch / "green-proof")

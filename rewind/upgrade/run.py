@@ -23,6 +23,7 @@ from rewind.checkpoints.pointer import active_checkpoint, point_to
 from rewind.checkpoints.savepoints import create_savepoint, restore_savepoint
 from rewind.checkpoints.watermark import committed_end_offsets
 from rewind.errors import Failed, Refused
+from rewind.kafka.types import TP, offsets_to_json
 from rewind.paths import paths_of
 from rewind.registry import load_registry, parse_duration
 from rewind.supervision.process_control import stop_stream
@@ -272,11 +273,11 @@ def _run_blue_green(p: Prepared, rec: Recorder, store: Any, bootstrap: str, star
     # the switch: green stops behind blue, blue stops past green (see the module docstring)
     stop_stream(green.spec, timeout=req.stop_timeout_s)
     green_end = committed_end_offsets(green.spec) or {}
+    green_at = ", ".join(f"{tp}[{part}] {off}" for (tp, part), off in sorted(green_end.items()))
     if not bluegreen.wait_past(old, green_end, timeout_s=grace):
         bluegreen.abort(rec, green, f"the live stream did not commit past the new version's offsets within "
-                                    f"{grace:.0f}s ({sorted(green_end.items())})")
+                                    f"{grace:.0f}s ({green_at})")
     manifest = stop_with_savepoint(old, store, start, req.stop_timeout_s)
-    green_at = ", ".join(f"{tp}[{part}] {off}" for (tp, part), off in sorted(green_end.items()))
     rec.step("stopped", f"after batch {manifest.batch_id}, savepoint {manifest.savepoint_id}; the new version "
                         f"stopped at {green_at}",
              savepoint={"id": manifest.savepoint_id, "batch_id": manifest.batch_id, "offsets": manifest.offsets})
@@ -291,6 +292,6 @@ def _run_blue_green(p: Prepared, rec: Recorder, store: Any, bootstrap: str, star
     rec.step("switched", f"blue-green: checkpoint {checkpoint}, registry entry {new.config_hash()}",
              checkpoint=checkpoint)
     green_last = inspect_checkpoint(checkpoint, recent=2).committed
-    starts = {t: {str(part): off for (tt, part), off in green_end.items() if tt == t} for t, _ in green_end}
+    starts = offsets_to_json({TP(*tp): off for tp, off in green_end.items()})
     return _watch_prove_or_roll_back(p, rec, store, bootstrap, start, manifest, starts,
                                      green_last[-1] if green_last else None, scratch)
