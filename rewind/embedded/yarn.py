@@ -182,7 +182,9 @@ class YarnCluster:
                                self.workdir / "rm" / "resourcemanager.log")
         self.rm.start()
         rm = self.rm
-        wait_until(lambda: self.rest.cluster_info().get("state") == "STARTED", timeout,
+        # STARTED serves REST; ACTIVE (haState, a moment later) is when it accepts applications and nodes
+        wait_until(lambda: (info := self.rest.cluster_info()).get("state") == "STARTED"
+                   and info.get("haState") == "ACTIVE", timeout,
                    f"YARN ResourceManager (REST API at {self.rm_settings.web_url})", rm.log_path, rm.alive,
                    explain_failure)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewind.control.driver_lease import driver_alive, read_standby, request_stop
+from rewind.control.driver_lease import driver_alive, local_pid, read_standby, request_stop
 from rewind.control.lease import Holder
 from rewind.control.leases import me, read_lease
 from rewind.control.location import control_store
@@ -229,17 +229,29 @@ def default_log_path(spec: StreamSpec) -> Path:
     return paths_of(spec).log
 
 
-def wait_caught_up(spec: StreamSpec, bootstrap: str, timeout: float) -> dict[str, int]:
-    """Wait until the stream's committed end offsets reach the end of its topics; returns them."""
+def wait_caught_up(spec: StreamSpec, bootstrap: str, timeout: float, log_path: Path | None = None) -> dict[str, int]:
+    """Wait until the stream's committed end offsets reach the end of its topics; returns them. Raises at once,
+    naming the log, if its driver fails or its process (on this machine) is gone; else after ``timeout``, with
+    its state and the log's last lines (a stalled driver)."""
 
+    log_path = log_path or default_log_path(spec)
     end = {f"{tp.topic}/{tp.partition}": o for tp, o in true_end_offsets(bootstrap, spec.topics).items()}
     deadline = time.monotonic() + timeout
     done: dict[str, int] = {}
+    st: StreamStatus | None = None
     while time.monotonic() < deadline:
         st = read_stream_status(spec)
         done = {f"{t}/{p}": int(o) for t, parts in (st.end_offsets if st else {}).items() for p, o in parts.items()}
         if all(done.get(k, -1) >= v for k, v in end.items()):
             return done
+        if st is not None and st.state == "failed":
+            raise StreamFailed("query_failed", f"{spec.name} failed at batch {st.last_batch_id} before catching up "
+                                               f"(committed {done}): {st.exception}; see {log_path}")
+        if st is not None and (pid := local_pid({"holder": st.holder})) and not pid_alive(pid):
+            raise StreamFailed("process_gone", f"{spec.name}'s driver (pid {pid}) is gone at batch "
+                                               f"{st.last_batch_id}, before catching up (committed {done}); see "
+                                               f"{log_path}:\n{log_tail(log_path, 30)}")
         time.sleep(1)
-    raise StreamControlError(f"{spec.name} did not catch up within {timeout:.0f}s: committed {done}, "
-                             f"topic end {end}")
+    state = f"state {st.state}, pid {st.pid}, last batch {st.last_batch_id}" if st else "no status"
+    raise StreamControlError(f"{spec.name} did not catch up within {timeout:.0f}s ({state}): committed {done}, "
+                             f"topic end {end}; see {log_path}:\n{log_tail(log_path, 30)}")
