@@ -19,12 +19,14 @@ connector) is left out of every run alike, and reported apart (``wall_s``). Runs
 between repetitions; a figure is the median over the repetitions. Every Spark run's table row counts are
 reported, so a run that wrote less cannot look faster.
 
-``--latency``: instead, each of ``rewind``, ``plain_rewind_settings`` and ``plain_spark`` runs with trigger 0
+``--latency``: instead, each of ``rewind``, ``rewind_quiet`` (its driver's Spark UI and event log off),
+``plain_rewind_settings`` and ``plain_spark`` runs with trigger 0
 (a batch as soon as the last ends) on a topic of its own while a producer sends ``--rate`` demo events/s for
 ``--seconds`` (after a warm-up of 2,000 records the run must have written first); a poller reads the sink's
 new event rows every 20 ms and takes, for each, the time it became visible minus its Kafka timestamp (the
 broker's append time). p50/p95/p99 over the records sent after the first 10 s and before the last 2 s (the
-batch after the producer stops is left out). The demo transform only.
+batch after the producer stops is left out), and from the checkpoint's files the median batch span (offset
+log to commit log) and gap between batches. The demo transform only.
 
 Everything but the JSON goes to ``<work>/bench.log``; each run's own output to ``<work>/<run>-<rep>.log``.
 """
@@ -49,6 +51,9 @@ sys.path.insert(0, str(ROOT))
 from common import broker_description, keep_stdout_for_json  # noqa: E402
 
 RUNS = ("rewind", "plain_rewind_settings", "plain_spark", "noop")
+#: --latency runs: ``rewind_quiet`` is the Rewind stream with its driver's Spark UI and event log turned off
+#: (the registry's spark_conf), to tell their share of the latency from the rest of the driver's work.
+LATENCY_RUNS = ("rewind", "rewind_quiet", "plain_rewind_settings", "plain_spark")
 #: The demo (parse, deduplicate, window totals: stateful) and the inventory stream (parse, route, a broadcast
 #: join with a static catalog: stateless).
 TRANSFORMS = {"demo": "rewind.demo.transform:DemoTransform",
@@ -62,6 +67,22 @@ def processing_span(checkpoint: Path) -> tuple[float, int]:
     first = min(offsets, key=lambda p: int(p.name))
     last = max(commits, key=lambda p: int(p.name))
     return last.stat().st_mtime - first.stat().st_mtime, len(commits)
+
+
+def batch_timings(checkpoint: Path, lo: float, hi: float) -> dict[str, Any]:
+    """Medians over the batches planned between epoch seconds ``lo`` and ``hi``: a batch's span (its offset-log
+    entry written to its commit-log entry written) and the gap after it (its commit to the next batch's
+    offset-log entry), from the files' mtimes; where a run's batch time goes, read alike for every run."""
+    def mtimes(folder: str) -> dict[int, float]:
+        d = checkpoint / folder
+        return {int(f.name): f.stat().st_mtime for f in d.iterdir() if f.name.isdigit()} if d.is_dir() else {}
+
+    offsets, commits = mtimes("offsets"), mtimes("commits")
+    spans = [commits[b] - t for b, t in offsets.items() if b in commits and lo <= t <= hi]
+    gaps = [offsets[b + 1] - commits[b] for b, t in offsets.items()
+            if b in commits and b + 1 in offsets and lo <= t <= hi]
+    return {"batches": len(spans), "span_s_p50": round(statistics.median(spans), 3) if spans else None,
+            "gap_s_p50": round(statistics.median(gaps), 4) if gaps else None}
 
 
 def table_rows(db: Path, prefix: str = "") -> dict[str, int]:
@@ -146,11 +167,13 @@ def latency_run(kind: str, work: Path, args: argparse.Namespace, bootstrap: str,
 
     name, topic = f"lat_{kind}", f"lat-{kind}"
     create_topic(bootstrap, topic, args.partitions)
+    quiet = {"spark_conf": '{spark.ui.enabled: "false", spark.eventLog.enabled: "false"}'} \
+        if kind == "rewind_quiet" else {}
     registry = write_registry(work / f"{name}.yaml", demo_stream(
         name, topic, work, max_offsets=args.max_offsets_per_trigger, trigger='"0 seconds"',
-        savepoints="{schedule: null}"))
+        savepoints="{schedule: null}", **quiet))
     checkpoint, db = work / "checkpoints" / name, work / f"sink-{name}.db"
-    if kind == "rewind":
+    if kind.startswith("rewind"):
         argv = [sys.executable, "-m", "rewind.cli", "stream", "run", name, "--registry", str(registry),
                 "--bootstrap", bootstrap]
         table = f"{name}_events"
@@ -165,7 +188,7 @@ def latency_run(kind: str, work: Path, args: argparse.Namespace, bootstrap: str,
     poller = VisibilityPoller(db, table)
     try:
         produce(bootstrap, ProduceSpec(topic=topic, count=2000, partitions=args.partitions, id_prefix="warm"))
-        prefix = f"{name}_" if kind == "rewind" else ""
+        prefix = f"{name}_" if kind.startswith("rewind") else ""
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not (db.exists() and table_rows(db, prefix).get("events", 0) >= 2000):
             if proc.poll() is not None:
@@ -187,7 +210,7 @@ def latency_run(kind: str, work: Path, args: argparse.Namespace, bootstrap: str,
     lo, hi = producer.start_epoch + 10.0, producer.end_epoch - 2.0
     kept = [seen - ts for ts, seen in poller.seen if lo <= ts <= hi]
     return {"run": kind, "records_measured": len(kept), "producer": producer.report(),
-            "latency_s": percentiles(kept)}
+            "latency_s": percentiles(kept), "batches": batch_timings(checkpoint, lo, hi)}
 
 
 def main() -> None:
@@ -197,14 +220,17 @@ def main() -> None:
     ap.add_argument("--max-offsets-per-trigger", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--transform", choices=sorted(TRANSFORMS), default="demo")
-    ap.add_argument("--runs", default=",".join(RUNS), help=f"which of {', '.join(RUNS)}")
+    ap.add_argument("--runs", default="", help=f"which of {', '.join(RUNS)} (--latency: {', '.join(LATENCY_RUNS)}); "
+                    "default all")
     ap.add_argument("--latency", action="store_true", help="latency under a steady producer instead (see above)")
     ap.add_argument("--rate", type=int, default=1000, help="--latency: events per second")
     ap.add_argument("--seconds", type=float, default=60.0, help="--latency: how long the producer sends")
     args = ap.parse_args()
-    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
-    if set(runs) - set(RUNS) or args.repeat < 1:
-        ap.error(f"--runs takes names among {', '.join(RUNS)}; --repeat must be >= 1")
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()] if args.runs else \
+        list(LATENCY_RUNS if args.latency else RUNS)
+    allowed = LATENCY_RUNS if args.latency else RUNS
+    if set(runs) - set(allowed) or args.repeat < 1:
+        ap.error(f"--runs takes names among {', '.join(allowed)}; --repeat must be >= 1")
     work = Path(tempfile.mkdtemp(prefix="rewind-overhead-"))
     out = keep_stdout_for_json(work / "bench.log")
     load_start = round(os.getloadavg()[0], 2)
@@ -221,7 +247,7 @@ def main() -> None:
             info = plat.info()
             env = {**os.environ, **info.env(), "REWIND_HOME": str(work / "home"), "PYTHONPATH": str(ROOT)}
             measured = [latency_run(kind, work, args, info.kafka_bootstrap, env)
-                        for kind in ("rewind", "plain_rewind_settings", "plain_spark") if kind in runs]
+                        for kind in LATENCY_RUNS if kind in runs]
         print(json.dumps({"benchmark": "overhead_latency", "rate": args.rate, "seconds": args.seconds,
                           "partitions": args.partitions, "trigger": "0 seconds", "runs": measured,
                           "machine": {"cores": os.cpu_count(), "load_avg_1m_at_start": load_start,

@@ -11,6 +11,7 @@ variable Rewind reads is read here, with its default and what it is for:
 | ``REWIND_KAFKA_BOOTSTRAP`` | the embedded platform's | Kafka for commands without ``--bootstrap`` |
 | ``REWIND_JARS`` | ``.jars`` of the checkout | JVM dependencies (``pom.xml``) |
 | ``REWIND_KAFKA_HEAP`` | 1g (512m per cluster node) | the embedded broker's heap |
+| ``KAFKA_JVM_PERFORMANCE_OPTS`` | G1, 20 ms pauses | the embedded broker's JIT and GC options (as Kafka's scripts) |
 | ``REWIND_SPARK_MASTER`` | ``local[2]`` | Spark master of sessions Rewind builds |
 | ``REWIND_SPARK_LOG_LEVEL`` | ``WARN`` | Spark's log level |
 | ``REWIND_LAG_PROBE_S`` | 10 | seconds between lag look-ups in the driver (0: off) |
@@ -117,3 +118,9 @@ def jvm_cache_dir() -> Path:
 
 def kafka_heap(cluster: bool) -> str:
     return os.environ.get("REWIND_KAFKA_HEAP") or ("512m" if cluster else "1g")
+
+
+def kafka_jvm_performance_opts() -> list[str]:
+    """The embedded broker's JIT and GC options: ``KAFKA_JVM_PERFORMANCE_OPTS`` replaces the default, as in
+    Kafka's ``kafka-run-class.sh`` (the tests give short-lived brokers C1 only and the serial collector)."""
+    return (os.environ.get("KAFKA_JVM_PERFORMANCE_OPTS") or "-XX:+UseG1GC -XX:MaxGCPauseMillis=20").split()

@@ -46,7 +46,15 @@ if not os.environ.get("AIRFLOW_HOME"):
 # than its code saves. Measured 2026-11-25 (2-core EPYC, quiet): a stream driver's restart 19.5 s ->
 # 15.8 s; test_checkpoint_scaling + test_late_routing's skew test 321.7 s -> 269.3 s. Rewind itself
 # does not set these: a long-running stream wants C2.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# And they map a class-data-sharing archive of Spark's classes, built once per machine (harness/spark_cds.py:
+# a JVM's start 10.8 -> 5.8 s of CPU).
+# The embedded Kafka brokers too (KAFKA_JVM_PERFORMANCE_OPTS, as Kafka's own scripts read it): a test's broker
+# lives a module at most.
+os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+if "SPARK_SUBMIT_OPTS" not in os.environ:
+    from harness.spark_cds import spark_cds_options
+
+    os.environ["SPARK_SUBMIT_OPTS"] = spark_cds_options("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 #: Modules handed out first, longest first, so the workers finish together (the rest follow in file
 #: order). Estimated from the CI run of 2026-11-28 (2,871 s; per-module sums of its durations), less the

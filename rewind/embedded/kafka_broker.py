@@ -29,7 +29,7 @@ from pathlib import Path
 
 from rewind.runtime.jars import broker_classpath, java_binary
 from rewind.runtime.processes import ManagedProcess, ServiceError, free_port, port_open, wait_until
-from rewind.settings import kafka_heap
+from rewind.settings import kafka_heap, kafka_jvm_performance_opts
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +187,8 @@ class KafkaBroker:
 
     def _jvm(self, main: str, *args: str, heap: str | None = None) -> list[str]:
         heap = heap or self.heap
-        return [java_binary(), f"-Xms{min_heap(heap)}", f"-Xmx{heap}", "-XX:+UseG1GC",
-                "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+        return [java_binary(), f"-Xms{min_heap(heap)}", f"-Xmx{heap}", *kafka_jvm_performance_opts(),
+                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}", "-cp", broker_classpath(), main, *args]
 
     def prepare(self) -> None:
