@@ -53,7 +53,9 @@ from common import broker_description, keep_stdout_for_json  # noqa: E402
 RUNS = ("rewind", "plain_rewind_settings", "plain_spark", "noop")
 #: --latency runs: ``rewind_quiet`` is the Rewind stream with its driver's Spark UI and event log turned off
 #: (the registry's spark_conf), to tell their share of the latency from the rest of the driver's work.
-LATENCY_RUNS = ("rewind", "rewind_quiet", "plain_rewind_settings", "plain_spark")
+LATENCY_RUNS = ("rewind", "rewind_quiet", "rewind_no_event_log", "plain_rewind_settings", "plain_spark")
+QUIET = {"rewind_quiet": '{spark.ui.enabled: "false", spark.eventLog.enabled: "false"}',
+         "rewind_no_event_log": '{spark.eventLog.enabled: "false"}'}
 #: The demo (parse, deduplicate, window totals: stateful) and the inventory stream (parse, route, a broadcast
 #: join with a static catalog: stateless).
 TRANSFORMS = {"demo": "rewind.demo.transform:DemoTransform",
@@ -165,10 +167,10 @@ def latency_run(kind: str, work: Path, args: argparse.Namespace, bootstrap: str,
     from rewind.demo.producer import ProduceSpec, produce
     from tests.harness.registry_templates import demo_stream, write_registry
 
-    name, topic = f"lat_{kind}", f"lat-{kind}"
+    name, topic = f"lat_{kind}", f"lat-{kind}-{work.name}"
+    work.mkdir(parents=True, exist_ok=True)
     create_topic(bootstrap, topic, args.partitions)
-    quiet = {"spark_conf": '{spark.ui.enabled: "false", spark.eventLog.enabled: "false"}'} \
-        if kind == "rewind_quiet" else {}
+    quiet = {"spark_conf": QUIET[kind]} if kind in QUIET else {}
     registry = write_registry(work / f"{name}.yaml", demo_stream(
         name, topic, work, max_offsets=args.max_offsets_per_trigger, trigger='"0 seconds"',
         savepoints="{schedule: null}", **quiet))
@@ -246,10 +248,16 @@ def main() -> None:
         with EmbeddedPlatform(work / "services") as plat:
             info = plat.info()
             env = {**os.environ, **info.env(), "REWIND_HOME": str(work / "home"), "PYTHONPATH": str(ROOT)}
-            measured = [latency_run(kind, work, args, info.kafka_bootstrap, env)
-                        for kind in LATENCY_RUNS if kind in runs]
+            measured = []
+            for rep in range(1, args.repeat + 1):  # the order rotates, as the throughput runs do
+                turn = runs[(rep - 1) % len(runs):] + runs[:(rep - 1) % len(runs)]
+                measured += [{**latency_run(kind, work / f"rep{rep}", args, info.kafka_bootstrap, env),
+                              "repetition": rep} for kind in turn]
+        summary = {kind: {q: round(statistics.median(r["latency_s"][q] for r in measured if r["run"] == kind), 3)
+                          for q in ("p50", "p95", "p99")} for kind in runs}
         print(json.dumps({"benchmark": "overhead_latency", "rate": args.rate, "seconds": args.seconds,
-                          "partitions": args.partitions, "trigger": "0 seconds", "runs": measured,
+                          "partitions": args.partitions, "trigger": "0 seconds", "repeat": args.repeat,
+                          "median_of_repetitions": summary, "runs": measured,
                           "machine": {"cores": os.cpu_count(), "load_avg_1m_at_start": load_start,
                                       "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
                           "log": str(work / "bench.log")}), file=out, flush=True)
