@@ -20,6 +20,7 @@ variable Rewind reads is read here, with its default and what it is for:
 | ``REWIND_DRIVER_WAIT_S`` | 60 | how long a driver waits for another's lease to lapse before it is refused |
 | ``REWIND_LEASE_TTL_S`` | 20 | a driver lease's life: how long a dead driver elsewhere blocks a successor |
 | ``REWIND_JVM_CACHE`` | ``~/.cache/rewind/jvm`` | where Rewind's JVM classes are compiled (``platform.jvm``) |
+| ``REWIND_CLASS_SHARING`` | on | ``off``: drivers ignore the class-data archive (``runtime.class_sharing``) |
 """
 
 from __future__ import annotations
@@ -107,6 +108,11 @@ def metrics_token() -> str | None:
 def lease_ttl_s() -> float:
     """A driver lease's time to live (``rewind.control.lease``); renewed every quarter of it."""
     return float(os.environ.get("REWIND_LEASE_TTL_S", "20"))
+
+
+def class_sharing_enabled() -> bool:
+    """Whether drivers Rewind starts map the class-data archive when there is one (``runtime.class_sharing``)."""
+    return os.environ.get("REWIND_CLASS_SHARING", "on").strip().lower() not in ("off", "0", "false", "no")
 
 
 def jvm_cache_dir() -> Path:

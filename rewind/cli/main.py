@@ -25,7 +25,7 @@ log = logging.getLogger("rewind")
 
 #: Every command group, in the order --help lists them.
 COMMANDS = ("services", "produce", "stream", "verify", "checkpoint", "savepoint", "dq", "supervisor", "replay",
-            "chaos", "up")
+            "chaos", "spark", "up")
 
 
 def build_parser() -> argparse.ArgumentParser:

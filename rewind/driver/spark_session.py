@@ -10,6 +10,7 @@ from rewind import settings
 from rewind.driver import spark_conf
 from rewind.driver.checkpoint_fence import use_fenced_file_manager
 from rewind.kafka.options import SOURCE_NAME
+from rewind.runtime.class_sharing import submit_opts
 from rewind.runtime.jars import connector_jars
 from rewind.runtime.jvm import rewind_jar
 
@@ -56,6 +57,11 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     """
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
+
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the JVM: from the class-data archive
+        opts = submit_opts(os.environ.get("SPARK_SUBMIT_OPTS"))
+        if opts and opts != os.environ.get("SPARK_SUBMIT_OPTS"):
+            os.environ["SPARK_SUBMIT_OPTS"] = opts
 
 
     preset = deployment_conf()

@@ -71,17 +71,24 @@ def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
     - with the driver on this worker (local, standalone or YARN client mode): ``PYSPARK_PYTHON`` and
       ``PYSPARK_DRIVER_PYTHON`` this interpreter (it has pyarrow and Rewind), and, from a checkout, the
       checkout first on ``PYTHONPATH``;
+    - with the driver on this worker, ``SPARK_SUBMIT_OPTS`` with the class-data archive when the machine has
+      one (``rewind.runtime.class_sharing``: the driver's JVM starts with less CPU);
     - with the driver in a YARN container: nothing more; `WORKER_ONLY` is left out of the worker's.
 
     The replay task passes it as ``SparkSubmitHook(env_vars=...)``; the launches start spark-submit in the
     worker's environment with it on top (`_spark_submit_environ`).
     """
+    from rewind.runtime.class_sharing import submit_opts
     from rewind.settings import python_path
 
     python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable} if driver_on_worker else {}
     env = {**python, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     if driver_on_worker and python_path():
         env["PYTHONPATH"] = python_path()
+    if driver_on_worker:  # the driver's JVM maps the class-data archive when this machine has one
+        opts = submit_opts(os.environ.get("SPARK_SUBMIT_OPTS"))
+        if opts and opts != os.environ.get("SPARK_SUBMIT_OPTS"):
+            env["SPARK_SUBMIT_OPTS"] = opts
     return env
 
 
