@@ -87,6 +87,37 @@ def batch_timings(checkpoint: Path, lo: float, hi: float) -> dict[str, Any]:
             "gap_s_p50": round(statistics.median(gaps), 4) if gaps else None}
 
 
+def source_reads(checkpoint: Path) -> dict[str, Any] | None:
+    """From the driver's event log beside the checkpoint (a Rewind driver writes one by default): per batch,
+    Spark's ``numInputRows`` against the batch's offsets (end minus start); equal when every record is read
+    once per batch. None without an event log."""
+    import io
+
+    import zstandard
+
+    files = sorted(Path(f"{checkpoint}.eventlog").glob("*/events_*"))
+    if not files:
+        return None
+    rows: list[tuple[int, int, int]] = []
+    for f in files:
+        raw = f.read_bytes()
+        text = (zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True).read()
+                if f.name.endswith(".zstd") else raw).decode(errors="replace")
+        for line in text.splitlines():
+            if "QueryProgressEvent" not in line:
+                continue
+            progress = json.loads(line)["progress"]
+            for src in progress["sources"]:
+                start, end = (json.loads(x) if isinstance(x, str) else x
+                              for x in (src.get("startOffset"), src.get("endOffset")))
+                if isinstance(start, dict) and isinstance(end, dict):
+                    span = sum(int(o) - int(start.get(t, {}).get(p, 0)) for t, parts in end.items()
+                               for p, o in parts.items())
+                    rows.append((int(progress["batchId"]), int(src["numInputRows"]), span))
+    return {"batches": len(rows), "input_rows": sum(r[1] for r in rows), "offsets": sum(r[2] for r in rows),
+            "batches_reading_more": [r[0] for r in rows if r[1] > r[2]]}
+
+
 def table_rows(db: Path, prefix: str = "") -> dict[str, int]:
     with sqlite3.connect(db) as con:
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
@@ -212,7 +243,8 @@ def latency_run(kind: str, work: Path, args: argparse.Namespace, bootstrap: str,
     lo, hi = producer.start_epoch + 10.0, producer.end_epoch - 2.0
     kept = [seen - ts for ts, seen in poller.seen if lo <= ts <= hi]
     return {"run": kind, "records_measured": len(kept), "producer": producer.report(),
-            "latency_s": percentiles(kept), "batches": batch_timings(checkpoint, lo, hi)}
+            "latency_s": percentiles(kept), "batches": batch_timings(checkpoint, lo, hi),
+            "source_reads": source_reads(checkpoint)}
 
 
 def main() -> None:

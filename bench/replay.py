@@ -1,7 +1,10 @@
 """Replay throughput with both Kafka sources: records/s of `rewind replay run` (into-sink) over a
 1,000,000-record range with ``source.format: kafka`` (Spark's own connector, the default) and with
 ``source.format: rewind_kafka`` (Rewind's Python Data Source), next to a raw confluent-kafka consumer
-reading the same range in the same run, and their ratios to it.
+reading the same range in the same run, and their ratios to it; and beside them the reference a team
+would write: the same transform as a plain PySpark batch job over exactly the same offsets, collected
+once and written to SQLite in one idempotent transaction (``plain_batch``; ``--no-plain`` leaves it out),
+run in the same session after each repetition's replays (so it never pays the session's first job).
 
 Prints one JSON object (stdout holds only the JSON; Spark's and the services' output go to
 ``<work>/bench.log``). Each replay is what ``rewind replay run`` does (``rewind.replay.run.run_replay``):
@@ -72,6 +75,34 @@ def raw_read(bootstrap: str, ranges: dict[Any, tuple[int, int]]) -> tuple[int, f
 SOURCES = ("kafka", "rewind_kafka")
 
 
+def plain_batch(spark: Any, spec: Any, bootstrap: str, ranges: dict[Any, tuple[int, int]], db: Path
+                ) -> dict[str, Any]:
+    """The reference: the same transform as a plain PySpark batch job over exactly the same offsets (Spark's
+    Kafka connector, ``read_committed``), collected once and written to SQLite in one idempotent transaction
+    (``plain_job.SqliteWriter``, the careful user's writer of ``bench/overhead.py``); its records/s."""
+    from plain_job import SqliteWriter
+
+    from rewind.api.contract import load_transform
+    from rewind.kafka.types import offsets_json_text
+
+    transform = load_transform(spec)
+    t0 = time.perf_counter()
+    src = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+           .option("subscribe", ",".join(sorted({tp.topic for tp in ranges})))
+           .option("kafka.isolation.level", "read_committed")
+           .option("startingOffsets", offsets_json_text({tp: s for tp, (s, _) in ranges.items()}))
+           .option("endingOffsets", offsets_json_text({tp: e for tp, (_, e) in ranges.items()})).load())
+    SqliteWriter(db, transform)(transform.build(src, spec), 0)
+    seconds = time.perf_counter() - t0
+    records = sum(e - s for s, e in ranges.values())
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        written = {t.name: con.execute(f'SELECT COUNT(*) FROM "{t.name}"').fetchone()[0] for t in transform.tables}
+    return {"records": records, "seconds": round(seconds, 2), "records_per_s": round(records / seconds),
+            "written": written}
+
+
 def source_order(rep: int, sources: tuple[str, ...] = SOURCES) -> tuple[str, ...]:
     """Repetition ``rep`` (0-based) runs the sources in this order: as given, then reversed, alternately."""
     return sources if rep % 2 == 0 else sources[::-1]
@@ -112,6 +143,7 @@ def main() -> None:
                     help=f"comma-separated source formats to measure, in the first repetition's order "
                          f"(default {','.join(SOURCES)})")
     ap.add_argument("--prove", action="store_true", help="also run the DQ proof over the range (timed apart)")
+    ap.add_argument("--no-plain", action="store_true", help="leave out the plain PySpark batch job's reference")
     args = ap.parse_args()
     sources = tuple(s.strip() for s in args.sources.split(",") if s.strip())
     if not sources or set(sources) - set(SOURCES) or len(set(sources)) != len(sources) or args.repeat < 1:
@@ -133,6 +165,7 @@ def main() -> None:
 
     order = [list(source_order(rep, sources)) for rep in range(args.repeat)]
     raw_runs: list[dict[str, Any]] = []
+    plain_runs: list[dict[str, Any]] = []
     runs: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in sources}
     with EmbeddedPlatform(work / "services") as plat:
         info = plat.info()
@@ -171,6 +204,9 @@ def main() -> None:
                     run = replay_once(spark, reg.get(name), plans[name], info.kafka_bootstrap, work / "run" / name,
                                       args.chunk_offsets, args.prove)
                     runs[fmt].append({"repetition": rep + 1, "position": position, **run})
+                if not args.no_plain:  # after the replays: it never pays the session's first job (conservative)
+                    plain_runs.append({"repetition": rep + 1, **plain_batch(
+                        spark, reg.get(names[0]), info.kafka_bootstrap, ranges, work / f"plain-{rep + 1}.db")})
         finally:
             spark.stop()
     raw_eps = statistics.median(r["records_per_s"] for r in raw_runs)
@@ -192,6 +228,12 @@ def main() -> None:
     if set(SOURCES) <= set(sources):
         result["ratio_rewind_kafka_to_kafka"] = round(result["sources"]["rewind_kafka"]["records_per_s"]
                                                       / result["sources"]["kafka"]["records_per_s"], 3)
+    if plain_runs:
+        plain_eps = statistics.median(r["records_per_s"] for r in plain_runs)
+        result["plain_batch_job"] = {"records_per_s": round(plain_eps), "runs": plain_runs}
+        for fmt in sources:
+            result["sources"][fmt]["ratio_to_plain_batch_job"] = round(
+                result["sources"][fmt]["records_per_s"] / plain_eps, 3)
     result["log"] = str(work / "bench.log")
     out.write(json.dumps(result) + "\n")
     out.flush()
