@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rewind.runtime.class_sharing import QUIET, archive, submit_opts
+from rewind.runtime.class_sharing import QUIET, archive, submit_env, submit_opts
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def test_no_archive_changes_nothing(cache: Path) -> None:
     assert submit_opts(None) is None and submit_opts("-Xmx1g") == "-Xmx1g"
 
 
-def test_an_archive_is_added_to_the_deployments_options(cache: Path) -> None:
+def test_an_archive_is_added_to_the_deployments_options(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = archive()
     assert path.parent == cache / "cds"
     path.parent.mkdir(parents=True)
@@ -33,11 +33,12 @@ def test_an_archive_is_added_to_the_deployments_options(cache: Path) -> None:
     assert submit_opts(None) == f"-XX:SharedArchiveFile={path} {QUIET}"
     mine = "-XX:SharedArchiveFile=/opt/theirs.jsa"
     assert submit_opts(mine) == mine  # the deployment chose its own
-    os.environ["REWIND_CLASS_SHARING"] = "off"
-    try:
-        assert submit_opts("-Xmx1g") == "-Xmx1g"
-    finally:
-        del os.environ["REWIND_CLASS_SHARING"]
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-Xmx1g")
+    assert submit_env() == {"SPARK_SUBMIT_OPTS": f"-Xmx1g -XX:SharedArchiveFile={path} {QUIET}"}
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", mine)
+    assert submit_env() == {}  # nothing to add
+    monkeypatch.setenv("REWIND_CLASS_SHARING", "off")
+    assert submit_opts("-Xmx1g") == "-Xmx1g"
 
 
 def test_the_archive_is_keyed_by_the_class_paths_conf_folders(cache: Path, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from rewind import settings
 from rewind.driver import spark_conf
 from rewind.driver.checkpoint_fence import use_fenced_file_manager
 from rewind.kafka.options import SOURCE_NAME
-from rewind.runtime.class_sharing import submit_opts
+from rewind.runtime.class_sharing import submit_env as class_sharing_env
 from rewind.runtime.jars import connector_jars
 from rewind.runtime.jvm import rewind_jar
 
@@ -59,9 +59,7 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     from pyspark.sql import SparkSession
 
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the JVM: from the class-data archive
-        opts = submit_opts(os.environ.get("SPARK_SUBMIT_OPTS"))
-        if opts and opts != os.environ.get("SPARK_SUBMIT_OPTS"):
-            os.environ["SPARK_SUBMIT_OPTS"] = opts
+        os.environ.update(class_sharing_env())
 
 
     preset = deployment_conf()

@@ -31,7 +31,7 @@ from rewind.errors import Failed, RewindError
 from rewind.runtime.jars import java_binary
 from rewind.settings import class_sharing_enabled, jvm_cache_dir
 
-__all__ = ["archive", "build", "submit_opts"]
+__all__ = ["archive", "build", "submit_env", "submit_opts"]
 
 #: Silences the JVM's notice that an archive does not match (it goes to stdout otherwise).
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
@@ -93,6 +93,14 @@ def submit_opts(existing: str | None, env: dict[str, str] | None = None) -> str 
     if not path.exists():
         return existing
     return " ".join(p for p in (existing or "", f"-XX:SharedArchiveFile={path}", QUIET) if p)
+
+
+def submit_env() -> dict[str, str]:
+    """What a driver's spark-submit (or the JVM this process starts) needs on top of this environment: the
+    archive's ``SPARK_SUBMIT_OPTS`` when ``submit_opts`` adds them, else nothing."""
+    existing = os.environ.get("SPARK_SUBMIT_OPTS")
+    opts = submit_opts(existing)
+    return {"SPARK_SUBMIT_OPTS": opts} if opts and opts != existing else {}
 
 
 def build(timeout_s: float = 600.0, jvm_opts: str | None = None) -> Path:

@@ -78,7 +78,7 @@ def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
     The replay task passes it as ``SparkSubmitHook(env_vars=...)``; the launches start spark-submit in the
     worker's environment with it on top (`_spark_submit_environ`).
     """
-    from rewind.runtime.class_sharing import submit_opts
+    from rewind.runtime.class_sharing import submit_env as class_sharing_env
     from rewind.settings import python_path
 
     python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable} if driver_on_worker else {}
@@ -86,9 +86,7 @@ def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
     if driver_on_worker and python_path():
         env["PYTHONPATH"] = python_path()
     if driver_on_worker:  # the driver's JVM maps the class-data archive when this machine has one
-        opts = submit_opts(os.environ.get("SPARK_SUBMIT_OPTS"))
-        if opts and opts != os.environ.get("SPARK_SUBMIT_OPTS"):
-            env["SPARK_SUBMIT_OPTS"] = opts
+        env.update(class_sharing_env())
     return env
 
 
