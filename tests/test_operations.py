@@ -84,7 +84,8 @@ def ops(airflow_factory: Callable[..., Any], platform: Any, tmp_path_factory: py
     home = tmp_path_factory.mktemp("ops")
     conf_dir = home / "spark-conf"
     conf_dir.mkdir()
-    (conf_dir / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 3\n")
+    # the deployment turns the event log on (off by default) without a directory: Rewind puts it beside the checkpoint
+    (conf_dir / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 3\nspark.eventLog.enabled true\n")
     inbox = Inbox()
     inbox.controller.start()
     produce(platform.kafka_bootstrap, ProduceSpec(topic="ops-events", count=2000, partitions=3, id_prefix="o1"))
@@ -137,7 +138,7 @@ def test_spark_defaults_conf_sets_the_new_checkpoints_state_partitions(ops: dict
     assert operators, "the demo stream's state operators wrote no state"
     for op in operators:
         assert sorted(int(p.name) for p in op.iterdir() if p.name.isdigit()) == [0, 1, 2], op
-    assert any((Path(f"{checkpoint}.eventlog")).iterdir()), "no Spark event log beside the checkpoint"
+    assert any((Path(f"{checkpoint}.eventlog")).iterdir()), "the event log is not beside the checkpoint"
 
 
 def test_metrics_scraped_over_http_match_the_status(ops: dict[str, Any]) -> None:

@@ -55,12 +55,17 @@ def test_spark_defaults_conf_is_read_as_spark_submit_reads_it(tmp_path: Path) ->
     assert spark_defaults_file({"SPARK_CONF_DIR": str(tmp_path / "none")}) is None
 
 
-def test_a_stream_driver_gets_its_ui_and_an_event_log_beside_the_checkpoint() -> None:
+def test_a_stream_driver_gets_its_ui_and_an_event_log_only_when_asked() -> None:
     d = driver_defaults("/data/checkpoints/demo/", 40411)
     assert d["spark.ui.enabled"] == "true" and d["spark.ui.port"] == "40411"
-    assert d["spark.eventLog.enabled"] == "true" and d["spark.eventLog.dir"] == "/data/checkpoints/demo.eventlog"
-    assert d["spark.eventLog.rolling.enabled"] == "true"
-    assert "spark.eventLog.enabled" not in driver_defaults("s3a://bucket/cp/demo", 1)  # no directory to create there
+    assert not any(k.startswith("spark.eventLog") for k in d)  # off by default, as in Spark
+    for on in ("true", " TRUE", True):
+        d = driver_defaults("/data/checkpoints/demo/", 40411, {"spark.eventLog.enabled": on})
+        assert d["spark.eventLog.dir"] == "/data/checkpoints/demo.eventlog"  # beside the checkpoint, rolled
+        assert d["spark.eventLog.rolling.enabled"] == "true"
+    assert "spark.eventLog.dir" not in driver_defaults("/cp/demo", 1, {"spark.eventLog.enabled": "false"})
+    # no directory to create on an object store: the user's own spark.eventLog.dir is needed there
+    assert "spark.eventLog.dir" not in driver_defaults("s3a://bucket/cp/demo", 1, {"spark.eventLog.enabled": "true"})
 
 
 def test_spark_defaults_conf_wins_over_rewinds_defaults_in_a_real_session(tmp_path: Path) -> None:

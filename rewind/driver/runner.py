@@ -26,8 +26,8 @@ from rewind.driver.late_routing import check_progress, streaming_candidates
 from rewind.driver.outputs import output_frame
 from rewind.driver.sink_factory import open_sink
 from rewind.driver.source import check_source, source_options
-from rewind.driver.spark_conf import driver_defaults, event_log_dir
-from rewind.driver.spark_session import ensure_source, use_checkpoint_file_manager
+from rewind.driver.spark_conf import driver_defaults
+from rewind.driver.spark_session import deployment_conf, ensure_source, use_checkpoint_file_manager
 from rewind.driver.staged_writer import StagedBatchWriter
 from rewind.kafka.client_config import kafka_options, librdkafka_config, stream_consumer_config
 from rewind.kafka.group_offsets import GroupOffsets, consumer_group
@@ -108,13 +108,16 @@ def fence_sink(sink: Any, lease: LeaseKeeper) -> None:
 
 
 def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
-    """A stream driver's Spark defaults: its UI on a free port, its event log beside the checkpoint
+    """A stream driver's Spark defaults: its UI on a free port and, where the deployment or the registry
+    turned the event log on without a directory, that directory beside the checkpoint
     (``rewind.driver.spark_conf.driver_defaults``; the deployment's settings win)."""
 
-    logs = event_log_dir(spec.checkpoint)
-    if logs:
-        Path(logs).mkdir(parents=True, exist_ok=True)  # Spark refuses an event log directory that is not there
-    return driver_defaults(spec.checkpoint, free_port())
+    asked = {**deployment_conf(), **spec.spark_conf}
+    defaults = driver_defaults(spec.checkpoint, free_port(), asked)
+    if "spark.eventLog.dir" in defaults and "spark.eventLog.dir" not in asked:
+        # Spark refuses an event log directory that is not there
+        Path(defaults["spark.eventLog.dir"]).mkdir(parents=True, exist_ok=True)
+    return defaults
 
 
 def group_offsets_for(spec: StreamSpec, bootstrap: str) -> Any:
