@@ -263,3 +263,16 @@ def test_kafka_consumer_groups_sees_the_streams_lag(ops: dict[str, Any]) -> None
         assert row["LOG-END-OFFSET"] == st.latest_offsets[topic][part], (key, row, st.latest_offsets)
         assert row["LAG"] == st.lag[key], (key, row, st.lag)
     print(f"[consumer groups] {consumer_group('ops')}: {tool}; Rewind's lag {st.lag}")
+
+
+def test_the_drivers_start_up_is_split_by_step_from_its_spark_submit_jvm(ops: dict[str, Any]) -> None:
+    """Where a (re)start's time goes, from the driver's own clock: the status and one line of its log."""
+    st = read_status(status_file(ops["spec"]))
+    assert st is not None
+    assert set(st.startup) == {"jvm", "python", "checks", "lease", "session", "query", "first_batch"}, st.startup
+    assert all(0 <= v < 120 for v in st.startup.values()), st.startup
+    assert st.startup["jvm"] > 0 and st.startup["session"] > 0  # spark-submit started the JVM, then Python
+    from rewind.paths import paths_of
+
+    lines = [ln for ln in paths_of(ops["spec"]).log.read_text(errors="replace").splitlines() if "first batch in" in ln]
+    assert lines and "since its spark-submit JVM started" in lines[0], lines

@@ -50,6 +50,7 @@ class StreamStatus:
     host: str = field(default_factory=socket.gethostname)
     holder: dict[str, Any] = field(default_factory=dict)  # the lease Holder: where ``pid`` can be checked
     cluster: dict[str, str] = field(default_factory=dict)  # a driver YARN runs: its application (cluster_identity)
+    startup: dict[str, float] = field(default_factory=dict)  # seconds per start-up step (rewind.driver.startup)
 
 
 class StatusChannel(Protocol):

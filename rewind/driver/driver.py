@@ -44,6 +44,7 @@ from rewind.driver.runner import (
 from rewind.driver.source import check_source
 from rewind.driver.spark_session import build_session
 from rewind.driver.standby import become_driver
+from rewind.driver.startup import StartupSpans
 from rewind.kafka.group_offsets import progress_end_offsets
 from rewind.paths import late_checks_path, status_file
 from rewind.registry import StreamSpec
@@ -68,8 +69,11 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     (``rewind.driver.standby``). A driver whose lease is taken over stops, having committed nothing
     more, and raises ``LeaseLost`` ("fenced: epoch N was taken over by epoch M on HOST", exit 3)."""
 
+    spans = StartupSpans.now()
+    spans.mark("python")  # the interpreter, its imports and the registry
     load_transform(spec)  # a transform that breaks the contract is refused before Spark starts
     check_source(spec, bootstrap)
+    spans.mark("checks")
 
     if not is_url(spec.checkpoint):  # s3a://: Hadoop creates the "folders" (S3 has none)
         Path(spec.checkpoint).parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +89,7 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     warmed = threading.Event()
     if keeper is not None:  # the supervisor sees the new driver before the session's start-up
         StoreChannel(keeper.store, keeper.epoch).write(driver_status(spec, keeper))
+        spans.mark("lease")
     else:
         keep_standby_notice(spec, warmed)  # "warming", renewed until the wait for the lease begins
     started = time.perf_counter()
@@ -93,13 +98,15 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
         spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint), **spec.spark_conf},
                               sources=False, defaults=driver_defaults_for(spec))
         apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
+        spans.mark("session")
         if keeper is None:
 
             keeper = become_driver(spark, spec, bootstrap, stop_requested, time.perf_counter() - started, warmed)
             if keeper is None:
                 log.info("standby %s stopped before it was needed", spec.name)
                 return 0
-        return _drive(spark, spec, bootstrap, available_now, stop_requested, keeper)
+            spans.mark("standby")  # the warm-up and the wait for the lease
+        return _drive(spark, spec, bootstrap, available_now, stop_requested, keeper, spans)
     finally:
         warmed.set()
         if standby:
@@ -133,7 +140,7 @@ def stop_session(spark: Any, timeout_s: float = 60.0) -> None:
 
 
 def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, stop_requested: threading.Event,
-           keeper: LeaseKeeper) -> int:
+           keeper: LeaseKeeper, spans: StartupSpans) -> int:
     """The driver's part once it holds the lease: status, listener, query, graceful stop; a takeover
     (``keeper.fenced``) stops the query at once."""
 
@@ -148,6 +155,10 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
 
     def on_progress(p: Any) -> None:
 
+        if not status.startup:  # the first batch is in: the start-up's split, once
+            spans.mark("first_batch")
+            status.startup = spans.spans()
+            log.info(spans.line(spec.name))
         status.progress = progress_figures(p, tracked)
         record_late_check(status, late, p, late_log)
         if group is not None:  # after the batch committed: Kafka's tools see the stream's lag
@@ -168,6 +179,7 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
         query = build_query(spark, spec, bootstrap, available_now=available_now, checkpoint=checkpoint, late=late,
                             lease=keeper)
         channel.epoch = status.epoch = keeper.epoch  # raised past a sink fenced under another store, if it was
+        spans.mark("query")
         log.info("stream %s started: query %s, checkpoint %s, sink %s, lease epoch %d, resuming after batch %s",
                  spec.name, query.id, checkpoint, spec.sink.url.split("@")[-1], keeper.epoch, status.last_batch_id)
         probe = start_lag_probe(spec, bootstrap, status, channel)
