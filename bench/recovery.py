@@ -7,7 +7,14 @@ new batches, and reads the times from the facts the platform records:
 
 - detected: the failure the supervisor recorded (``<stream>.failures.json``, the trigger's time);
 - relaunched: the new driver's ``started_at`` in the status file;
-- first new batch: the first status of the new driver with a batch past the one at the kill.
+- first new batch: the first status of the new driver with a batch past the one at the kill;
+- the split of that time (``split_s`` per kill, ``median_split_s``): ``to_spark_submit`` (the kill to the
+  new driver's spark-submit JVM: detection, the restart delay, the relaunch task) and the new driver's own
+  start-up steps from its status (``rewind.driver.startup``: jvm, python, checks, lease, session, query,
+  first_batch).
+
+``REWIND_CLASS_SHARING=off`` in the environment turns the class-data archive off for an A/B run (the JSON's
+``driver``).
 
 Reference measured in the same run: the cold start of the same stream (launch -> first batch),
 which bounds what a restart can cost. At the end every Kafka record is checked against the sink.
@@ -93,6 +100,7 @@ def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any], dag_i
             out.setdefault("relaunched_at", now.started_at)
             if now.last_batch_id is not None and now.last_batch_id > out["batch"] and now.last_batch_at:
                 out["first_batch_at"] = now.last_batch_at
+                out["startup"] = now.startup  # the new driver's own split (rewind.driver.startup)
                 return
         time.sleep(0.1)
     out["error"] = "no new batch after the kill"
@@ -158,9 +166,13 @@ def main() -> None:
                 if "error" in timing or detected is None or "first_batch_at" not in timing:
                     raise RuntimeError(f"run {i}: {timing}, tasks {states}")
                 k = timing["killed_at"]
+                first = round(timing["first_batch_at"] - k, 2)
+                steps = timing.get("startup") or {}
                 runs.append({"batch": timing["batch"], "detect_s": round(detected - k, 2),
-                             "relaunch_s": round(timing["relaunched_at"] - k, 2),
-                             "first_batch_s": round(timing["first_batch_at"] - k, 2), "tasks": states})
+                             "relaunch_s": round(timing["relaunched_at"] - k, 2), "first_batch_s": first,
+                             # SIGKILL -> the new driver's spark-submit JVM: detection, restart delay, the launch
+                             "split_s": {"to_spark_submit": round(first - sum(steps.values()), 2), **steps},
+                             "tasks": states})
         finally:
             producer.stop.set()
             producer.join(timeout=60)
@@ -175,10 +187,13 @@ def main() -> None:
         "benchmark": "recovery", "runs": len(runs),
         "machine": {"cores": os.cpu_count(), "spark_master": "local[2]"},
         "poll_s": args.poll_s, "restart_delay_s": 1.0, "produce_rate_eps": args.rate,
+        "driver": {"class_sharing": os.environ.get("REWIND_CLASS_SHARING", "on")},
         "median_s": {"sigkill_to_detected": med("detect_s"), "sigkill_to_relaunched": med("relaunch_s"),
                      "sigkill_to_first_new_batch": med("first_batch_s")},
         "reference_cold_start_to_first_batch_s": round(cold["first_batch"] - t0, 2) if cold else None,
         "per_run": [{k: v for k, v in r.items() if k != "tasks"} for r in runs],
+        "median_split_s": {k: round(statistics.median(r["split_s"].get(k, 0.0) for r in runs), 2)
+                           for k in runs[0]["split_s"]} if runs else {},
         "exactly_once": {"ok": report.ok, "kafka_records": report.kafka_records},
         "log": str(work / "bench.log"),
     }
