@@ -240,3 +240,23 @@ def test_format_report_prints_the_sum_and_reads_older_reports() -> None:
            "removed": 0, "unsupported_left": 0, "horizon": None, "horizon_source": ""}
     old_line = next(x for x in format_report(report_with({"totals": old})).splitlines() if x.startswith("aggregates"))
     assert "252 groups touched by the range, 216 recomputed from all their records" in old_line
+
+
+def test_the_groups_a_chunk_touches_are_the_same_with_one_row_per_group() -> None:
+    """``distinct_groups`` keeps one row per group before each is turned into text: the set of groups is
+    the one every row gives, keys of mixed types (1, 1.0, "1", None) and windows alike."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from rewind.proof.aggregates import group_text
+    from rewind.replay.recompute import distinct_groups
+
+    agg = SimpleNamespace(window="window_start", keys=("k",))
+    starts = pd.to_datetime(["2026-11-29T00:00:00Z", "2026-11-29T00:00:05Z"] * 6, utc=True)
+    frame = pd.DataFrame({"window_start": starts, "k": [1, 1.0, "1", None, 1, "1"] * 2, "n": range(12)})
+    every_row = set(group_text(frame, agg))
+    fewer = distinct_groups(frame, agg)
+    assert len(fewer) < len(frame) and set(group_text(fewer, agg)) == every_row
+    windowless = SimpleNamespace(window=None, keys=("k",))
+    assert set(group_text(distinct_groups(frame, windowless), windowless)) == set(group_text(frame, windowless))
