@@ -54,14 +54,19 @@ test-fast: java jars venv lint
 
 # Each bench prints one JSON object: saved to bench/results/NAME.json (via .tmp, so a failed run
 # leaves the previous result), then the charts go to docs/img/. See docs/benchmarks.md.
-BENCHES := savepoint checkpoint_inspect recovery standby throughput replay latency proof_scaling sinks driver_memory overhead
+BENCHES := savepoint checkpoint_inspect recovery standby throughput replay latency proof_scaling sinks driver_memory \
+           overhead overhead_inventory overhead_latency
+# A result whose name is not its script's: the script and its arguments.
+SCRIPT_overhead_inventory := overhead
+ARGS_overhead_inventory := --transform inventory
+SCRIPT_overhead_latency := overhead
+ARGS_overhead_latency := --latency --repeat 3
 bench: java jars venv
 	@mkdir -p bench/results docs/img
-	@set -e; for b in $(BENCHES); do \
-	  echo "bench: $$b ($$(date -u +%H:%M:%S) UTC)" >&2; \
-	  $(PY) bench/$$b.py > bench/results/$$b.json.tmp; \
-	  mv bench/results/$$b.json.tmp bench/results/$$b.json; \
-	done
+	@set -e; $(foreach b,$(BENCHES),\
+	  echo "bench: $(b) ($$(date -u +%H:%M:%S) UTC)" >&2; \
+	  $(PY) bench/$(or $(SCRIPT_$(b)),$(b)).py $(ARGS_$(b)) > bench/results/$(b).json.tmp; \
+	  mv bench/results/$(b).json.tmp bench/results/$(b).json;)
 	$(PY) bench/charts.py bench/results docs/img
 
 chaos: java jars venv

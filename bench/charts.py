@@ -13,6 +13,10 @@ Writes, for each result that is there (a missing one is skipped and named on std
 - ``recovery.png``: SIGKILL -> first new batch per kill, a warm standby taking over next to a
   relaunch of the same command in the same run (``bench/standby.py``), with the cold start and
   the 10 s target;
+- ``overhead.png``: Rewind beside the Spark job a team would write (``bench/overhead.py``): throughput for
+  the demo and the stateless inventory transform against the plain job (Spark's defaults and Rewind's
+  settings), Spark's ``noop`` floor, and latency p50/p95/p99 at 1,000 events/s, with the issue's limits
+  (0.95 of the plain job's throughput; its latency + 0.05 s);
 - ``targets.png``: every issue target as measured / limit (below 1 is met), the throughput targets
   once per source.
 
@@ -238,6 +242,58 @@ def recovery_chart(data: dict[str, Any] | None, out: Path) -> Path | None:
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, out / "recovery.png")
 
+#: bench/overhead.py's runs, in the order drawn, with their labels.
+OVERHEAD_RUNS = {"rewind": "Rewind", "plain_rewind_settings": "plain PySpark,\nRewind's settings",
+                 "plain_spark": "plain PySpark,\nSpark's defaults", "noop": "noop sink\n(Spark's floor)",
+                 "rewind_quiet": "Rewind,\nUI off", "rewind_event_log": "Rewind,\nevent log on"}
+
+
+def overhead_chart(demo: dict[str, Any] | None, stateless: dict[str, Any] | None, latency: dict[str, Any] | None,
+                   out: Path) -> Path | None:
+    """Throughput per transform (records/s, the plain job with the same settings x 0.95 drawn as the limit)
+    and latency per run (p50/p95/p99, the plain job's p99 + 0.05 s drawn as the limit)."""
+    panels = [(t, d) for t, d in (("demo (stateful)", demo), ("inventory (stateless)", stateless)) if d]
+    if not panels and not (latency and latency.get("median_of_repetitions")):
+        return None
+    n = len(panels) + (1 if latency else 0)
+    fig, axes = plt.subplots(1, n, figsize=(5.6 * n, 5.2), squeeze=False)
+    for ax, (title, data) in zip(axes[0], panels):
+        kinds = [k for k in OVERHEAD_RUNS if k in data["runs"]]
+        values = [data["runs"][k]["events_per_s"] for k in kinds]
+        bars = ax.bar(range(len(kinds)), values, color=[REWIND if k == "rewind" else REFERENCE for k in kinds])
+        ax.bar_label(bars, labels=[f"{v:,}" for v in values], fontsize=8, padding=2)
+        ref = data["runs"].get("plain_rewind_settings", {}).get("events_per_s")
+        if ref:
+            ax.axhline(0.95 * ref, color=TARGET, linestyle="--", linewidth=1)
+            ax.text(len(kinds) - 0.5, 0.95 * ref * 0.97, "0.95 of plain, same settings", color=TARGET, fontsize=7,
+                    ha="right", va="top")
+        ax.set_xticks(range(len(kinds)), [OVERHEAD_RUNS[k] for k in kinds], fontsize=7)
+        ax.set_ylabel("records/s at a backlog")
+        ax.set_title(f"{title}: {data['events']:,} records, repeat {data['repeat']}", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    if latency and latency.get("median_of_repetitions"):
+        ax = axes[0][-1]
+        med = latency["median_of_repetitions"]
+        kinds = [k for k in OVERHEAD_RUNS if k in med]
+        shades = {"p50": 1.0, "p95": 0.7, "p99": 0.45}
+        width = 0.26
+        for x, k in enumerate(kinds):
+            for i, (q, alpha) in enumerate(shades.items()):
+                bar = ax.bar(x + (i - 1) * width, med[k][q], width, alpha=alpha,
+                             color=REWIND if k.startswith("rewind") else REFERENCE)
+                ax.bar_label(bar, fmt="%.2f", fontsize=6, padding=1)
+        ref = med.get("plain_rewind_settings")
+        if ref:
+            ax.axhline(ref["p99"] + 0.05, color=TARGET, linestyle="--", linewidth=1)
+            ax.text(-0.45, ref["p99"] + 0.08, "plain p99 + 0.05 s", color=TARGET, fontsize=7, va="bottom")
+        ax.set_xticks(range(len(kinds)), [OVERHEAD_RUNS[k] for k in kinds], fontsize=7)
+        ax.set_ylabel("seconds, Kafka append -> row visible")
+        ax.set_title(f"latency p50/p95/p99 at {latency['rate']:,} events/s, trigger 0, "
+                     f"median of {latency['repeat']}", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Rewind against the same plan as a plain PySpark job (bench/overhead.py)", fontsize=10)
+    return _save(fig, out / "overhead.png")
+
 
 def _save(fig: Any, path: Path) -> Path:
     """Every chart is written the same way: laid out, 110 dpi, figure closed (charts are made in a loop)."""
@@ -273,6 +329,21 @@ def targets(results: Path) -> list[tuple[str, float, float]]:
     if rec:
         v = rec["median_s"]["sigkill_to_first_new_batch"]
         out.append(("recovery via the supervisor, SIGKILL -> first batch < 10 s", v / 10.0, f"{v:.1f} s"))
+    for name, what in (("overhead", "demo"), ("overhead_inventory", "inventory")):
+        o = load(results, name)
+        ratio = (o or {}).get("runs", {}).get("rewind", {}).get("ratio_to_plain_rewind_settings")
+        if ratio:
+            out.append((f"{what} stream / plain PySpark, same settings >= 0.95", 0.95 / ratio, f"{ratio:.3f}"))
+    ol = load(results, "overhead_latency")
+    med = (ol or {}).get("median_of_repetitions", {})
+    if "rewind" in med and "plain_rewind_settings" in med:
+        for q in ("p50", "p99"):
+            limit = med["plain_rewind_settings"][q] + 0.05
+            out.append((f"latency {q} <= plain PySpark's + 0.05 s", med["rewind"][q] / limit,
+                        f"{med['rewind'][q]:.2f} s (limit {limit:.2f} s)"))
+    plain = (r or {}).get("sources", {}).get("kafka", {}).get("ratio_to_plain_batch_job")
+    if plain:
+        out.append(("replay / plain PySpark batch job >= 0.9", 0.9 / plain, f"{plain:.3f}"))
     sb = load(results, "standby")
     if sb and sb["median_s"].get("standby_sigkill_to_first_new_batch") is not None:
         v = sb["median_s"]["standby_sigkill_to_first_new_batch"]
@@ -309,6 +380,8 @@ def main(argv: list[str]) -> None:
     written.append(throughput_chart(load(results, "throughput"), load(results, "replay"), out))
     written.append(latency_chart(load(results, "latency"), out))
     written.append(recovery_chart(load(results, "standby"), out))
+    written.append(overhead_chart(load(results, "overhead"), load(results, "overhead_inventory"),
+                                  load(results, "overhead_latency"), out))
     written.append(targets_chart(targets(results), out))
     print(json.dumps([str(p) for p in written if p is not None]))
 

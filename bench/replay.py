@@ -192,7 +192,9 @@ def main() -> None:
         from rewind.driver.spark_session import build_session
 
         t0 = time.perf_counter()
-        spark = build_session("rewind-bench-replay", conf={"spark.ui.showConsoleProgress": "false"})
+        # 2g: the plain batch job collects the whole range into the driver at once (1g ran out at 1M records)
+        spark = build_session("rewind-bench-replay", conf={"spark.ui.showConsoleProgress": "false",
+                                                           "spark.driver.memory": "2g"})
         startup_s = time.perf_counter() - t0
         try:
             for rep, fmts in enumerate(order):
