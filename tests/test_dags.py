@@ -143,7 +143,7 @@ def _supervised_registry(tmp_path: Path, topic: str, platform: Any, monkeypatch:
     from tests.harness.registry_templates import demo_stream, write_registry
 
     registry = write_registry(tmp_path / "streams.yaml", demo_stream(
-        "sup", topic, tmp_path, max_offsets=max_offsets, trigger="1 second", restart=restart, **extra))
+        "sup", topic, tmp_path, max_offsets=max_offsets, trigger="2 seconds", restart=restart, **extra))
     for k, v in {**platform.env(), "REWIND_REGISTRY": str(registry), "REWIND_LAG_PROBE_S": "2",
                  "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
                  "AIRFLOW_CONN_REWIND_KAFKA": json.dumps({"conn_type": "generic",

@@ -129,7 +129,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory, platform: Any) -> Iterator[Li
     home = tmp_path_factory.mktemp("upgrade")
     topic = f"upg-{uuid.uuid4().hex[:8]}"
     registry = write_registry(home / "streams.yaml", demo_stream(
-        "up", topic, home, max_offsets=5000, trigger="1 second", window="5 seconds", watermark_delay="10 seconds",
+        "up", topic, home, max_offsets=5000, trigger="2 seconds", window="5 seconds", watermark_delay="10 seconds",
         allowed_lateness="5 seconds", restart="{strategy: fixed-delay, max_attempts: 1, delay: 1 second}",
         supervision="{startup_grace: 4 min}", savepoints="{schedule: null}"))
     live = Live("up", registry, home, platform.kafka_bootstrap, platform.env(),
