@@ -164,7 +164,7 @@ def spark():
     """One local[2] session shared by all tests in the run (start-up costs ~10 s)."""
     from rewind.driver.spark_session import build_session
 
-    session = build_session("rewind-tests")
+    session = build_session("rewind-tests", delta=True)  # in-process Delta sinks written from the executors
     yield session
     session.stop()
     # py4j logs from __del__ at interpreter exit, after pytest closed the streams ("Logging error").

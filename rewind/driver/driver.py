@@ -35,6 +35,7 @@ from rewind.driver.checkpoint_fence import grant, withdraw
 from rewind.driver.progress_metrics import progress_figures
 from rewind.driver.runner import (
     build_query,
+    delta_session,
     driver_defaults_for,
     group_offsets_for,
     record_late_check,
@@ -96,7 +97,8 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     spark = None
     try:
         spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint), **spec.spark_conf},
-                              sources=False, defaults=driver_defaults_for(spec))
+                              sources=False, defaults=driver_defaults_for(spec),
+                              delta=delta_session(spec))
         apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
         spans.mark("session")
         if keeper is None:

@@ -64,7 +64,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
         fence_sink(sink, lease)
     checkpoint = checkpoint or spec.checkpoint
     writer: BatchWriter
-    if spec.sink.write_from == "executors" and is_delta_url(spec.sink.url):
+    if delta_session(spec):
 
         writer = DeltaBatchWriter(sink, transform.split, checkpoint, phases,
                                   late if late is not None else {}, spec=spec,
@@ -118,6 +118,12 @@ def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
         # Spark refuses an event log directory that is not there
         Path(defaults["spark.eventLog.dir"]).mkdir(parents=True, exist_ok=True)
     return defaults
+
+
+def delta_session(spec: StreamSpec) -> bool:
+    """Whether the stream's session needs delta-spark (``build_session(delta=...)``): a Delta sink written
+    from the executors (``DeltaBatchWriter``); delta-rs writes it otherwise."""
+    return spec.sink.write_from == "executors" and is_delta_url(spec.sink.url)
 
 
 def group_offsets_for(spec: StreamSpec, bootstrap: str) -> Any:

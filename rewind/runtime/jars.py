@@ -91,6 +91,11 @@ def delta_jars() -> list[str]:
     return sorted(str(p) for p in (jars_dir() / "delta").glob("*.jar"))
 
 
+def is_delta_jar(path: str) -> bool:
+    """One of ``delta_jars()``: delta-spark's, only a session with ``delta`` needs them."""
+    return Path(path).parent.name == "delta" or Path(path).name.startswith(("delta-spark_", "delta-storage-"))
+
+
 def require_delta_jars() -> list[str]:
     jars = delta_jars()
     if not any(Path(j).name.startswith("delta-spark_") for j in jars):
