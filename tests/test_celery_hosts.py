@@ -82,7 +82,7 @@ def fleet(platform: PlatformInfo, tmp_path_factory: pytest.TempPathFactory) -> I
     for fut in admin.create_topics([NewTopic(topic, 3, 1)]).values():
         fut.result(timeout=15)
     registry = write_registry(shared / "streams.yaml", demo_stream(
-        NAME, topic, shared, max_offsets=400, sink_url=f"sqlite:///{shared}/sink.db", trigger='"2 seconds"',
+        NAME, topic, shared, max_offsets=400, sink_url=f"sqlite:///{shared}/sink.db", trigger='"1 second"',
         status_dir="${REWIND_HOME}/status", control=f"s3://{platform.bucket}/control/{root.name}",
         restart="{strategy: fixed-delay, max_attempts: 20, delay: 1 seconds}",
         supervision="{poll: 1 seconds, heartbeat_timeout: 60 seconds, startup_grace: 3 min}"))

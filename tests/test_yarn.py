@@ -167,7 +167,7 @@ def test_a_stream_moves_onto_yarn_loses_its_drivers_node_mid_batch_and_is_upgrad
     """
     topic = new_topic(3, "ymig")
     home, bootstrap = tmp_path / "home", platform.kafka_bootstrap
-    entry = dict(max_offsets=400, trigger='"2 seconds"', sink_url=f"sqlite:///{tmp_path}/sink.db",
+    entry = dict(max_offsets=400, trigger='"1 second"', sink_url=f"sqlite:///{tmp_path}/sink.db",
                  restart="{strategy: fixed-delay, max_attempts: 6, delay: 5 seconds}")
     local = write_registry(tmp_path / "local.yaml", demo_stream(STREAM, topic, home, **entry))
     on_yarn = write_registry(tmp_path / "yarn.yaml", demo_stream(
