@@ -245,7 +245,7 @@ def recovery_chart(data: dict[str, Any] | None, out: Path) -> Path | None:
 #: bench/overhead.py's runs, in the order drawn, with their labels.
 OVERHEAD_RUNS = {"rewind": "Rewind", "plain_rewind_settings": "plain PySpark,\nRewind's settings",
                  "plain_spark": "plain PySpark,\nSpark's defaults", "noop": "noop sink\n(Spark's floor)",
-                 "rewind_quiet": "Rewind,\nUI off", "rewind_event_log": "Rewind,\nevent log on"}
+                 "rewind_quiet": "Rewind,\nUI off too", "rewind_event_log": "Rewind,\nevent log on"}
 
 
 def overhead_chart(demo: dict[str, Any] | None, stateless: dict[str, Any] | None, latency: dict[str, Any] | None,
