@@ -11,7 +11,7 @@ from rewind.driver import spark_conf
 from rewind.driver.checkpoint_fence import use_fenced_file_manager
 from rewind.kafka.options import SOURCE_NAME
 from rewind.runtime.class_sharing import submit_env as class_sharing_env
-from rewind.runtime.jars import connector_jars, is_delta_jar
+from rewind.runtime.jars import connector_jars
 from rewind.runtime.jvm import rewind_jar
 
 
@@ -66,7 +66,6 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the JVM: from the class-data archive
         os.environ.update(class_sharing_env())
 
-
     preset = deployment_conf()
     builder = SparkSession.builder.appName(app_name)
     # Under spark-submit (its JVM hands pyspark a gateway port) the master comes from --master (the
@@ -80,8 +79,7 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     # runs and the submit brought it with --jars (``rewind.runtime.jvm.submit_jars``); in a YARN container there
     # is neither a JDK to compile it with nor Spark's jars beside pyspark's zip.
     under_submit = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
-    jars = [*(j for j in connector_jars(required=False) if delta or not is_delta_jar(j)),
-            *([] if under_submit else [rewind_jar()])]
+    jars = [*connector_jars(required=False, delta=delta), *([] if under_submit else [rewind_jar()])]
     if jars:
         own = [j for j in (given.get("spark.jars") or preset.get("spark.jars") or "").split(",") if j]
         builder = builder.config("spark.jars", ",".join(dict.fromkeys([*own, *jars])))

@@ -72,8 +72,9 @@ def kafka_tools_classpath() -> str:
     return f"{broker_classpath()}:{folder / '*'}"
 
 
-def connector_jars(required: bool = True) -> list[str]:
-    """Spark's Kafka connector jars (``.jars/spark/*.jar``); ``[]`` when absent and not ``required``."""
+def connector_jars(required: bool = True, delta: bool = True) -> list[str]:
+    """Spark's Kafka connector jars (``.jars/spark/*.jar``) and, with ``delta``, ``delta_jars()``; ``[]`` when
+    the connector is absent and not ``required``."""
     folder = jars_dir() / "spark"
     jars = sorted(str(p) for p in folder.glob("*.jar"))
     missing = [a for a in CONNECTOR_ARTIFACTS if not any(Path(j).name.startswith(a) for j in jars)]
@@ -82,18 +83,13 @@ def connector_jars(required: bool = True) -> list[str]:
             return []
         raise JarsMissing(f"Spark's Kafka connector (format \"kafka\") is not in {folder} "
                           f"(missing {', '.join(m.rstrip('-_') for m in missing)}): {FETCH_HINT}")
-    return jars + delta_jars()
+    return jars + (delta_jars() if delta else [])
 
 
 def delta_jars() -> list[str]:
     """delta-spark and delta-storage (``.jars/delta/*.jar``), for Delta sinks written from the executors;
     [] when absent (``require_delta_jars`` says how to fetch them)."""
     return sorted(str(p) for p in (jars_dir() / "delta").glob("*.jar"))
-
-
-def is_delta_jar(path: str) -> bool:
-    """One of ``delta_jars()``: delta-spark's, only a session with ``delta`` needs them."""
-    return Path(path).parent.name == "delta" or Path(path).name.startswith(("delta-spark_", "delta-storage-"))
 
 
 def require_delta_jars() -> list[str]:
