@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rewind.runtime.class_sharing import QUIET, archive, submit_env, submit_opts
+from rewind.runtime.class_sharing import QUIET, STALE_S, archive, prune, submit_env, submit_opts
 
 
 @pytest.fixture
@@ -46,6 +46,36 @@ def test_the_archive_is_keyed_by_the_class_paths_conf_folders(cache: Path, tmp_p
     the one built for the other class path would not map."""
     assert archive({"SPARK_CONF_DIR": str(tmp_path / "a")}) != archive({"SPARK_CONF_DIR": str(tmp_path / "b")})
     assert archive({}) == archive({})
+
+
+def test_the_archive_is_keyed_by_each_jars_modification_time(cache: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JVM refuses an archive when a jar on the class path has another size or modification time ("A jar
+    file is not the one used while building the shared archive file"): a PySpark reinstalled over the same
+    path (a CI's fresh virtualenv) must get a new archive's name, not the old one it cannot map."""
+    home = tmp_path / "spark"
+    (home / "jars").mkdir(parents=True)
+    jar = home / "jars" / "spark-core.jar"
+    jar.write_bytes(b"x" * 10)
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    before = archive()
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 1_000_000))
+    assert archive() != before
+    jar.write_bytes(b"x" * 11)
+    assert archive() != before
+
+
+def test_building_an_archive_removes_those_no_jvm_opened_for_two_weeks(tmp_path: Path) -> None:
+    keep, used, stale = (tmp_path / f"spark-{n}.jsa" for n in ("keep", "used", "stale"))
+    other = tmp_path / "build.lock"
+    for p in (keep, used, stale, other):
+        p.write_bytes(b"")
+    now = 10 * STALE_S
+    for p in (keep, other, stale):
+        os.utime(p, (now - STALE_S - 1, now - STALE_S - 1))
+    os.utime(used, (now - STALE_S + 60, now - 3 * STALE_S))  # old, but a JVM opened it lately
+    assert prune(keep, now=now) == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build.lock", "spark-keep.jsa", "spark-used.jsa"]
 
 
 @pytest.mark.slow

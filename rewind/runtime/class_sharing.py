@@ -7,15 +7,18 @@ exits; a later JVM with the same JDK and class path maps it read-only (``-XX:Sha
 skips that work. Measured 2026-11-29 on 2 cores: a one-line PySpark job through spark-submit 10.8 -> 5.8 s
 of CPU (docs/benchmarks.md).
 
-How: ``rewind spark share-classes`` (``build``) runs a short local job that loads what a stream driver
-loads (a streaming query with RocksDB state and a watermark, ``foreachBatch``, Arrow both ways) under
+How: ``rewind spark share-classes`` (``build``) runs a short local job that loads what a stream driver loads
+(a streaming query with RocksDB state and a watermark, ``foreachBatch``, Arrow both ways) under
 ``ArchiveClassesAtExit``, into ``REWIND_JVM_CACHE/cds/`` under a name keyed by the JDK's build, the Spark
-installation and its jars, and the class path's conf folders (``archive``). A driver's start uses the archive
-when it is there (``submit_opts``: the Airflow launch's spark-submit environment, and a session this process
-starts itself); it never builds one: a start must not wait for it. A JVM whose class path differs from the
-archive's starts as it did before (``-Xshare:auto``, Java's default), and ``-Xlog:cds=off,cds+dynamic=off``
-keeps its notice of that off stdout, where commands print their JSON. ``REWIND_CLASS_SHARING=off`` turns it
-off. A driver in a YARN container is not concerned: its class path is the container's.
+installation, each of its jars' name, size and modification time (the JVM refuses an archive when any jar's
+differ: a reinstalled PySpark, a new virtualenv over the same path), and the class path's conf folders
+(``archive``). Building one removes the archives in that folder no JVM has opened for two weeks. A driver's
+start uses the archive when it is there (``submit_opts``: the Airflow launch's spark-submit environment, and a
+session this process starts itself); it never builds one: a start must not wait for it. A JVM whose class path
+differs from the archive's starts as it did before (``-Xshare:auto``, Java's default), and
+``-Xlog:cds=off,cds+dynamic=off`` keeps its notice of that off stdout, where commands print their JSON.
+``REWIND_CLASS_SHARING=off`` turns it off. A driver in a YARN container is not concerned: its class path is
+the container's.
 """
 
 from __future__ import annotations
@@ -25,16 +28,20 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from rewind.errors import Failed, RewindError
 from rewind.runtime.jars import java_binary
 from rewind.settings import class_sharing_enabled, jvm_cache_dir
 
-__all__ = ["archive", "build", "submit_env", "submit_opts"]
+__all__ = ["archive", "build", "prune", "submit_env", "submit_opts"]
 
 #: Silences the JVM's notice that an archive does not match (it goes to stdout otherwise).
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
+
+#: An archive no JVM has opened for this long is removed when another is built (each is ~170 MB).
+STALE_S = 14 * 24 * 3600
 
 #: The job whose JVM writes the archive at its exit.
 DUMP_JOB = """
@@ -74,7 +81,8 @@ def archive(env: dict[str, str] | None = None) -> Path:
     java = Path(os.path.realpath(java_binary()))
     release = java.parent.parent / "release"
     home = _spark_home()
-    jars = sorted(f"{p.name}:{p.stat().st_size}" for p in (home / "jars").glob("*.jar"))
+    jars = sorted(f"{p.name}:{st.st_size}:{st.st_mtime_ns}" for p in (home / "jars").glob("*.jar")
+                  for st in [p.stat()])
     conf = [env.get(k, "") for k in ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR")]
     digest = hashlib.sha256("\n".join([str(java), release.read_text() if release.exists() else "", str(home),
                                        *conf, *jars]).encode()).hexdigest()[:16]
@@ -127,4 +135,20 @@ def build(timeout_s: float = 600.0, jvm_opts: str | None = None) -> Path:
             raise Failed(f"the class-data archive's job failed (exit {run.returncode}); nothing was written:\n"
                          f"{run.stderr[-3000:]}")
         os.replace(partial, path)
+    prune(path)
     return path
+
+
+def prune(keep: Path, now: float | None = None) -> list[Path]:
+    """Remove the archives beside ``keep`` that no JVM has opened (read: ``atime``) for ``STALE_S``: those of
+    an earlier PySpark installation or JDK, which no JVM can map any more. Returns what it removed."""
+    now = time.time() if now is None else now
+    gone = []
+    for other in keep.parent.glob("spark-*.jsa"):
+        try:
+            if other != keep and now - other.stat().st_atime > STALE_S:
+                other.unlink()
+                gone.append(other)
+        except OSError:  # another build removed it, or it is not ours to remove
+            continue
+    return gone
