@@ -79,19 +79,48 @@ def test_the_dq_task_is_skipped_not_failed(fresh: Any) -> None:
 
 
 def test_the_dq_dag_waits_for_the_first_committed_batch(fresh: Any) -> None:
+    """The DQ DAG's first task defers to the triggerer until the stream commits (a rescheduling sensor can be
+    failed by Airflow's scheduler under load: apache/airflow#71172), and is skipped, not failed, when nothing
+    comes within its timeout."""
+    import asyncio
+
+    from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
+
     from rewind_airflow.dags.factory import build_dags
     from rewind_airflow.sensors.committed import FirstBatchSensor
+    from rewind_airflow.triggers.committed import FirstBatchTrigger
 
     dag = build_dags(fresh.source_file)["rewind_fresh_dq"]
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {"wait_first_batch": ["proof"],
                                                                              "proof": []}
     sensor = dag.get_task("wait_first_batch")
-    assert isinstance(sensor, FirstBatchSensor) and sensor.mode == "reschedule" and sensor.soft_fail
+    assert isinstance(sensor, FirstBatchSensor) and sensor.soft_fail
     assert sensor.timeout < 3600  # done (or skipped) before the next hourly run
     assert sensor.poke({}) is False
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, FirstBatchTrigger) and deferred.value.method_name == "execute_complete"
+    path, kwargs = trigger.serialize()
+    again = FirstBatchTrigger(**{**kwargs, "poll_s": 0.05, "timeout_s": 0.2})
+    assert path == "rewind_airflow.triggers.committed.FirstBatchTrigger" and again.since == trigger.since
+
+    def first_event(t: FirstBatchTrigger) -> dict[str, Any]:
+        async def one() -> dict[str, Any]:
+            async for event in t.run():
+                return dict(event.payload)
+            raise AssertionError("the trigger ended without an event")
+        return asyncio.run(asyncio.wait_for(one(), 10))
+
+    timed_out = first_event(again)  # since: the deferral's start, so its timeout has passed
+    assert timed_out["batch"] is None
+    with pytest.raises(AirflowSkipException, match="committed no batch within"):
+        sensor.execute_complete({}, timed_out)
     spec = fresh.get("fresh")
     write_status(status_file(spec), StreamStatus(stream="fresh", last_batch_id=0))
-    assert sensor.poke({}) is True
+    assert first_event(FirstBatchTrigger("fresh", fresh.source_file, 0.05, 60))["batch"] == 0
+    assert sensor.execute_complete({}, {"batch": 0, "waited_s": 1.0}) == 0
+    assert sensor.poke({}) is True and sensor.execute({}) == 0  # committed already: no deferral
 
 
 def test_rewind_verify_of_a_fresh_stream(fresh: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,6 +190,9 @@ def test_the_rewind_up_check_catches_a_failed_dq_run_and_a_fail_on_the_page(
             return [{"task_id": "wait_first_batch", "state": "success"},
                     {"task_id": "proof", "state": self.proof_state}]
 
+        def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+            return f"{task_id} try {try_number}: FaultInjected: the cause"
+
         def token(self) -> str:
             return "t"
 
@@ -169,10 +201,10 @@ def test_the_rewind_up_check_catches_a_failed_dq_run_and_a_fail_on_the_page(
     seen: dict[str, Any] = {"dq_runs": {}, "page_dq": None, "proofs": []}
     look(Client("success", "skipped"), tmp_path, "demo", seen)
     assert seen["page_dq"] == "nothing_to_prove" and seen["dq_runs"]["scheduled__1"]["state"] == "success"
-    look(Client("running", "up_for_reschedule"), tmp_path, "demo", seen)  # still waiting for the first batch
-    with pytest.raises(AssertionError, match="failed on a fresh start"):
+    look(Client("running", "deferred"), tmp_path, "demo", seen)  # still waiting for the first batch
+    with pytest.raises(AssertionError, match=r"\(failed\) on a fresh start(.|\n)*try 1: FaultInjected: the cause"):
         look(Client("failed", "failed"), tmp_path, "demo", seen)
-    with pytest.raises(AssertionError, match="tasks .'proof': 'failed'"):
+    with pytest.raises(AssertionError, match="tasks .*'proof': 'failed'"):
         look(Client("running", "failed"), tmp_path, "demo", seen)
     (tmp_path / "dq" / "demo" / "r1").mkdir(parents=True)
     (tmp_path / "dq" / "demo" / "r1" / "proof.json").write_text(json.dumps({"ok": False, "failures": ["x"]}))

@@ -221,7 +221,9 @@ def see_stream_running(page: Any, status_file: Path, min_batch: int, shots: Shot
 
 
 def savepoint_ids(page: Any) -> set[str]:
-    return {sid for sid in page.locator("[data-testid=savepoint-row]").evaluate_all(
+    """The demo stream's savepoints as its row lists them (the inventory's row lists its own: its hourly
+    savepoint may land while the test clicks, as it did at 09:00 in a run of 2026-11-29)."""
+    return {sid for sid in page.locator(ROW).locator("[data-testid=savepoint-row]").evaluate_all(
         "els => els.map(e => e.getAttribute('data-savepoint-id'))") if sid}
 
 

@@ -63,6 +63,18 @@ def check_no_false_alarm(airflow_url: str, username: str, password: str, home: P
     return {"looks": looks, "window_s": window_s, "streams": seen}
 
 
+def _logs(client: Any, dag_id: str, run_id: str, instances: list[dict[str, Any]]) -> str:
+    """The end of each failed task's log, so that a false alarm names its cause."""
+    out = []
+    for ti in instances:
+        try:
+            text = client.task_log(dag_id, run_id, ti["task_id"], max(1, int(ti.get("try_number") or 1)))
+        except Exception as exc:  # noqa: BLE001 - the assertion matters more than its log
+            text = f"(its log could not be read: {exc})"
+        out.append(f"--- {ti['task_id']} (try {ti.get('try_number')}, state {ti['state']}):\n{text[-4000:]}")
+    return "\n".join(out)
+
+
 def _epoch(iso: str | None) -> float:
     from datetime import datetime
 
@@ -78,11 +90,13 @@ def look(client: Any, home: Path, stream: str, seen: dict[str, Any], before: flo
     for run in client.dag_runs(dag_id):
         if before is not None and _epoch(run.get("queued_at") or run.get("run_after")) > before:
             continue
-        tasks = {t["task_id"]: t["state"] for t in client.task_instances(dag_id, run["dag_run_id"])}
+        instances = client.task_instances(dag_id, run["dag_run_id"])
+        tasks = {t["task_id"]: t["state"] for t in instances}
         seen["dq_runs"][run["dag_run_id"]] = {"state": run["state"], "tasks": tasks}
-        assert run["state"] != "failed", f"{dag_id} run {run['dag_run_id']} failed on a fresh start: {tasks}"
         loud = {t: s for t, s in tasks.items() if s not in QUIET_TASK_STATES}
-        assert not loud, f"{dag_id} run {run['dag_run_id']}: tasks {loud} on a fresh start"
+        assert run["state"] != "failed" and not loud, \
+            f"{dag_id} run {run['dag_run_id']} ({run['state']}) on a fresh start: tasks {tasks}\n" + \
+            _logs(client, dag_id, run["dag_run_id"], [t for t in instances if t["task_id"] in loud])
     for proof in sorted((home / "dq" / stream).glob("*/proof.json")):
         doc = json.loads(proof.read_text())
         verdict = "nothing_to_prove" if doc.get("nothing_to_prove") else "pass" if doc.get("ok") else "fail"
