@@ -43,5 +43,6 @@ def get_provider_info() -> dict[str, Any]:
             "rewind_airflow.operators.upgrade"]}],
         "sensors": [{"integration-name": "Rewind", "python-modules": ["rewind_airflow.sensors.stream",
                                                                       "rewind_airflow.sensors.committed"]}],
-        "triggers": [{"integration-name": "Rewind", "python-modules": ["rewind_airflow.triggers.health"]}],
+        "triggers": [{"integration-name": "Rewind", "python-modules": ["rewind_airflow.triggers.committed",
+                                                                     "rewind_airflow.triggers.health"]}],
     }
