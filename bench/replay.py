@@ -4,7 +4,10 @@
 reading the same range in the same run, and their ratios to it; and beside them the reference a team
 would write: the same transform as a plain PySpark batch job over exactly the same offsets, collected
 once and written to SQLite in one idempotent transaction (``plain_batch``; ``--no-plain`` leaves it out),
-run in the same session after each repetition's replays (so it never pays the session's first job).
+run in the same session after each repetition's replays. Before the first repetition, one untimed run of
+the plain job warms the session (Python workers, the Kafka connector's classes, planning and code
+generation), so that neither side pays the session's first job (``warm_up_s``; ``--no-warm-up`` leaves it
+out, as the results before 2026-11-29 did: then the first replay alone paid it).
 
 Prints one JSON object (stdout holds only the JSON; Spark's and the services' output go to
 ``<work>/bench.log``). Each replay is what ``rewind replay run`` does (``rewind.replay.run.run_replay``):
@@ -137,6 +140,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000, help="records in the replayed range")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--chunk-offsets", type=int, default=200_000)
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="no untimed plain job before the first repetition (the first replay pays the warm-up)")
     ap.add_argument("--repeat", type=int, default=2,
                     help="repetitions; the sources' order alternates between them (default 2: both orders)")
     ap.add_argument("--sources", default=",".join(SOURCES),
@@ -196,7 +201,12 @@ def main() -> None:
         spark = build_session("rewind-bench-replay", conf={"spark.ui.showConsoleProgress": "false",
                                                            "spark.driver.memory": "2g"})
         startup_s = time.perf_counter() - t0
+        warm_up_s = None
         try:
+            if not args.no_warm_up:
+                t0 = time.perf_counter()
+                plain_batch(spark, reg.get(names[0]), info.kafka_bootstrap, ranges, work / "warm-up.db")
+                warm_up_s = round(time.perf_counter() - t0, 2)
             for rep, fmts in enumerate(order):
                 raw_n, raw_s = raw_read(info.kafka_bootstrap, ranges)
                 raw_runs.append({"repetition": rep + 1, "records": raw_n, "seconds": round(raw_s, 2),
@@ -206,7 +216,7 @@ def main() -> None:
                     run = replay_once(spark, reg.get(name), plans[name], info.kafka_bootstrap, work / "run" / name,
                                       args.chunk_offsets, args.prove)
                     runs[fmt].append({"repetition": rep + 1, "position": position, **run})
-                if not args.no_plain:  # after the replays: it never pays the session's first job (conservative)
+                if not args.no_plain:  # after the replays, warm like them (the warm-up above)
                     plain_runs.append({"repetition": rep + 1, **plain_batch(
                         spark, reg.get(names[0]), info.kafka_bootstrap, ranges, work / f"plain-{rep + 1}.db")})
         finally:
@@ -220,6 +230,7 @@ def main() -> None:
                     "kafka": broker_description(),
                     "load_avg_1m_at_start": load_start, "load_avg_1m_at_end": round(os.getloadavg()[0], 2)},
         "produce_s": round(produce_s, 2), "plan_s": round(plan_s, 2), "spark_startup_s": round(startup_s, 2),
+        "warm_up_s": warm_up_s,
         "raw_consumer": {"records": raw_runs[0]["records"], "records_per_s": round(raw_eps), "runs": raw_runs},
         "sources": {},
     }
