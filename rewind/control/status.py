@@ -189,6 +189,12 @@ def make_listener(target: Path | StatusChannel, status: StreamStatus, on_progres
     class StatusListener(StreamingQueryListener):
         delivered_batch: int | None = None  # the last batch whose progress this listener has written
 
+        @property
+        def _jlistener(self) -> Any:  # PySpark's hook: the JVM object that ``addListener`` registers
+            if not hasattr(self, "_jlistenerobj"):
+                self._jlistenerobj = json_progress_listener(self)
+            return self._jlistenerobj
+
         def onQueryStarted(self, event: Any) -> None:
             status.query_id, status.run_id = str(event.id), str(event.runId)
             status.state, status.heartbeat = "running", time.time()
@@ -234,6 +240,26 @@ def make_listener(target: Path | StatusChannel, status: StreamStatus, on_progres
             channel.write(status)
 
     return StatusListener()
+
+
+def json_progress_listener(listener: Any) -> Any:
+    """The JVM side of ``listener`` with each batch's progress read as its JSON, in one call.
+
+    Why: PySpark builds a ``StreamingQueryProgress`` from the Java object field by field (about a hundred
+    py4j calls a batch), and each Java map it copies ends its iteration with an exception that PySpark
+    converts by looking up eight exception classes, each lookup a search of the whole class path. On a
+    demo stream's driver that was a quarter of the JVM's CPU samples (the listener bus thread, mostly
+    ``ZipFile`` lookups: JFR, 2026-11-29). ``StreamingQueryProgress.fromJson`` (what Spark Connect uses)
+    builds the same object from the progress's own JSON."""
+    from pyspark import SparkContext
+    from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent
+
+    class JsonProgress(JStreamingQueryListener):
+        def onQueryProgress(self, jevent: Any) -> None:
+            progress = json.loads(jevent.progress().json())
+            self.pylistener.onQueryProgress(QueryProgressEvent.fromJson({"progress": progress}))
+
+    return SparkContext._jvm.PythonStreamingQueryListenerWrapper(JsonProgress(listener))  # type: ignore[union-attr]
 
 
 def await_last_progress(query: Any, listener: Any, timeout: float) -> bool:
