@@ -110,6 +110,32 @@ def test_table_prefix_and_streams_keep_apart(make_sink: Any) -> None:
     assert len(live.read_table(LEDGER_TABLE)) == 2
 
 
+def test_a_nullable_column_a_new_version_adds_is_added_to_the_live_table(make_sink: Any) -> None:
+    """An upgrade that adds a nullable column is compatible (``rewind.upgrade.rules``: the sink adds it): the
+    new version's driver opens the tables its old version created, the column is added (old rows read
+    NULL), and its batches write it. Before, the Delta sink refused to open them and every upgrade of a
+    Delta stream that added a column crash-looped into a rollback (a blue/green cutover included). A
+    missing NOT NULL column is still refused."""
+    from harness.sink_data import DEAD_LETTER, EVENTS, WINDOWS
+
+    from rewind.api.tables import Column
+
+    make_sink().write_batch(0, {"events": events(0, 5)}, '{"orders":{"0":5}}')
+    wider = TableSpec("events", (*EVENTS.columns, Column("amount_cents", "bigint")), EVENTS.key, EVENTS.on_conflict)
+    new = make_sink(tables=(wider, DEAD_LETTER, WINDOWS))
+    new.create_tables()
+    rows = [{**r, "amount_cents": 100 + r["offset"]} for r in events(5, 3)]
+    assert not new.write_batch(1, {"events": rows}, '{"orders":{"0":8}}').skipped
+    ev = new.read_table("events")
+    assert dict(zip(ev["offset"], ev["amount_cents"].astype(object).where(ev["amount_cents"].notna(), None))) == \
+        {0: None, 1: None, 2: None, 3: None, 4: None, 5: 105, 6: 106, 7: 107}
+    assert new.committed_batch_ids() == [0, 1]
+    strict = TableSpec("events", (*EVENTS.columns, Column("region", "string", nullable=False)), EVENTS.key,
+                       EVENTS.on_conflict)
+    with pytest.raises(SinkRefused, match=r"has no column\(s\) \['region'\]"):
+        make_sink(tables=(strict, DEAD_LETTER, WINDOWS)).create_tables()
+
+
 def test_fresh_sink_reads_empty_and_bad_rows_are_refused_before_anything_is_written(make_sink: Any) -> None:
     sink = make_sink()
     assert sink.read_table("events").empty and sink.committed_batch_ids() == []
