@@ -21,6 +21,7 @@ from rewind.control.leases import LeaseKeeper
 from rewind.control.status import StatusChannel, StreamStatus
 from rewind.driver.batch_writer import BatchWriter, arrow_to_pandas
 from rewind.driver.delta_writer import DeltaBatchWriter
+from rewind.driver.interruption import stop_aware
 from rewind.driver.lag_probe import LagProbe
 from rewind.driver.late_routing import check_progress, streaming_candidates
 from rewind.driver.outputs import output_frame
@@ -84,7 +85,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     ensure_source(spark, spec.source.format)
     source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
     out = output_frame(transform, source, spec)
-    ws = (out.writeStream.foreachBatch(writer).outputMode("append").queryName(spec.name)
+    ws = (out.writeStream.foreachBatch(stop_aware(writer)).outputMode("append").queryName(spec.name)
           .option("checkpointLocation", checkpoint))
     ws = ws.trigger(availableNow=True) if available_now else ws.trigger(
         processingTime=f"{spec.durations()['trigger'].total_seconds()} seconds")
