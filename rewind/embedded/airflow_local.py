@@ -1,6 +1,7 @@
 """A local Airflow 3 (api-server, scheduler, dag-processor, triggerer) for `make up` and the tests.
 
-Nothing here imports Airflow (its command line and REST API drive it), so the core library may import this.
+Nothing here imports Airflow: Airflow is driven through its command line (subprocesses) and its REST
+API (HTTP), so this module stays importable from the core library, which never imports Airflow.
 
 How it is set up (Airflow 3.3, measured):
 - ``AIRFLOW_HOME`` is a directory of its own with an ``airflow.cfg`` written here (mode 0600):
@@ -16,8 +17,9 @@ How it is set up (Airflow 3.3, measured):
   (mode 0600) with a password from :mod:`secrets`; the password never appears in the repository and
   is kept across restarts of the same home. :meth:`LocalAirflow.client` hands out a REST client
   (``rewind.runtime.airflow_client``) logged in with that password.
-- The four components, the api-server first, are ``ManagedProcess`` children (own session, parent-death
-  signal, a log each under ``home/logs``), not ``airflow standalone``, whose children outlive it when killed.
+- The four components are :class:`~rewind.runtime.processes.ManagedProcess` children (own session,
+  parent-death signal, logs under ``home/logs``), not ``airflow standalone``: standalone's own
+  children would outlive it when it is killed, and this way each component has its own log.
 - The embedded services are Airflow connections given as ``AIRFLOW_CONN_*`` environment variables
   (JSON form, ``rewind.embedded.airflow_connections``), so no credential is stored in the metadata DB.
 """
@@ -46,7 +48,7 @@ from rewind.runtime.processes import ManagedProcess, free_port, log_tail
 
 log = logging.getLogger(__name__)
 
-COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")  # the others once the api-server answers
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 ADMIN_USER = "admin"
 
 
@@ -269,13 +271,10 @@ class LocalAirflow:
         signal when the starting thread ends.
         """
         self._t0 = time.monotonic()
-        self._api_answered = False
         try:
             self.prepare()
             env = self.environment()
             for name in COMPONENTS:
-                if name != "api-server":
-                    self._wait_api_answers(180.0)
                 argv = [airflow_binary(), name]
                 if name == "api-server":
                     argv += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
@@ -289,20 +288,6 @@ class LocalAirflow:
         except BaseException:
             self.stop()
             raise
-
-    def _wait_api_answers(self, timeout: float) -> None:
-        """Until the api-server answers (once per launch): the others work through its execution API. Started
-        together on 2 busy cores, a task queued while it still imported failed to start (test_ui_browser)."""
-        deadline, api = time.monotonic() + timeout, self.processes["api-server"]
-        with self.client() as client:
-            while not self._api_answered:
-                if not api.alive() or time.monotonic() > deadline:
-                    raise AirflowError(f"Airflow api-server at {self.url} did not answer within {timeout:.0f}s; "
-                                       f"see {api.log_path}:\n{log_tail(api.log_path)}")
-                try:
-                    self._api_answered = client.health() is not None
-                except AirflowApiError:
-                    time.sleep(0.5)
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Wait until the API answers, reports every component healthy and accepts the login."""
