@@ -1,7 +1,6 @@
 """A local Airflow 3 (api-server, scheduler, dag-processor, triggerer) for `make up` and the tests.
 
-Nothing here imports Airflow: Airflow is driven through its command line (subprocesses) and its REST
-API (HTTP), so this module stays importable from the core library, which never imports Airflow.
+Nothing here imports Airflow (its command line and REST API drive it), so the core library may import this.
 
 How it is set up (Airflow 3.3, measured):
 - ``AIRFLOW_HOME`` is a directory of its own with an ``airflow.cfg`` written here (mode 0600):
@@ -10,16 +9,12 @@ How it is set up (Airflow 3.3, measured):
   what most production Airflow runs (``executor="CeleryExecutor"``): a PostgreSQL metadata DB and
   a Redis broker, with the workers started apart (``celery_worker``), on other hosts if need be;
   the same DAGs and tasks run either way.
-- Authentication is Airflow's default Simple auth manager: ``[core] simple_auth_manager_users``
-  names the users (``admin:admin`` = user ``admin`` with role ``admin``) and
-  ``[core] simple_auth_manager_passwords_file`` is a JSON ``{"user": "password"}`` file. Airflow
-  only generates a password for users missing from that file, so this module writes the file first
-  (mode 0600) with a password from :mod:`secrets`; the password never appears in the repository and
-  is kept across restarts of the same home. :meth:`LocalAirflow.client` hands out a REST client
-  (``rewind.runtime.airflow_client``) logged in with that password.
-- The four components are :class:`~rewind.runtime.processes.ManagedProcess` children (own session,
-  parent-death signal, logs under ``home/logs``), not ``airflow standalone``: standalone's own
-  children would outlive it when it is killed, and this way each component has its own log.
+- Authentication is Airflow's Simple auth manager: ``[core] simple_auth_manager_users`` names the users
+  and ``simple_auth_manager_passwords_file`` is a JSON ``{"user": "password"}`` file (mode 0600) this module
+  writes first with passwords from :mod:`secrets` (Airflow only fills in missing users), kept across
+  restarts and never in the repository. :meth:`LocalAirflow.client` hands out a REST client logged in.
+- The four components, the api-server first, are ``ManagedProcess`` children (own session, parent-death
+  signal, a log each under ``home/logs``), not ``airflow standalone``, whose children outlive it when killed.
 - The embedded services are Airflow connections given as ``AIRFLOW_CONN_*`` environment variables
   (JSON form, ``rewind.embedded.airflow_connections``), so no credential is stored in the metadata DB.
 """
@@ -48,7 +43,7 @@ from rewind.runtime.processes import ManagedProcess, free_port, log_tail
 
 log = logging.getLogger(__name__)
 
-COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")  # the others once the api-server answers
 ADMIN_USER = "admin"
 
 
@@ -217,6 +212,8 @@ class LocalAirflow:
                 "parsing_cleanup_interval": "30",
             },
             "triggerer": {"job_heartbeat_sec": "2", "capacity": "100"},
+            # A task's calls to the execution API: 5 s (Airflow's default) timed out on 2 busy cores.
+            "workers": {"execution_api_timeout": "30"},
             "dag_processor": {
                 "refresh_interval": "5",
                 "min_file_process_interval": "5",
@@ -271,10 +268,13 @@ class LocalAirflow:
         signal when the starting thread ends.
         """
         self._t0 = time.monotonic()
+        self._api_answered = False
         try:
             self.prepare()
             env = self.environment()
             for name in COMPONENTS:
+                if name != "api-server":
+                    self._wait_api_answers(180.0)
                 argv = [airflow_binary(), name]
                 if name == "api-server":
                     argv += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
@@ -288,6 +288,20 @@ class LocalAirflow:
         except BaseException:
             self.stop()
             raise
+
+    def _wait_api_answers(self, timeout: float) -> None:
+        """Until the api-server answers (once per launch): the others work through its execution API. Started
+        together on 2 busy cores, a task queued while it still imported failed to start (test_ui_browser)."""
+        deadline, api = time.monotonic() + timeout, self.processes["api-server"]
+        with self.client() as client:
+            while not self._api_answered:
+                if not api.alive() or time.monotonic() > deadline:
+                    raise AirflowError(f"Airflow api-server at {self.url} did not answer within {timeout:.0f}s; "
+                                       f"see {api.log_path}:\n{log_tail(api.log_path)}")
+                try:
+                    self._api_answered = client.health() is not None
+                except AirflowApiError:
+                    time.sleep(0.5)
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Wait until the API answers, reports every component healthy and accepts the login."""

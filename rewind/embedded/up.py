@@ -97,11 +97,13 @@ def run_up(home: Path, registry: str | None, stream: str, rate: float = 200.0) -
         # The stream is Airflow's to run: the supervisor DAG launches it (spark-submit) and heals it.
         client = AirflowClient(airflow.url, airflow.username, airflow.password)
         supervisor = f"rewind_{stream}_supervisor"
+        client.wait_dag(supervisor, timeout=180)  # the DAG processor starts once the api-server answers
         client.unpause(supervisor)
         run_id = client.trigger_dag(supervisor, {"chain": True})
         second = ""
         if inventory is not None:
             inv_supervisor = f"rewind_{INVENTORY}_supervisor"
+            client.wait_dag(inv_supervisor, timeout=180)
             client.unpause(inv_supervisor)
             inv_run = client.trigger_dag(inv_supervisor, {"chain": True})
             second = (f"\n  inventory producer  {INVENTORY_RATE:.0f} updates/s to {inventory.topics[0]}, "
