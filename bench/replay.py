@@ -126,8 +126,8 @@ def replay_once(spark: Any, spec: Any, plan: Any, bootstrap: str, run_dir: Path,
     return {"records": report.counts["records_read"], "seconds": round(replay_s, 2),
             "records_per_s": round(report.counts["records_read"] / replay_s), "chunks": len(report.chunks),
             "chunks_s": [c["seconds"] for c in report.chunks],
-            # per chunk: Kafka into Spark's cache and counted; that and the transform's job and collect;
-            # the sink write (beside the next chunk's read)
+            # per chunk: reading the records its scan counted (rewind.replay.scanned); the transform's job and
+            # collect; the sink write (beside the next chunk's read)
             "chunk_phases_s": [{k: c.get(k) for k in ("count_s", "read_s", "write_s")} for c in report.chunks],
             "phases_s": {k: v for k, v in report.seconds.items() if k in ("read_transform_write", "aggregates")},
             "written": report.counts["written"],

@@ -1,7 +1,7 @@
 """A replay's chunks: read, transform, write each one; learn which aggregate groups it touches.
 
-Each chunk is one Spark job over ``[start, end)`` per partition (``rewind.replay.setup.plan_chunks``)
-whose source rows are cached once (the transform may read them once per output branch). The
+Each chunk is one Spark job over ``[start, end)`` per partition (``rewind.replay.setup.plan_chunks``),
+the transform's own: the records it read are Spark's count of its scan (``rewind.replay.scanned``). The
 transform's aggregate rows are never written (partial totals of the range: ``rewind.replay.aggregates``);
 they only name the groups the chunk touches, or the identity rows do when the aggregate declares
 its measures (then Spark drops the aggregate branch from the plan: ``without_kinds``).
@@ -34,6 +34,7 @@ from rewind.driver.outputs import output_frame
 from rewind.driver.source import bounded_options, bounded_read
 from rewind.replay.recompute import from_identity_rows, touched_groups
 from rewind.replay.report import ReplayReport
+from rewind.replay.scanned import rows_scanned
 from rewind.replay.setup import Ranges, ReplaySetup, plan_chunks
 from rewind.sink.dialects import coordinates_in
 
@@ -108,14 +109,14 @@ def replay_chunks(setup: ReplaySetup, bootstrap: str, spark: Any, target: Any, t
         for i, chunk in enumerate(chunks, 1):
             t = time.perf_counter()
             spark.sparkContext.setJobDescription(f"rewind replay {setup.replay_id} chunk {i}/{len(chunks)}")
-            # read Kafka once: the transform scans its input once per output branch
-            src = bounded_read(spark, spec, options, {**padding, **chunk}).persist()
-            try:
-                read = src.count()
-                count_s = time.perf_counter() - t
-                arrow = without_kinds(output_frame(transform, src, spec), skipped_kinds).toArrow()
-            finally:
-                src.unpersist()
+            src = bounded_read(spark, spec, options, {**padding, **chunk})
+            frame = without_kinds(output_frame(transform, src, spec), skipped_kinds)
+            arrow = frame.toArrow()
+            c = time.perf_counter()
+            read = rows_scanned(frame, src)
+            if read is None:  # no row count on the source's scan: count it with a read of its own
+                read = int(src.count())
+            count_s = time.perf_counter() - c
             read_s = time.perf_counter() - t
             if pending is not None:
                 pending.result()  # the previous chunk is written (or its error raised) before the next starts

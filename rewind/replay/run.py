@@ -13,9 +13,9 @@ that could not keep an aggregate whole is refused before anything is written. Th
 runs over the range, aggregates judged by value.
 
 Why chunks: the range is split into chunks of at most ``chunk_offsets`` offsets (every
-partition advances in proportion), each one Spark job whose source rows are cached once
-(the transform may read them once per output branch), collected, written in
-one sink transaction and dropped. Memory stays bounded whatever the range; progress moves per
+partition advances in proportion), each one Spark job (the transform's, reading its range once
+where its plan shares the parse across branches), collected, written in one sink transaction and
+dropped. Memory stays bounded whatever the range; progress moves per
 chunk; a failure leaves whole chunks written, and running the replay again is harmless.
 
 The pure decisions (chunks, options) and the validation before anything runs are
