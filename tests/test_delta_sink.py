@@ -132,8 +132,13 @@ def test_a_nullable_column_a_new_version_adds_is_added_to_the_live_table(make_si
     assert new.committed_batch_ids() == [0, 1]
     strict = TableSpec("events", (*EVENTS.columns, Column("region", "string", nullable=False)), EVENTS.key,
                        EVENTS.on_conflict)
-    with pytest.raises(SinkRefused, match=r"has no column\(s\) \['region'\]"):
+    with pytest.raises(SinkRefused, match=r"has no column\(s\) \['region'\]: add them"):
         make_sink(tables=(strict, DEAD_LETTER, WINDOWS)).create_tables()
+    # a nullable column Delta cannot add (its names are case-insensitive): refused with delta-rs' reason
+    clash = TableSpec("events", (*EVENTS.columns, Column("Amount", "double")), EVENTS.key, EVENTS.on_conflict)
+    with pytest.raises(SinkRefused, match=r"no column\(s\) \['Amount'\] \(adding the nullable one\(s\) failed: "
+                                          r".*[Dd]uplicate field name"):
+        make_sink(tables=(clash, DEAD_LETTER, WINDOWS)).create_tables()
 
 
 def test_fresh_sink_reads_empty_and_bad_rows_are_refused_before_anything_is_written(make_sink: Any) -> None:

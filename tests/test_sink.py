@@ -114,6 +114,22 @@ def test_old_ledger_gets_the_offsets_column(make_sink: Any, db_url: str) -> None
     assert fresh.read_table(LEDGER_TABLE)["source_offsets"].tolist() == ['{"orders":{"0":2}}']
 
 
+def test_a_nullable_column_the_database_cannot_add_is_refused_with_its_reason(make_sink: Any, db_url: str) -> None:
+    """SQLite's names are case-insensitive: a new version's nullable "Amount" beside the table's "amount" cannot
+    be added. Refused, naming the column and SQLite's reason (it was the database's raw error); PostgreSQL,
+    whose quoted names keep their case, adds it."""
+    make_sink().write_batch(0, {"events": events(0, 2, batch_id=0)}, '{"orders":{"0":2}}')
+    clash = TableSpec("events", (*EVENTS.columns, Column("Amount", "double")), EVENTS.key, EVENTS.on_conflict)
+    tables = (clash, *[t for t in TABLES if t.name != "events"])
+    if db_url.startswith("sqlite"):
+        with pytest.raises(SinkRefused, match=r"cannot add the nullable column 'Amount' to table .*events.* "
+                                              r"\(duplicate column name"):
+            make_sink(tables=tables).create_tables()
+    else:
+        make_sink(tables=tables).create_tables()
+        assert "Amount" in make_sink(tables=tables).read_table("events").columns
+
+
 def test_fresh_sink_reads_empty(make_sink: Any) -> None:
     sink = make_sink()
     assert sink.committed_batch_ids() == [] and sink.last_committed_batch() is None

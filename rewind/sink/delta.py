@@ -164,34 +164,36 @@ class DeltaSink(Sink):
                 if not DeltaTable.is_deltatable(path):
                     raise SinkWriteError(f"cannot create Delta table {path}: {exc}") from exc
         table = DeltaTable(path)
-        table = self._add_missing_nullable_columns(table, schema, path)
+        table, failed = self._add_missing_nullable_columns(table, schema, path)
         have = {f.name for f in table.schema().fields}
         missing = [f.name for f in schema if f.name not in have]
         if missing:
-            raise SinkRefused(f"Delta table {path} has no column(s) {missing}: add them (ALTER TABLE ... ADD "
+            why = f" (adding the nullable one(s) failed: {failed})" if failed else ""
+            raise SinkRefused(f"Delta table {path} has no column(s) {missing}{why}: add them (ALTER TABLE ... ADD "
                               "COLUMNS) or point the sink at another directory")
         return table
 
-    def _add_missing_nullable_columns(self, table: Any, schema: pa.Schema, path: str) -> Any:
+    def _add_missing_nullable_columns(self, table: Any, schema: pa.Schema, path: str) -> tuple[Any, str | None]:
         """A table created by an earlier version gets the nullable columns its spec added since, as the SQL
         sinks do (``rewind.sink.sql_schema``): an upgrade that adds a nullable column is compatible
         (``rewind.upgrade.rules``), and its new driver must be able to open the live tables; old rows read
         NULL. A missing NOT NULL column stays a refusal (the caller's). A concurrent adder's column is taken
-        as is."""
+        as is. Returns the table re-read and why adding failed, if it did (the caller's refusal says it)."""
         from deltalake import DeltaTable, Field
-        from deltalake.exceptions import DeltaError
 
         have = {f.name for f in table.schema().fields}
         add = [f for f in schema if f.name not in have and f.nullable]
         if not add:
-            return table
+            return table, None
+        failed = None
         try:
             table.alter.add_columns([Field.from_arrow(f) for f in add])
             log.info("sink %s: added column(s) %s to Delta table %s", self.stream, [f.name for f in add], path)
-        except DeltaError as exc:
-            log.info("sink %s: adding column(s) %s to Delta table %s failed (%s); re-reading it", self.stream,
-                     [f.name for f in add], path, exc)
-        return DeltaTable(path)
+        except Exception as exc:  # noqa: BLE001 - delta-rs raises DeltaError, or Exception ("External error: ...")
+            failed = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            log.warning("sink %s: adding column(s) %s to Delta table %s failed (%s); re-reading it", self.stream,
+                        [f.name for f in add], path, failed)
+        return DeltaTable(path), failed
 
     # ------------------------------------------------------------------ writing
     def committed(self) -> dict[int, LedgerEntry]:

@@ -62,6 +62,12 @@ def _add_missing_nullable_columns(connect: Callable[[], Connection], read: Calla
         if col.name in existing or not col.nullable:
             continue
         kind = col.type.compile(dialect=dialect)
-        with connect() as conn, conn.begin():
-            conn.execute(sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {kind}'))
+        try:
+            with connect() as conn, conn.begin():
+                conn.execute(sa.text(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {kind}'))
+        except exc.DBAPIError as error:
+            # e.g. SQLite, whose names are case-insensitive, already has "amount" for a new "Amount"
+            reason = str(error.orig).splitlines()[0] if error.orig is not None else type(error).__name__
+            raise SinkRefused(f"cannot add the nullable column {col.name!r} to table {table.name!r} ({reason}): "
+                              "rename the column in the stream's tables or migrate the table") from None
         log.info("sink %s: added column %s to %s", stream, col.name, table.name)
