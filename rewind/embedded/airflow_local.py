@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")  # the others once the api-server answers
 ADMIN_USER = "admin"
+HEALTH_PARTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")  # healthy in /api/v2/monitor/health
 
 
 def airflow_binary() -> str:
@@ -268,13 +269,10 @@ class LocalAirflow:
         signal when the starting thread ends.
         """
         self._t0 = time.monotonic()
-        self._api_answered = False
         try:
             self.prepare()
             env = self.environment()
             for name in COMPONENTS:
-                if name != "api-server":
-                    self._wait_api_answers(180.0)
                 argv = [airflow_binary(), name]
                 if name == "api-server":
                     argv += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
@@ -285,23 +283,11 @@ class LocalAirflow:
                 proc = ManagedProcess(f"airflow-{name}", argv, self.log_dir / f"{name}.log", env=env, cwd=self.home)
                 proc.start()
                 self.processes[name] = proc
+                if name == "api-server":  # the others work through its execution API: started together on 2
+                    self._wait_healthy(180.0, parts=())  # busy cores, a task queued before it answered failed
         except BaseException:
             self.stop()
             raise
-
-    def _wait_api_answers(self, timeout: float) -> None:
-        """Until the api-server answers (once per launch): the others work through its execution API. Started
-        together on 2 busy cores, a task queued while it still imported failed to start (test_ui_browser)."""
-        deadline, api = time.monotonic() + timeout, self.processes["api-server"]
-        with self.client() as client:
-            while not self._api_answered:
-                if not api.alive() or time.monotonic() > deadline:
-                    raise AirflowError(f"Airflow api-server at {self.url} did not answer within {timeout:.0f}s; "
-                                       f"see {api.log_path}:\n{log_tail(api.log_path)}")
-                try:
-                    self._api_answered = client.health() is not None
-                except AirflowApiError:
-                    time.sleep(0.5)
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Wait until the API answers, reports every component healthy and accepts the login."""
@@ -314,7 +300,8 @@ class LocalAirflow:
         self.timings["start_s"] = round(time.monotonic() - t0, 2)
         log.info("Airflow ready at %s in %.1fs", self.url, self.timings["start_s"])
 
-    def _wait_healthy(self, timeout: float) -> None:
+    def _wait_healthy(self, timeout: float, parts: tuple[str, ...] = HEALTH_PARTS) -> None:
+        """Until the API answers, reports ``parts`` healthy and accepts the login; a component that exits ends it."""
         deadline = time.monotonic() + max(timeout, 1.0)
         last: Any = "no answer"
         with self.client() as client:
@@ -327,8 +314,7 @@ class LocalAirflow:
                                        f"see {proc.log_path}:\n{log_tail(proc.log_path)}")
                 try:
                     last = client.health()
-                    if all((last.get(part) or {}).get("status") == "healthy"
-                           for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                    if all((last.get(part) or {}).get("status") == "healthy" for part in parts):
                         client.token()  # the login works too
                         return
                 except AirflowApiError as exc:
