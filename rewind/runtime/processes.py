@@ -9,6 +9,7 @@ SIGKILLed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -21,6 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from rewind.errors import Failed
 
@@ -159,13 +162,18 @@ class ManagedProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the process group, SIGKILL it after ``grace``; then end what the process started in
+        other groups of its session (Airflow runs each task in a group of its own: a scheduler SIGKILLed
+        mid-task left it running). What it started in a session of its own (a stream driver) stays."""
         if self.proc is None:
             return
+        strays = session_descendants(self.proc.pid)
         terminate_group(self.proc.pid, grace)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - already SIGKILLed
             pass
+        end_processes(strays, grace=5.0)
 
     def kill(self) -> None:
         """SIGKILL the process group at once (a crash, for fault tests)."""
@@ -211,6 +219,37 @@ def pid_alive(pid: int | None) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def session_descendants(pid: int) -> list[psutil.Process]:
+    """The descendants of ``pid`` in its session (not the ones that started a session of their own)."""
+    try:
+        sid = os.getsid(pid)
+        children = psutil.Process(pid).children(recursive=True)
+    except (psutil.Error, ProcessLookupError):
+        return []
+    found = []
+    for child in children:
+        try:
+            if os.getsid(child.pid) == sid:
+                found.append(child)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+def end_processes(procs: list[psutil.Process], grace: float = 5.0) -> None:
+    """SIGTERM those of ``procs`` still running (psutil checks a pid was not reused), SIGKILL them after ``grace``."""
+    alive = [p for p in procs if p.is_running()]
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, left = psutil.wait_procs(alive, timeout=grace)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    if alive:
+        log.info("ended %d leftover process(es) %s (%d SIGKILLed)", len(alive), [p.pid for p in alive], len(left))
 
 
 def terminate_group(pid: int, grace: float = 10.0) -> None:
