@@ -59,10 +59,13 @@ def fails(*batches: int | None, start: float = NOW - 100, step: float = 10.0) ->
     return [Failure(start + i * step, "process_gone", b, {"t": {"0": 5}}, "killed") for i, b in enumerate(batches)]
 
 
-def test_exponential_backoff_doubles_up_to_max_delay() -> None:
+def test_exponential_backoff_relaunches_a_lone_crash_at_once_and_doubles_up_to_max_delay() -> None:
     spec = RestartSpec(strategy="exponential-backoff", max_attempts=10, delay="5 seconds", max_delay="30 seconds")
-    delays = [decide(spec, fails(*[3] * n), NOW).delay_s for n in range(1, 6)]
-    assert delays == [5, 10, 20, 30, 30]
+    delays = [decide(spec, fails(*[3] * n), NOW).delay_s for n in range(1, 7)]
+    assert delays == [0, 5, 10, 20, 30, 30]
+    assert "at once" in decide(spec, fails(3), NOW).reason and "in 5s" in decide(spec, fails(3, 3), NOW).reason
+    # progress between failures: each is a lone crash again
+    assert decide(spec, fails(1, 2, 3, 4), NOW).delay_s == 0
 
 
 def test_progress_between_failures_resets_the_count() -> None:

@@ -76,9 +76,12 @@ def decide(spec: RestartSpec, history: list[Failure], now: float) -> Decision:
     else:
         attempts = len(loop)
         if spec.strategy == "exponential-backoff":
-            delay = min(max_delay, delay * 2 ** (attempts - 1))
+            # The first failure after progress is relaunched at once (Kubernetes' restart back-off does the
+            # same): the delay only protects against a loop, and a loop has failed at least twice. Each
+            # second of waiting is a second of the stream's output late after a lone crash.
+            delay = 0.0 if attempts == 1 else min(max_delay, delay * 2 ** (attempts - 2))
     return Decision(True, delay, attempts, f"restart {attempts}/{spec.max_attempts} after {last.cause} "
-                                           f"({spec.strategy}, in {delay:.0f}s)")
+                                           f"({spec.strategy}, {'at once' if delay == 0 else f'in {delay:.0f}s'})")
 
 
 def crash_loop_message(loop: list[Failure]) -> str:
