@@ -238,6 +238,12 @@ def _check_spark_conf(conf: dict[str, str]) -> dict[str, str]:
     return conf
 
 
+class RealTimeTrigger(_Strict):
+    """``trigger: {real_time: "5 seconds"}``: Spark's real-time mode (``rewind.driver.realtime``), epochs this long."""
+
+    real_time: Duration
+
+
 class StreamSpec(_Strict):
     name: str = ""
     topics: list[str] = Field(min_length=1)
@@ -251,8 +257,9 @@ class StreamSpec(_Strict):
     #: ``rewind.control``): ``s3://BUCKET/PREFIX`` or a directory. Default: beside the checkpoint
     #: (``<checkpoint>.control``), so every host that shares the checkpoint shares its lease.
     control: str | None = None
-    #: How often the stream starts a micro-batch (Spark's processing-time trigger).
-    trigger: Duration = "2 seconds"
+    #: How often the stream starts a micro-batch (Spark's processing-time trigger), or
+    #: ``{real_time: "5 seconds"}`` for Spark's real-time mode (``RealTimeTrigger``; stateless plans only).
+    trigger: Duration | RealTimeTrigger = "2 seconds"
     #: The length of the stream's tumbling windows, read by ``build`` (``spec.durations()["window"]``);
     #: an ``Aggregate`` without ``size`` takes it, and the proofs and replays place its groups' windows
     #: by it: keep it equal to the window ``build`` computes (docs/add-your-stream.md, "Durations").
@@ -275,6 +282,17 @@ class StreamSpec(_Strict):
     #: checkpoint's own number when it resumes, so changing it later changes nothing).
     spark_conf: Annotated[dict[str, str], AfterValidator(_check_spark_conf)] = Field(default_factory=dict)
 
+    @field_validator("trigger", mode="before")
+    @classmethod
+    def _one_trigger(cls, v: Any) -> Any:
+        """A duration, or ``{real_time: DURATION}``: one error naming which, not one per form."""
+        if isinstance(v, dict):
+            if set(v) != {"real_time"}:
+                raise ValueError(f"a trigger is a duration ('2 seconds') or {{real_time: '5 seconds'}}, got keys "
+                                 f"{sorted(v)}")
+            return RealTimeTrigger(real_time=_check_duration(str(v["real_time"])))
+        return _check_duration(v) if isinstance(v, str) else v
+
     @field_validator("spark_conf", mode="before")
     @classmethod
     def _stringify_conf(cls, v: Any) -> Any:
@@ -289,9 +307,15 @@ class StreamSpec(_Strict):
                 raise ValueError(f"invalid Kafka topic name {t!r}")
         return v
 
+    @property
+    def real_time(self) -> timedelta | None:
+        """The real-time mode's checkpoint interval, or None for a micro-batch stream."""
+        return parse_duration(self.trigger.real_time) if isinstance(self.trigger, RealTimeTrigger) else None
+
     def durations(self) -> dict[str, timedelta]:
-        return {k: parse_duration(getattr(self, k)) for k in ("trigger", "window", "watermark_delay",
-                                                                "allowed_lateness")}
+        """The entry's durations; ``trigger`` is the real-time mode's checkpoint interval for such a stream."""
+        found = {k: parse_duration(getattr(self, k)) for k in ("window", "watermark_delay", "allowed_lateness")}
+        return {"trigger": self.real_time or parse_duration(str(self.trigger)), **found}
 
     def config_hash(self) -> str:
         """Identifies the job configuration (stored in savepoint manifests). An empty ``spark_conf`` and an

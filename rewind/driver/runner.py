@@ -53,6 +53,8 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     it took over from commits nothing more), and every batch checks it before its commit."""
 
     transform = load_transform(spec)
+    if spec.real_time is not None:
+        return _real_time_query(spark, spec, transform, bootstrap, checkpoint or spec.checkpoint, lease)
     sink = open_sink(spec, transform, spark)
     if all(t.resolved for t in transform.tables):  # else resolved_tables (in open_sink) checked them
 
@@ -90,6 +92,26 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     ws = ws.trigger(availableNow=True) if available_now else ws.trigger(
         processingTime=f"{spec.durations()['trigger'].total_seconds()} seconds")
     return ws.start()
+
+
+def _real_time_query(spark: Any, spec: StreamSpec, transform: Any, bootstrap: str, checkpoint: str,
+                     lease: LeaseKeeper | None) -> Any:
+    """``build_query`` in Spark's real-time mode (``rewind.driver.realtime``): refused before anything is
+    written when the sink, the declarations or the plan do not allow it."""
+    from rewind.driver import realtime  # lazy: only real-time streams
+
+    realtime.check_stream(spec, transform)
+    use_checkpoint_file_manager(spark, checkpoint)
+    ensure_source(spark, spec.source.format)
+    source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
+    out = output_frame(transform, source, spec)
+    realtime.check_plan(spec, out)
+    sink = open_sink(spec, transform, spark)
+    sink.create_tables()
+    if lease is not None:
+        fence_sink(sink, lease)
+        lease.check("the stream's first epoch")
+    return realtime.start_query(spark, spec, transform, sink, out, checkpoint, lease.epoch if lease else 0)
 
 
 def fence_sink(sink: Any, lease: LeaseKeeper) -> None:

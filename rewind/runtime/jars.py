@@ -83,7 +83,13 @@ def connector_jars(required: bool = True, delta: bool = True) -> list[str]:
             return []
         raise JarsMissing(f"Spark's Kafka connector (format \"kafka\") is not in {folder} "
                           f"(missing {', '.join(m.rstrip('-_') for m in missing)}): {FETCH_HINT}")
-    return jars + (delta_jars() if delta else [])
+    return jars + jdbc_jars() + (delta_jars() if delta else [])
+
+
+def jdbc_jars() -> list[str]:
+    """sqlite-jdbc and PostgreSQL's driver (``.jars/jdbc/*.jar``), for the real-time sink's JVM writer
+    (``rewind.driver.realtime``); [] when absent."""
+    return sorted(str(p) for p in (jars_dir() / "jdbc").glob("*.jar"))
 
 
 def delta_jars() -> list[str]:

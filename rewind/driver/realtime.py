@@ -1,0 +1,188 @@
+"""Spark's real-time mode for stateless streams (``trigger: {real_time: "5 seconds"}``, issue 38).
+
+Why apart from the micro-batch path: the mode runs no ``foreachBatch`` (Rewind's whole batch writer) and
+no Python in its plan on Spark 4.2 (its ``RealTimeModeAllowlist`` admits JVM operators and, as sinks,
+Kafka, a ``ForeachWriter``, the console and memory; a Python ``ForeachWriter`` gets its rows in ~1 MB
+pickled chunks, docs/benchmarks.md). So rows go from the executors' JVM into the SQL sink through
+``io.rewind.rtm.JdbcRealTimeWriter``: small transactions within milliseconds, exactly once by each table's
+key (a record re-read after a crash writes nothing new), the lease epoch's fence in every transaction, a
+ledger row per (epoch, Spark partition) when the epoch closes.
+
+What cannot run this way is refused before anything is written, in one line: a sink other than
+SQLite/PostgreSQL, a transform that declares aggregates (not idempotent by key), and a plan with a
+stateful operator or Python code (``check_plan``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from rewind.api.contract import Transform
+from rewind.api.routing import KIND
+from rewind.api.tables import decimal_of
+from rewind.errors import Refused
+from rewind.registry import StreamSpec
+
+__all__ = ["LEDGER", "RealTimeRefused", "check_plan", "check_stream", "jdbc_url", "start_query", "writer_plan"]
+
+#: The per-(epoch, partition) ledger of a real-time stream (beside the micro-batch ledger).
+LEDGER = "rewind_rtm_epochs"
+#: How often a writer commits its buffered rows (ms): each commit is one short transaction.
+FLUSH_MS = 20
+
+#: Logical operators that keep state across records: the mode of Spark 4.2 runs none of them, and their
+#: output is not idempotent by key.
+STATEFUL = {"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "FlatMapGroupsWithState",
+            "TransformWithState", "TransformWithStateInPySpark", "Window", "Sort", "GlobalLimit", "LocalLimit",
+            "Distinct", "Expand"}
+#: Logical operators that run Python: the mode admits JVM operators only.
+PYTHON = {"BatchEvalPython", "ArrowEvalPython", "MapInPandas", "MapInArrow", "PythonMapInArrow",
+          "FlatMapGroupsInPandas", "FlatMapCoGroupsInPandas", "FlatMapGroupsInArrow", "PythonUDTF",
+          "BatchEvalPythonUDTF", "ArrowEvalPythonUDTF", "FlatMapGroupsInPandasWithState"}
+
+
+#: Source options of micro-batches that Spark refuses in real-time mode (lower case).
+PACING = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay", "maxrecordspertrigger",
+          "maxbytespertrigger"}
+
+
+class RealTimeRefused(Refused, ValueError):
+    """A stream real-time mode cannot run; the message names the stream, the cause and the fix."""
+
+
+def check_stream(spec: StreamSpec, transform: Transform) -> None:
+    """Before Spark starts: the sink and the transform's declarations allow the mode."""
+    where = f"stream {spec.name}: trigger real_time"
+    backend = sink_backend(spec.sink.url)
+    if backend not in ("sqlite", "postgresql"):
+        raise RealTimeRefused(f"{where}: the sink {spec.sink.url.split('://')[0]}:// has no real-time path (only "
+                              "sqlite and postgresql sinks are written row by row); use a processing-time trigger")
+    if spec.source.format != "kafka":
+        raise RealTimeRefused(f"{where}: the source {spec.source.format!r} is Python; real-time mode reads with "
+                              "Spark's own Kafka connector (source: {format: kafka})")
+    paced = sorted(k for k in spec.source.options if k.lower() in PACING)
+    if paced:
+        raise RealTimeRefused(f"{where}: the source option(s) {', '.join(paced)} pace micro-batches and Spark "
+                              "refuses them in real-time mode; remove them from the entry's source options")
+    if transform.aggregates:
+        names = ", ".join(a.table for a in transform.aggregates)
+        raise RealTimeRefused(f"{where}: the aggregate table(s) {names} cannot be written idempotently row by row "
+                              "(an aggregate needs state); use a processing-time trigger")
+
+
+def sink_backend(url: str) -> str:
+    try:
+        return make_url(url).get_backend_name()
+    except Exception:  # noqa: BLE001 - a delta:// or kafka:// URL is not SQLAlchemy's
+        return url.split(":", 1)[0]
+
+
+def check_plan(spec: StreamSpec, frame: Any) -> None:
+    """Refuse the first operator of ``frame``'s analyzed plan that the mode cannot run, naming it (Spark
+    optimizes a streaming plan only once the query starts; a Python UDF is an expression until then)."""
+    where = f"stream {spec.name}: trigger real_time"
+    stack = [frame._jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        name = str(node.nodeName())
+        python = _python_expression(node)
+        if python:
+            name = f"{python} in {name}"
+            raise RealTimeRefused(f"{where}: the plan runs Python ({name}: a Python UDF); real-time mode runs JVM "
+                                  "operators only: write build() with Spark SQL functions (from_json, when, ...) or "
+                                  "use a processing-time trigger")
+        if name in STATEFUL:
+            raise RealTimeRefused(f"{where}: the plan has a stateful operator ({name}); Spark 4.2's real-time mode "
+                                  "runs stateless plans only: use a processing-time trigger")
+        if name in PYTHON:
+            raise RealTimeRefused(f"{where}: the plan runs Python ({name}: a Python UDF, pandas or Arrow function); "
+                                  "real-time mode runs JVM operators only: write build() with Spark SQL functions "
+                                  "(from_json, when, ...) or use a processing-time trigger")
+        if name == "Join" and sum(1 for c in _children(node) if bool(c.isStreaming())) > 1:
+            raise RealTimeRefused(f"{where}: the plan joins two streams (state); join a stream with a static table "
+                                  "only, or use a processing-time trigger")
+        stack.extend(_children(node))
+
+
+def _python_expression(node: Any) -> str | None:
+    """The name of a Python function among ``node``'s expressions (PythonUDF, ...), or None."""
+    stack: list[Any] = []
+    exprs = node.expressions()
+    stack.extend(exprs.apply(i) for i in range(exprs.size()))
+    while stack:
+        expr = stack.pop()
+        name = str(expr.nodeName())
+        if name.startswith("Python"):
+            return name
+        stack.extend(_children(expr))
+    return None
+
+
+def _children(node: Any) -> list[Any]:
+    kids = node.children()
+    return [kids.apply(i) for i in range(kids.size())]
+
+
+def jdbc_url(url: str) -> str:
+    """The sink's SQLAlchemy URL as the JDBC driver takes it (the password in the URL, never logged)."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return f"jdbc:sqlite:{u.database}"
+    from urllib.parse import quote, urlencode
+
+    query = urlencode({k: v for k, v in (("user", u.username), ("password", u.password)) if v})
+    host = f"{u.host or 'localhost'}:{u.port or 5432}"
+    return f"jdbc:postgresql://{host}/{quote(u.database or '')}" + (f"?{query}" if query else "")
+
+
+def writer_plan(sink: Any, transform: Transform) -> str:
+    """The writer's table plan (``JdbcRealTimeWriter``): kind, physical table, columns, key, conflict rule,
+    version, decimal scales; a row's ``kind`` is its table's name or a key of ``transform.kinds``."""
+    kinds: dict[str, str] = {name: name for name in sink.specs}
+    kinds.update({str(k): str(v) for k, v in transform.kinds.items()})
+    lines = []
+    for kind, name in kinds.items():
+        spec = sink.specs[name]
+        scales = [f"{c.name}:{exact[1]}" for c in spec.columns if (exact := decimal_of(c.type))]
+        lines.append("\t".join([kind, sink.table_name(name), ",".join(c.name for c in spec.columns),
+                                ",".join(spec.key), spec.on_conflict, spec.version or "", ",".join(scales)]))
+    return "\n".join(lines)
+
+
+def create_ledger(sink: Any) -> str:
+    """The real-time ledger table beside the sink's tables (created if absent); its physical name."""
+    table = sa.Table(
+        sink.table_prefix + LEDGER, sa.MetaData(),
+        sa.Column("stream", sa.String(255), nullable=False),
+        sa.Column("epoch", sa.BigInteger, nullable=False),
+        sa.Column("spark_partition", sa.BigInteger, nullable=False),
+        sa.Column("lease_epoch", sa.BigInteger, nullable=False),
+        sa.Column("rows_written", sa.BigInteger, nullable=False),
+        sa.Column("end_offsets", sa.Text, nullable=False),  # {"topic/partition": next offset} of its rows
+        sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("stream", "epoch", "spark_partition", name=f"{sink.table_prefix}{LEDGER}_pkey"[:63]))
+    table.create(sink.engine, checkfirst=True)
+    return table.name
+
+
+def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, frame: Any, checkpoint: str,
+                lease_epoch: int) -> Any:
+    """Start ``frame`` in real-time mode into the SQL sink through the JVM writer; the StreamingQuery."""
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    if KIND not in frame.columns:
+        raise RealTimeRefused(f"stream {spec.name}: build() output has no {KIND!r} column to route rows by")
+    jvm = spark._jvm
+    from rewind.sink.sql_fence import FENCE_TABLE  # lazy: SQLAlchemy's metadata, only here
+
+    writer = jvm.io.rewind.rtm.JdbcRealTimeWriter(
+        jdbc_url(spec.sink.url), spec.name, int(lease_epoch), sink.table_prefix + FENCE_TABLE, create_ledger(sink),
+        writer_plan(sink, transform), FLUSH_MS)
+    interval = f"{int(spec.durations()['trigger'].total_seconds() * 1000)} milliseconds"
+    jquery = (frame._jdf.writeStream().foreach(writer).outputMode("update").queryName(spec.name)
+              .option("checkpointLocation", checkpoint)
+              .trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(interval)).start())
+    return StreamingQuery(jquery)
