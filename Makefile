@@ -55,7 +55,7 @@ test-fast: java jars venv lint
 # Each bench prints one JSON object: saved to bench/results/NAME.json (via .tmp, so a failed run
 # leaves the previous result), then the charts go to docs/img/. See docs/benchmarks.md.
 BENCHES := savepoint checkpoint_inspect recovery standby throughput replay latency proof_scaling sinks driver_memory \
-           overhead overhead_inventory overhead_latency
+           overhead overhead_inventory overhead_latency realtime
 # A result whose name is not its script's: the script and its arguments.
 SCRIPT_overhead_inventory := overhead
 ARGS_overhead_inventory := --transform inventory

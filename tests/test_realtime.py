@@ -130,82 +130,155 @@ def _wait(predicate: Any, timeout: float, what: str, log: Path, driver: Any = No
     pytest.fail(f"{what} not within {timeout:.0f}s; driver log:\n{log.read_text()[-4000:]}")
 
 
+class RealTimeStream:
+    """The scaffold's stream (`rewind stream new`) switched to real-time mode as the refusal asks, and its driver
+    processes (`launch`), each in a session of its own, logging to one file."""
+
+    def __init__(self, tmp_path: Path, platform: Any, topic: str, monkeypatch: pytest.MonkeyPatch,
+                 **env: str) -> None:
+        self.name, self.topic, self.platform, self.cwd = "rtshop", topic, platform, tmp_path
+        self.env = {**os.environ, **platform.env(), "REWIND_HOME": str(tmp_path / "home"),
+                    "REWIND_REGISTRY": str(tmp_path / "streams.yaml"), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
+                    "PYSPARK_PYTHON": sys.executable, "REWIND_LAG_PROBE_S": "0", **env}
+        (tmp_path / "streams.yaml").write_text("streams:\n")
+        new = subprocess.run([sys.executable, "-m", "rewind.cli", "stream", "new", self.name, "--dir", str(tmp_path),
+                              "--topic", topic, "--partitions", "2"], env=self.env, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+        assert new.returncode == 0, new.stderr
+        registry = yaml.safe_load((tmp_path / "streams.yaml").read_text())
+        entry = registry["streams"][self.name]
+        entry["trigger"] = {"real_time": "5 seconds"}
+        monkeypatch.syspath_prepend(str(tmp_path))
+        with pytest.raises(RealTimeRefused, match=r"maxOffsetsPerTrigger pace micro-batches"):
+            check_stream(StreamSpec(name=self.name, **entry), load_transform(StreamSpec(name=self.name, **entry)))
+        entry["source"]["options"].pop("maxOffsetsPerTrigger")  # as the refusal says
+        (tmp_path / "streams.yaml").write_text(yaml.safe_dump(registry))
+        self.db = tmp_path / "home" / "sink" / f"{self.name}.db"  # the scaffold's: ${REWIND_HOME}/sink/NAME.db
+        self.log = tmp_path / "driver.log"
+
+    def launch(self, log: Path | None = None) -> subprocess.Popen[bytes]:
+        with open(log or self.log, "ab") as out:
+            return subprocess.Popen([sys.executable, "-m", "rewind.cli", "stream", "run", self.name], env=self.env,
+                                    cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def written(self) -> int:
+        return _written(self.db, self.name)
+
+    def finish(self, producer: Producer, driver: subprocess.Popen[bytes]) -> None:
+        """Stop the producer, wait until its every record is written, stop the driver gracefully."""
+        try:
+            target = producer.sent + 400  # records sent after the last launch are written too
+            _wait(lambda: self.written() >= target, 240, "rows after the last launch", self.log, driver)
+            producer.stop.set()
+            producer.join(30)
+            _wait(lambda: self.written() >= producer.sent, 120, "every record written", self.log, driver)
+            time.sleep(1.0)  # anything written twice would show up now
+        finally:
+            producer.stop.set()
+            stop(driver)
+
+    def check_exactly_once(self, producer: Producer) -> dict[str, Any]:
+        """Every Kafka offset in exactly one of rows and dead letters, every value as sent; the ledger rows."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.platform.kafka_bootstrap, "group.id": "rt-check"})
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1] for p in (0, 1)}
+        consumer.close()
+        with sqlite3.connect(self.db) as con:
+            rows = con.execute(f"SELECT topic, partition, offset, id, value FROM {self.name}_rows").fetchall()
+            dead = con.execute(f"SELECT topic, partition, offset, reason FROM {self.name}_dead_letter").fetchall()
+            ledger = con.execute("SELECT epoch, spark_partition, lease_epoch, rows_written, committed_at "
+                                 "FROM rewind_rtm_epochs").fetchall()
+        coords = [(t, p, o) for t, p, o, *_ in rows] + [(t, p, o) for t, p, o, _ in dead]
+        assert len(coords) == len(set(coords)), "an offset is in the sink twice"
+        expected = {(self.topic, p, o) for p, end in ends.items() for o in range(end)}
+        assert sum(ends.values()) == producer.sent
+        assert set(coords) == expected, (f"missing {sorted(expected - set(coords))[:10]}, "
+                                         f"unexpected {sorted(set(coords) - expected)[:10]}")
+        assert {r[3]: r[4] for r in rows} == producer.values  # every value exact (a double, as sent)
+        assert len(dead) == len([n for n in range(producer.sent) if n % 97 == 0])
+        assert {d[3] for d in dead} == {"malformed"}
+        print(json.dumps({"records": producer.sent, "rows": len(rows), "dead": len(dead), "ledger_rows": len(ledger)}))
+        return {"ledger": ledger}
+
+
+def stop(driver: subprocess.Popen[bytes]) -> None:
+    """A graceful stop, as `rewind stream stop` asks it: SIGTERM to the driver alone (its JVM stops with it)."""
+    if driver.poll() is None:
+        os.kill(driver.pid, signal.SIGTERM)
+        try:
+            driver.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_a_real_time_stream_loses_and_repeats_nothing_through_three_sigkills(tmp_path: Path, platform: Any,
                                                                              new_topic: Any,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    name, topic = "rtshop", new_topic(2)
-    env = {**os.environ, **platform.env(), "REWIND_HOME": str(tmp_path / "home"),
-           "REWIND_REGISTRY": str(tmp_path / "streams.yaml"), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
-           "PYSPARK_PYTHON": sys.executable, "REWIND_LAG_PROBE_S": "0"}
-    (tmp_path / "streams.yaml").write_text("streams:\n")
-    new = subprocess.run([sys.executable, "-m", "rewind.cli", "stream", "new", name, "--dir", str(tmp_path), "--topic",
-                          topic, "--partitions", "2"], env=env, cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120)
-    assert new.returncode == 0, new.stderr
-    registry = yaml.safe_load((tmp_path / "streams.yaml").read_text())
-    entry = registry["streams"][name]
-    entry["trigger"] = {"real_time": "5 seconds"}
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(RealTimeRefused, match=r"maxOffsetsPerTrigger pace micro-batches"):
-        check_stream(StreamSpec(name=name, **entry), load_transform(StreamSpec(name=name, **entry)))
-    entry["source"]["options"].pop("maxOffsetsPerTrigger")  # as the refusal says
-    (tmp_path / "streams.yaml").write_text(yaml.safe_dump(registry))
-    db = tmp_path / "home" / "sink" / f"{name}.db"  # the scaffold's sink: ${REWIND_HOME}/sink/NAME.db
-    log = tmp_path / "driver.log"
-
-    def launch() -> subprocess.Popen[bytes]:
-        with open(log, "ab") as out:
-            return subprocess.Popen([sys.executable, "-m", "rewind.cli", "stream", "run", name], env=env, cwd=tmp_path,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-    producer = Producer(platform.kafka_bootstrap, topic)
+    stream = RealTimeStream(tmp_path, platform, new_topic(2), monkeypatch)
+    producer = Producer(platform.kafka_bootstrap, stream.topic)
     producer.start()
-    driver = launch()
+    driver = stream.launch()
     try:
         for kill in range(3):
             # an epoch closed by this driver (lease epoch kill + 1), then rows of the next one: killed mid-epoch
-            _wait(lambda lease=kill + 1: _closed_by(db, lease), 240, f"an epoch closed by driver {kill + 1}", log,
-                  driver)
-            before = _written(db, name)
-            _wait(lambda before=before: _written(db, name) >= before + 300, 60, f"rows of driver {kill + 1}", log,
-                  driver)
+            _wait(lambda lease=kill + 1: _closed_by(stream.db, lease), 240, f"an epoch closed by driver {kill + 1}",
+                  stream.log, driver)
+            before = stream.written()
+            _wait(lambda before=before: stream.written() >= before + 300, 60, f"rows of driver {kill + 1}",
+                  stream.log, driver)
             os.killpg(driver.pid, signal.SIGKILL)  # the producer never pauses
             driver.wait(30)
-            driver = launch()
-        _wait(lambda: _closed_by(db, 4), 240, "an epoch closed by driver 4", log, driver)
-        target = producer.sent + 400  # records sent after the last launch are written too
-        _wait(lambda: _written(db, name) >= target, 240, "rows after the last launch", log, driver)
-        producer.stop.set()
-        producer.join(30)
-        _wait(lambda: _written(db, name) >= producer.sent, 120, "every record written", log, driver)
-        time.sleep(1.0)  # anything written twice would show up now
+            driver = stream.launch()
+        _wait(lambda: _closed_by(stream.db, 4), 240, "an epoch closed by driver 4", stream.log, driver)
+    finally:
+        stream.finish(producer, driver)
+    ledger = stream.check_exactly_once(producer)["ledger"]
+    assert {row[2] for row in ledger} == {1, 2, 3, 4}, ledger  # every driver closed epochs under its lease
+
+
+@pytest.mark.slow
+def test_a_paused_real_time_driver_is_fenced_when_it_resumes(tmp_path: Path, platform: Any, new_topic: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver paused mid-epoch past its lease (a long GC, a frozen VM) while another takes over: when it
+    resumes, its writers' next transactions are refused by the fence and it exits; it closes no epoch more."""
+    ttl = 8.0
+    stream = RealTimeStream(tmp_path, platform, new_topic(2), monkeypatch, REWIND_LEASE_TTL_S=str(ttl),
+                            REWIND_DRIVER_WAIT_S="180")
+    producer = Producer(platform.kafka_bootstrap, stream.topic)
+    producer.start()
+    zombie = stream.launch(tmp_path / "zombie.log")
+    successor = None
+    try:
+        _wait(lambda: _closed_by(stream.db, 1), 240, "an epoch closed by the first driver", tmp_path / "zombie.log",
+              zombie)
+        before = stream.written()
+        _wait(lambda: stream.written() >= before + 300, 60, "rows of the first driver", tmp_path / "zombie.log", zombie)
+        os.killpg(zombie.pid, signal.SIGSTOP)  # mid-epoch, rows in its writers' buffers
+        paused_at = time.monotonic()
+        successor = stream.launch()
+        _wait(lambda: _closed_by(stream.db, 2), 240, "an epoch closed by the successor", stream.log, successor)
+        assert time.monotonic() - paused_at >= ttl, "the successor took over before the lease lapsed"
+        os.killpg(zombie.pid, signal.SIGCONT)
+        resumed_at = time.time()
+        code = zombie.wait(120)
+        text = (tmp_path / "zombie.log").read_text()
+        assert code != 0, text[-3000:]
+        assert "this driver is fenced" in text or "fenced: epoch 1 was taken over by epoch 2" in text, text[-3000:]
+        stream.finish(producer, successor)
     finally:
         producer.stop.set()
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGTERM)
-            try:
-                driver.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(driver.pid, signal.SIGKILL)
+        for driver in (zombie, successor):
+            if driver is not None and driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGCONT)
+                stop(driver)
+    ledger = stream.check_exactly_once(producer)["ledger"]
+    zombie_closed = [row for row in ledger if row[2] == 1]
+    assert zombie_closed and all(_utc_seconds(row[4]) < resumed_at for row in zombie_closed), ledger
 
-    from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": platform.kafka_bootstrap, "group.id": "rt-check"})
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in (0, 1)}
-    consumer.close()
-    with sqlite3.connect(db) as con:
-        rows = con.execute(f"SELECT topic, partition, offset, id, value FROM {name}_rows").fetchall()
-        dead = con.execute(f"SELECT topic, partition, offset, reason FROM {name}_dead_letter").fetchall()
-        ledger = con.execute("SELECT epoch, spark_partition, lease_epoch, rows_written FROM rewind_rtm_epochs"
-                             ).fetchall()
-    coords = [(t, p, o) for t, p, o, *_ in rows] + [(t, p, o) for t, p, o, _ in dead]
-    assert len(coords) == len(set(coords)), "an offset is in the sink twice"
-    expected = {(topic, p, o) for p, end in ends.items() for o in range(end)}
-    assert sum(ends.values()) == producer.sent
-    assert set(coords) == expected, (f"missing {sorted(expected - set(coords))[:10]}, "
-                                     f"unexpected {sorted(set(coords) - expected)[:10]}")
-    assert {r[3]: r[4] for r in rows} == producer.values  # every value exact (a double, as sent)
-    assert len(dead) == len([n for n in range(producer.sent) if n % 97 == 0]) and {d[3] for d in dead} == {"malformed"}
-    assert {lease for *_, lease, _ in ledger} == {1, 2, 3, 4}, ledger  # every driver closed epochs under its lease
-    print(json.dumps({"records": producer.sent, "rows": len(rows), "dead": len(dead), "ledger_rows": len(ledger)}))
+def _utc_seconds(text: str) -> float:
+    from datetime import UTC, datetime
+
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
