@@ -177,6 +177,13 @@ class RealTimeStream:
             producer.stop.set()
             stop(driver)
 
+    def verify(self, expect_ok: bool = True) -> dict[str, Any]:
+        """`rewind verify NAME --json`: its summary (exit 0 when it passes, else not)."""
+        done = subprocess.run([sys.executable, "-m", "rewind.cli", "verify", self.name, "--json"], env=self.env,
+                              cwd=self.cwd, capture_output=True, text=True, timeout=300)
+        assert (done.returncode == 0) == expect_ok, done.stdout[-3000:] + done.stderr[-3000:]
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
     def check_exactly_once(self, producer: Producer) -> dict[str, Any]:
         """Every Kafka offset in exactly one of rows and dead letters, every value as sent; the ledger rows."""
         from confluent_kafka import Consumer, TopicPartition
@@ -236,6 +243,16 @@ def test_a_real_time_stream_loses_and_repeats_nothing_through_three_sigkills(tmp
         stream.finish(producer, driver)
     ledger = stream.check_exactly_once(producer)["ledger"]
     assert {row[2] for row in ledger} == {1, 2, 3, 4}, ledger  # every driver closed epochs under its lease
+    # the proof works unchanged, bounded by the last closed epoch; and it fails when one row is lost
+    proved = stream.verify()
+    assert proved["ok"] is True and proved["records_in_range"] >= 10_000, proved
+    assert proved["rows_ok"] == proved["records_in_range"] and proved["landed_missing"] == 0, proved
+    with sqlite3.connect(stream.db) as con:
+        lost = con.execute(f"DELETE FROM {stream.name}_rows WHERE id = (SELECT id FROM {stream.name}_rows WHERE "
+                           "partition = 1 AND offset < 1000 ORDER BY offset DESC LIMIT 1)").rowcount
+    assert lost == 1
+    damaged = stream.verify(expect_ok=False)
+    assert damaged["ok"] is False and damaged["records_missing"]["count"] == 1, damaged
 
 
 @pytest.mark.slow
