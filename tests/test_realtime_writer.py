@@ -12,8 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,8 +38,9 @@ class _Kinds:
 
 
 @pytest.fixture
-def sink(tmp_path: Path) -> ExactlyOnceSqlSink:
-    sink = ExactlyOnceSqlSink(f"sqlite:///{tmp_path / 'sink.db'}", "rt", (ROWS, DEAD), table_prefix="s_")
+def sink(db_url: str) -> ExactlyOnceSqlSink:
+    """The SQL sink's tables and the real-time ledger, in SQLite and in PostgreSQL."""
+    sink = ExactlyOnceSqlSink(db_url, "rt", (ROWS, DEAD), table_prefix="s_")
     sink.create_tables()
     create_ledger(sink)
     return sink
@@ -55,8 +54,8 @@ def _rows(spark: Any, values: list[tuple[Any, ...]]) -> list[Any]:
 
 def _write(spark: Any, sink: ExactlyOnceSqlSink, lease: int, epoch: int, rows: list[Any], partition: int = 0) -> None:
     writer = spark._jvm.io.rewind.rtm.JdbcRealTimeWriter(
-        jdbc_url(str(sink.engine.url)), "rt", lease, "s_" + FENCE_TABLE, "s_rewind_rtm_epochs",
-        writer_plan(sink, _Kinds()), 60_000)  # no timer flush in a test: close() commits
+        jdbc_url(sink.engine.url.render_as_string(hide_password=False)), "rt", lease, "s_" + FENCE_TABLE,
+        "s_rewind_rtm_epochs", writer_plan(sink, _Kinds()), 60_000)  # no timer flush in a test: close() commits
     writer.open(partition, epoch)
     for row in rows:
         writer.process(row)
@@ -77,9 +76,8 @@ def test_rows_land_once_exactly_and_the_ledger_holds_the_end_offsets(spark: Any,
     assert pd_time(pay["at"][0]) == at
     dead = sink.read_table("dead_letter")
     assert dead[["topic", "partition", "offset", "reason"]].values.tolist() == [["t", 0, 8, "malformed"]]
-    with sqlite3.connect(str(sink.engine.url.database)) as con:
-        ledger = con.execute("SELECT epoch, spark_partition, lease_epoch, rows_written, end_offsets "
-                             "FROM s_rewind_rtm_epochs ORDER BY epoch").fetchall()
+    ledger = _query(sink, "SELECT epoch, spark_partition, lease_epoch, rows_written, end_offsets "
+                          "FROM s_rewind_rtm_epochs ORDER BY epoch")
     assert [(e, p, lease, n, json.loads(o)) for e, p, lease, n, o in ledger] == [
         (4, 0, 1, 3, {"t/0": 10}), (5, 0, 1, 3, {"t/0": 10})]
 
@@ -90,11 +88,17 @@ def test_a_writer_of_an_older_lease_epoch_commits_nothing(spark: Any, sink: Exac
     with pytest.raises(Exception, match=r"lease epoch 2, and epoch 3 has taken the stream over"):
         _write(spark, sink, 2, 9, rows, partition=1)
     assert sink.read_table("pay").empty
-    with sqlite3.connect(str(sink.engine.url.database)) as con:
-        assert con.execute("SELECT COUNT(*) FROM s_rewind_rtm_epochs").fetchone()[0] == 0
-        assert con.execute("SELECT epoch FROM s_rewind_epochs").fetchall() == [(3,)]
+    assert _query(sink, "SELECT COUNT(*) FROM s_rewind_rtm_epochs") == [(0,)]
+    assert _query(sink, "SELECT epoch FROM s_rewind_epochs") == [(3,)]
     _write(spark, sink, 3, 9, rows, partition=1)  # the holder writes
     assert list(sink.read_table("pay")["id"]) == ["z"]
+
+
+def _query(sink: ExactlyOnceSqlSink, sql: str) -> list[tuple[Any, ...]]:
+    import sqlalchemy as sa
+
+    with sink.engine.connect() as con:
+        return [tuple(r) for r in con.execute(sa.text(sql))]
 
 
 def pd_time(value: Any) -> dt.datetime:
