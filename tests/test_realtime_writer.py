@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from rewind.api.tables import Column, TableSpec
-from rewind.driver.realtime import create_ledger, jdbc_url, writer_plan
+from rewind.driver.realtime import jdbc_url, writer_plan
 from rewind.sink.sql import ExactlyOnceSqlSink
 from rewind.sink.sql_fence import FENCE_TABLE
+from rewind.sink.sql_realtime import create_ledger
 
 ROWS = TableSpec("pay", (Column("id", "string", False), Column("amount", "decimal(38,2)"),
                          Column("at", "timestamp"), Column("topic", "string"), Column("partition", "int"),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from rewind.api.contract import Transform
@@ -26,10 +25,8 @@ from rewind.api.tables import decimal_of
 from rewind.errors import Refused
 from rewind.registry import StreamSpec
 
-__all__ = ["LEDGER", "RealTimeRefused", "check_plan", "check_stream", "jdbc_url", "start_query", "writer_plan"]
+__all__ = ["RealTimeRefused", "check_plan", "check_stream", "jdbc_url", "start_query", "writer_plan"]
 
-#: The per-(epoch, partition) ledger of a real-time stream (beside the micro-batch ledger).
-LEDGER = "rewind_rtm_epochs"
 #: How often a writer commits its buffered rows (ms): each commit is one short transaction.
 FLUSH_MS = 20
 
@@ -152,22 +149,6 @@ def writer_plan(sink: Any, transform: Transform) -> str:
     return "\n".join(lines)
 
 
-def create_ledger(sink: Any) -> str:
-    """The real-time ledger table beside the sink's tables (created if absent); its physical name."""
-    table = sa.Table(
-        sink.table_prefix + LEDGER, sa.MetaData(),
-        sa.Column("stream", sa.String(255), nullable=False),
-        sa.Column("epoch", sa.BigInteger, nullable=False),
-        sa.Column("spark_partition", sa.BigInteger, nullable=False),
-        sa.Column("lease_epoch", sa.BigInteger, nullable=False),
-        sa.Column("rows_written", sa.BigInteger, nullable=False),
-        sa.Column("end_offsets", sa.Text, nullable=False),  # {"topic/partition": next offset} of its rows
-        sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("stream", "epoch", "spark_partition", name=f"{sink.table_prefix}{LEDGER}_pkey"[:63]))
-    table.create(sink.engine, checkfirst=True)
-    return table.name
-
-
 def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, frame: Any, checkpoint: str,
                 lease_epoch: int) -> Any:
     """Start ``frame`` in real-time mode into the SQL sink through the JVM writer; the StreamingQuery."""
@@ -177,6 +158,7 @@ def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, f
         raise RealTimeRefused(f"stream {spec.name}: build() output has no {KIND!r} column to route rows by")
     jvm = spark._jvm
     from rewind.sink.sql_fence import FENCE_TABLE  # lazy: SQLAlchemy's metadata, only here
+    from rewind.sink.sql_realtime import create_ledger  # lazy: as above
 
     writer = jvm.io.rewind.rtm.JdbcRealTimeWriter(
         jdbc_url(spec.sink.url), spec.name, int(lease_epoch), sink.table_prefix + FENCE_TABLE, create_ledger(sink),

@@ -1,0 +1,32 @@
+"""The real-time mode's ledger in a SQL sink: one row per (stream, epoch, Spark partition).
+
+Written by the JVM writer (``io.rewind.rtm.JdbcRealTimeWriter``) in the last transaction of an epoch; created
+here, beside the sink's own tables, so its schema lives with theirs (``rewind.sink.dialects``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+__all__ = ["LEDGER", "create_ledger"]
+
+#: The per-(epoch, partition) ledger of a real-time stream (beside the micro-batch ledger).
+LEDGER = "rewind_rtm_epochs"
+
+
+def create_ledger(sink: Any) -> str:
+    """The real-time ledger table beside the sink's tables (created if absent); its physical name."""
+    table = sa.Table(
+        sink.table_prefix + LEDGER, sa.MetaData(),
+        sa.Column("stream", sa.String(255), nullable=False),
+        sa.Column("epoch", sa.BigInteger, nullable=False),
+        sa.Column("spark_partition", sa.BigInteger, nullable=False),
+        sa.Column("lease_epoch", sa.BigInteger, nullable=False),
+        sa.Column("rows_written", sa.BigInteger, nullable=False),
+        sa.Column("end_offsets", sa.Text, nullable=False),  # {"topic/partition": next offset} of its rows
+        sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("stream", "epoch", "spark_partition", name=f"{sink.table_prefix}{LEDGER}_pkey"[:63]))
+    table.create(sink.engine, checkfirst=True)
+    return table.name
