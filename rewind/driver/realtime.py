@@ -136,16 +136,20 @@ def jdbc_url(url: str) -> str:
 
 
 def writer_plan(sink: Any, transform: Transform) -> str:
-    """The writer's table plan (``JdbcRealTimeWriter``): kind, physical table, columns, key, conflict rule,
-    version, decimal scales; a row's ``kind`` is its table's name or a key of ``transform.kinds``."""
+    """The writer's plan (``JdbcRealTimeWriter``), one line per row kind: kind, physical table, the SQL sink's
+    own idempotent insert (``with_conflict_rule``: the same rule for an existing key as a micro-batch's),
+    compiled with positional parameters, the columns those take, decimal scales. A row's ``kind`` is its
+    table's name or a key of ``transform.kinds``."""
+    from rewind.sink.sql_realtime import positional_insert  # lazy: SQLAlchemy, only here
+
     kinds: dict[str, str] = {name: name for name in sink.specs}
     kinds.update({str(k): str(v) for k, v in transform.kinds.items()})
     lines = []
     for kind, name in kinds.items():
         spec = sink.specs[name]
+        sql, columns = positional_insert(sink.dialect, spec, sink.table_prefix)
         scales = [f"{c.name}:{exact[1]}" for c in spec.columns if (exact := decimal_of(c.type))]
-        lines.append("\t".join([kind, sink.table_name(name), ",".join(c.name for c in spec.columns),
-                                ",".join(spec.key), spec.on_conflict, spec.version or "", ",".join(scales)]))
+        lines.append("\t".join([kind, sink.table_name(name), sql, ",".join(columns), ",".join(scales)]))
     return "\n".join(lines)
 
 

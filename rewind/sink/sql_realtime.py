@@ -10,7 +10,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-__all__ = ["LEDGER", "create_ledger"]
+from rewind.api.tables import TableSpec
+from rewind.sink.dialects import insert_for, spec_table, with_conflict_rule
+
+__all__ = ["LEDGER", "create_ledger", "positional_insert"]
 
 #: The per-(epoch, partition) ledger of a real-time stream (beside the micro-batch ledger).
 LEDGER = "rewind_rtm_epochs"
@@ -30,3 +33,15 @@ def create_ledger(sink: Any) -> str:
         sa.PrimaryKeyConstraint("stream", "epoch", "spark_partition", name=f"{sink.table_prefix}{LEDGER}_pkey"[:63]))
     table.create(sink.engine, checkfirst=True)
     return table.name
+
+
+def positional_insert(dialect: str, spec: TableSpec, prefix: str) -> tuple[str, tuple[str, ...]]:
+    """``spec``'s idempotent insert as the micro-batch sink writes it (``with_conflict_rule``), as SQL text with
+    ``?`` parameters for JDBC, and the columns those parameters take, in order."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    table = spec_table(spec, sa.MetaData(), prefix)
+    stmt = with_conflict_rule(insert_for(dialect)(table), spec, table)
+    compiler = sqlite.dialect() if dialect == "sqlite" else postgresql.dialect(paramstyle="qmark")
+    compiled = stmt.compile(dialect=compiler, column_keys=list(spec.column_names))
+    return compiled.string, tuple(compiled.positiontup or ())

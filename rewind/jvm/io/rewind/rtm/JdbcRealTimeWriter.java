@@ -71,9 +71,10 @@ public class JdbcRealTimeWriter extends ForeachWriter<Row> {
   private transient volatile Exception failure;
 
   /**
-   * @param plan one line per table: {@code kind TAB table TAB columns TAB key TAB on_conflict TAB version TAB
-   *     decimal scales}, lists comma-separated, scales as {@code column:scale}; the table names are physical
-   *     (prefixed); a {@code batch_id} column takes the epoch.
+   * @param plan one line per row kind: {@code kind TAB table TAB insert SQL TAB its parameters' columns TAB
+   *     decimal scales}, lists comma-separated, scales as {@code column:scale}. The SQL is the Python sink's own
+   *     idempotent insert (rewind.sink.dialects.with_conflict_rule), compiled with positional parameters; a
+   *     {@code batch_id} parameter takes the epoch.
    */
   public JdbcRealTimeWriter(String url, String stream, long leaseEpoch, String fenceTable, String ledgerTable,
       String plan, long flushMs) {
@@ -86,7 +87,7 @@ public class JdbcRealTimeWriter extends ForeachWriter<Row> {
     this.flushMs = flushMs;
   }
 
-  /** One table of the plan and its statement. */
+  /** One row kind of the plan: its table and its statement. */
   private static final class Table {
     String name;
     String[] columns;
@@ -119,40 +120,14 @@ public class JdbcRealTimeWriter extends ForeachWriter<Row> {
       String[] f = line.split("\t", -1);
       Table t = new Table();
       t.name = f[1];
-      t.columns = f[2].split(",");
-      String[] key = f[3].split(",");
-      String conflict = f[4];
-      String version = f[5];
-      for (String s : f[6].split(",")) {
+      t.sql = f[2];
+      t.columns = f[3].split(",");
+      for (String s : f[4].split(",")) {
         if (!s.isEmpty()) {
           String[] cs = s.split(":");
           t.scales.put(cs[0], Integer.parseInt(cs[1]));
         }
       }
-      StringBuilder cols = new StringBuilder();
-      StringBuilder marks = new StringBuilder();
-      for (String c : t.columns) {
-        cols.append(cols.length() == 0 ? "" : ", ").append(quote(c));
-        marks.append(marks.length() == 0 ? "?" : ", ?");
-      }
-      StringBuilder keys = new StringBuilder();
-      for (String k : key) {
-        keys.append(keys.length() == 0 ? "" : ", ").append(quote(k));
-      }
-      String sql = "INSERT INTO " + quote(t.name) + " (" + cols + ") VALUES (" + marks + ") ON CONFLICT (" + keys + ")";
-      if (conflict.equals("ignore")) {
-        sql += " DO NOTHING";
-      } else {
-        StringBuilder set = new StringBuilder();
-        for (String c : t.columns) {
-          set.append(set.length() == 0 ? "" : ", ").append(quote(c)).append(" = excluded.").append(quote(c));
-        }
-        sql += " DO UPDATE SET " + set;
-        if (conflict.equals("latest")) {
-          sql += " WHERE excluded." + quote(version) + " >= " + quote(t.name) + "." + quote(version);
-        }
-      }
-      t.sql = sql;
       tables.put(f[0], t);
     }
     return tables;
