@@ -35,31 +35,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import rtm_probe  # noqa: E402
 from common import keep_stdout_for_json  # noqa: E402
 
 
-def percentiles(values: list[float]) -> dict[str, float]:
+def latency(values: list[float]) -> dict[str, float] | None:
+    """rtm_probe's percentiles of ``values`` (ms), and how many there were; None for none."""
     import numpy as np
 
-    arr = np.array(values, dtype="float64")
-    return {f"p{q}_ms": round(float(np.percentile(arr, q)), 1) for q in (50, 95, 99)} | {
-        "max_ms": round(float(arr.max()), 1), "rows": len(values)}
+    return rtm_probe.percentiles(np.array(values, dtype="float64")) | {"rows": len(values)} if values else None
 
 
-def produce(bootstrap: str, topic: str, rate: int, seconds: float) -> tuple[int, float]:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    t0, n = time.time(), 0
-    while time.time() - t0 < seconds:
-        while n < int((time.time() - t0) * rate):
-            value = json.dumps({"id": f"r{n}", "value": n * 1.5, "ts": "2026-11-29T12:00:00.000+00:00"}).encode()
-            producer.produce(topic, key=str(n).encode(), value=value)
-            n += 1
-        producer.poll(0)
-        time.sleep(0.001)
-    producer.flush(30)
-    return n, t0
+def scaffold_value(n: int) -> bytes:
+    """A valid record of the scaffold's shape (``rewind stream new``)."""
+    return json.dumps({"id": f"r{n}", "value": n * 1.5, "ts": "2026-11-29T12:00:00.000+00:00"}).encode()
 
 
 class Poller(threading.Thread):
@@ -116,7 +105,7 @@ def rewind_run(kind: str, work: Path, bootstrap: str, args: argparse.Namespace) 
                               env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         time.sleep(args.start_s)  # the driver starts and plans before the producer sends
-        sent, t0 = produce(bootstrap, topic, args.rate, args.seconds)
+        sent, t0 = rtm_probe.produce(bootstrap, topic, args.rate, args.seconds, scaffold_value)
         time.sleep(7)  # the last records reach the sink
     finally:
         poller.stop.set()
@@ -125,7 +114,7 @@ def rewind_run(kind: str, work: Path, bootstrap: str, args: argparse.Namespace) 
         log.close()
     since, until = (t0 + args.warmup) * 1000, (t0 + args.seconds - 1) * 1000
     kept = [seen - at for at, seen in poller.seen if since <= at < until]
-    return {"run": kind, "sent": sent, "seen": len(poller.seen), "latency": percentiles(kept) if kept else None,
+    return {"run": kind, "sent": sent, "seen": len(poller.seen), "latency": latency(kept),
             "log": str(home / "driver.log")}
 
 
@@ -133,7 +122,6 @@ def spark_floor(work: Path, bootstrap: str, args: argparse.Namespace) -> dict[st
     """bench/rtm_probe.py's Kafka-to-Kafka run in real-time mode: Spark's own floor, in this process."""
     import glob
 
-    import rtm_probe
     from confluent_kafka.admin import AdminClient
     from pyspark.sql import SparkSession
 

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +62,20 @@ def percentiles(values: Any) -> dict[str, float]:
         "max_ms": round(float(values.max()), 1)}
 
 
-def produce(bootstrap: str, topic: str, rate: int, seconds: int) -> tuple[int, float]:
+def probe_value(n: int) -> bytes:
+    return json.dumps({"event_id": f"e{n}", "amount": n % 100}).encode()
+
+
+def produce(bootstrap: str, topic: str, rate: int, seconds: float,
+            value_of: Callable[[int], bytes] = probe_value) -> tuple[int, float]:
+    """``rate`` records/s for ``seconds`` (record ``n``'s value: ``value_of(n)``, its key ``n``); (sent, start)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     t0, n = time.time(), 0
     while time.time() - t0 < seconds:
         while n < int((time.time() - t0) * rate):
-            value = json.dumps({"event_id": f"e{n}", "amount": n % 100}).encode()
-            producer.produce(topic, key=str(n).encode(), value=value)
+            producer.produce(topic, key=str(n).encode(), value=value_of(n))
             n += 1
         producer.poll(0)
         time.sleep(0.001)
