@@ -83,10 +83,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     if lease is not None:
         writer.lease_check = lease.check
         lease.check("the stream's first batch")  # the new driver plans nothing while it is not the holder
-    use_checkpoint_file_manager(spark, checkpoint)
-    ensure_source(spark, spec.source.format)
-    source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
-    out = output_frame(transform, source, spec)
+    out = _output(spark, spec, transform, bootstrap, checkpoint)
     ws = (out.writeStream.foreachBatch(stop_aware(writer)).outputMode("append").queryName(spec.name)
           .option("checkpointLocation", checkpoint))
     ws = ws.trigger(availableNow=True) if available_now else ws.trigger(
@@ -101,10 +98,7 @@ def _real_time_query(spark: Any, spec: StreamSpec, transform: Any, bootstrap: st
     from rewind.driver import realtime  # lazy: only real-time streams
 
     realtime.check_stream(spec, transform)
-    use_checkpoint_file_manager(spark, checkpoint)
-    ensure_source(spark, spec.source.format)
-    source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
-    out = output_frame(transform, source, spec)
+    out = _output(spark, spec, transform, bootstrap, checkpoint)
     realtime.check_plan(spec, out)
     sink = open_sink(spec, transform, spark)
     sink.create_tables()
@@ -112,6 +106,14 @@ def _real_time_query(spark: Any, spec: StreamSpec, transform: Any, bootstrap: st
         fence_sink(sink, lease)
         lease.check("the stream's first epoch")
     return realtime.start_query(spark, spec, transform, sink, out, checkpoint, lease.epoch if lease else 0)
+
+
+def _output(spark: Any, spec: StreamSpec, transform: Any, bootstrap: str, checkpoint: str) -> Any:
+    """The stream's Kafka source read through the transform (the checkpoint written through Rewind's manager)."""
+    use_checkpoint_file_manager(spark, checkpoint)
+    ensure_source(spark, spec.source.format)
+    source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
+    return output_frame(transform, source, spec)
 
 
 def fence_sink(sink: Any, lease: LeaseKeeper) -> None:
