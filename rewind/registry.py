@@ -17,12 +17,11 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rewind.errors import Refused
-from rewind.settings import default_registry
+from rewind.settings import default_registry, interpolate_env
 from rewind.sink.delta_target import is_delta_url, parse_delta_sink
 from rewind.sink.kafka_target import is_kafka_url, parse_kafka_sink
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^{}]*))?\}")  # innermost first
 
 
 class RegistryError(Refused, ValueError):
@@ -152,6 +151,12 @@ class SavepointSpec(_Strict):
         return s if croniter.is_valid(s) else parse_duration(s)
 
 
+class AssetsSpec(_Strict):
+    """The stream's tables as Airflow Assets (``rewind.assets``): at most one event per table per ``interval``."""
+
+    interval: Duration = "1 minute"
+
+
 class SupervisionSpec(_Strict):
     """When the supervisor calls a stream unhealthy (rewind.supervision.health.Thresholds), and how often it looks."""
 
@@ -267,13 +272,13 @@ class StreamSpec(_Strict):
     #: The delay ``build`` gives ``withWatermark`` (``spec.durations()["watermark_delay"]``); the proofs
     #: and replays take a group as closed no later than the latest event time minus it.
     watermark_delay: Duration = "30 seconds"
-    #: For ``build``'s own rules (``spec.durations()["allowed_lateness"]``); Rewind itself does not read
-    #: it. The demo dead-letters an event whose time is more than this behind its Kafka timestamp.
+    #: For ``build``'s own rules; Rewind does not read it (the demo dead-letters an event this far behind).
     allowed_lateness: Duration = "20 seconds"
     restart: RestartSpec = Field(default_factory=RestartSpec)
     savepoints: SavepointSpec = Field(default_factory=SavepointSpec)
     supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
     dq_suite: str = "exactly_once"
+    assets: AssetsSpec = Field(default_factory=AssetsSpec)
     #: Alerts through an Airflow notifier (``AlertsSpec``); default: the registry's top-level ``alerts``.
     alerts: AlertsSpec | None = None
     #: Spark settings for this stream's driver, its standby and its replays, over Rewind's defaults
@@ -322,7 +327,7 @@ class StreamSpec(_Strict):
         unset ``control`` are left out, so entries written before they existed keep their hash (a restore
         warns when it changed). Alerts are not the job's configuration: left out."""
         unset = {k for k in ("spark_conf", "control") if not getattr(self, k)}
-        dump = self.model_dump_json(exclude={"alerts", *unset})
+        dump = self.model_dump_json(exclude={"alerts", "assets", *unset})
         return hashlib.sha256(dump.encode()).hexdigest()[:16]
 
 
@@ -335,25 +340,6 @@ class Registry(_Strict):
             known = ", ".join(sorted(self.streams)) or "(none)"
             raise RegistryError(f"stream {name!r} is not in the registry {self.source_file}; known streams: {known}")
         return self.streams[name]
-
-
-def _interpolate(value: Any, env: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        def sub(m: re.Match[str]) -> str:
-            if m.group(1) in env:
-                return env[m.group(1)]
-            if m.group(2) is not None:
-                return m.group(2)
-            raise RegistryError(f"environment variable {m.group(1)} is not set and has no default")
-        previous = None
-        while previous != value:  # nested defaults: ${A:-x/${B}} expands B, then A
-            previous, value = value, _ENV_RE.sub(sub, value)
-        return value
-    if isinstance(value, dict):
-        return {k: _interpolate(v, env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interpolate(v, env) for v in value]
-    return value
 
 
 def _format_errors(path: Path, prefix: str, exc: ValidationError) -> str:
@@ -394,7 +380,9 @@ def load_registry(path: str | Path | None = None, env: dict[str, str] | None = N
         try:
             if shared_alerts is not None and "alerts" not in body:  # the top-level block, for every stream
                 body = {**body, "alerts": shared_alerts}
-            streams[name] = StreamSpec(**{**_interpolate(body, env), "name": name})
+            streams[name] = StreamSpec(**{**interpolate_env(body, env), "name": name})
         except ValidationError as exc:
             raise RegistryError(_format_errors(path, f"streams.{name}", exc)) from None
+        except Refused as exc:  # an environment variable the entry names is not set
+            raise RegistryError(f"{path}: streams.{name}: {exc}") from None
     return Registry(streams=streams, source_file=str(path))

@@ -26,7 +26,9 @@ variable Rewind reads is read here, with its default and what it is for:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 from rewind.errors import Refused
 
@@ -130,3 +132,26 @@ def kafka_jvm_performance_opts() -> list[str]:
     """The embedded broker's JIT and GC options: ``KAFKA_JVM_PERFORMANCE_OPTS`` replaces the default, as in
     Kafka's ``kafka-run-class.sh`` (the tests give short-lived brokers C1 only and the serial collector)."""
     return (os.environ.get("KAFKA_JVM_PERFORMANCE_OPTS") or "-XX:+UseG1GC -XX:MaxGCPauseMillis=20").split()
+
+
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^{}]*))?\}")  # innermost first
+
+
+def interpolate_env(value: Any, env: dict[str, str]) -> Any:
+    """``${VAR}`` and ``${VAR:-default}`` in every string of ``value`` (a YAML tree), from ``env``."""
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            if m.group(1) in env:
+                return env[m.group(1)]
+            if m.group(2) is not None:
+                return m.group(2)
+            raise Refused(f"environment variable {m.group(1)} is not set and has no default")
+        previous = None
+        while previous != value:  # nested defaults: ${A:-x/${B}} expands B, then A
+            previous, value = value, _ENV_RE.sub(sub, value)
+        return value
+    if isinstance(value, dict):
+        return {k: interpolate_env(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate_env(v, env) for v in value]
+    return value
