@@ -15,6 +15,14 @@ from the task's outcome and the supervisor's memory (``<stream>.failures.json``)
 | ``replay_failed`` | a task of the replay DAG fails (a refused plan, a failed job, a failed proof of the range) |
 | ``lag`` | the supervisor's watch raised a lag alert (``supervision.max_lag``) |
 | ``savepoint_failed`` | a task of the savepoint DAG fails (a savepoint, retention, a restore) |
+| ``savepoint_late`` | a savepoint DAG run has not finished within its deadline after it was queued (Airflow's |
+| | Deadline Alerts; ``savepoints.deadline``, default the schedule's interval: before the next one is due) |
+| ``proof_late`` | a DQ DAG run (hourly) has not finished within the hour after it was due |
+
+A late run that fails later is two events (late, then failed): both are true. A run that ends
+before its deadline is never late: Airflow keeps the deadline of a run that *failed* in time and
+calls back when it passes (it drops it only on success), so ``late_event`` refuses a run that
+ended in time, which its ``*_failed`` alert has told already.
 """
 
 from __future__ import annotations
@@ -22,10 +30,13 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, get_args
 
-EVENTS = ("crash_loop", "recovery", "proof_failed", "replay_failed", "lag", "savepoint_failed")
+#: The events a registry's ``alerts.on`` may name (``rewind.registry.AlertsSpec`` validates against it).
+AlertEvent = Literal["crash_loop", "recovery", "proof_failed", "replay_failed", "lag", "savepoint_failed",
+                     "savepoint_late", "proof_late"]
+EVENTS: tuple[AlertEvent, ...] = get_args(AlertEvent)
 #: DAG roles, as ``rewind.paths.dag_ids`` names a stream's DAGs.
 ROLES = ("supervisor", "savepoint", "dq", "replay")
 PROOF_TASKS = ("proof", "prove")
@@ -68,16 +79,18 @@ class Alert:
     def text(self) -> str:
         when = datetime.fromtimestamp(self.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         lines = [self.subject(), "", f"stream:  {self.stream}", f"event:   {self.event}", f"cause:   {self.cause}",
-                 f"when:    {when}", f"task:    {self.dag_id} / {self.task_id} (run {self.run_id})"]
+                 f"when:    {when}", f"task:    {self.dag_id} / {self.task_id} (run {self.run_id})" if self.task_id
+                 else f"run:     {self.dag_id} (run {self.run_id})"]
         if self.page_url:
             lines.append(f"Rewind page: {self.page_url}")
         if self.log_url:
-            lines.append(f"task log:    {self.log_url}")
+            lines.append(f"task log:    {self.log_url}" if self.task_id else f"Airflow run: {self.log_url}")
         return "\n".join([*lines, "", self.detail])
 
     def html(self) -> str:
         link = (f'<p><a href="{html.escape(self.page_url)}">Open the Rewind page</a></p>' if self.page_url else "")
-        log = f'<p><a href="{html.escape(self.log_url)}">Task log</a></p>' if self.log_url else ""
+        label = "Task log" if self.task_id else "The run in Airflow"
+        log = f'<p><a href="{html.escape(self.log_url)}">{label}</a></p>' if self.log_url else ""
         return (f"<h3>{html.escape(self.subject())}</h3>{link}{log}"
                 f"<pre>{html.escape(self.text())}</pre>")
 
@@ -127,3 +140,94 @@ def message_fields(alert: Alert) -> dict[str, str]:
     (SMTP: subject and html_content; Slack: text; PagerDuty: summary; others: message)."""
     return {"subject": alert.subject(), "html_content": alert.html(), "text": alert.text(),
             "message": alert.text(), "summary": alert.subject()}
+
+
+# --------------------------------------------------------------------------- late runs (Airflow's Deadline Alerts)
+#: A preset's interval; the calendar ones by their shortest period, so a run is late before the next is due.
+PRESET_INTERVALS = {"@hourly": timedelta(hours=1), "@daily": timedelta(days=1), "@weekly": timedelta(days=7),
+                    "@monthly": timedelta(days=28), "@quarterly": timedelta(days=90), "@yearly": timedelta(days=365)}
+CRON_BASE = datetime(2026, 1, 1, tzinfo=UTC)  # fixed: the same DAG at every parse (no new DAG version)
+CRON_SAMPLES = 400  # a year of a daily schedule: weekends, month ends
+#: The DAG role -> the event of a run of it that missed its deadline, and what such a run is called.
+LATE_EVENTS = {"savepoint": ("savepoint_late", "savepoint run"), "dq": ("proof_late", "DQ proof run")}
+#: What to do, per event: the first look and the command that shows more.
+LATE_ADVICE = {
+    "savepoint_late": "Until this run ends no new savepoint is taken (one run at a time), so the newest restore point "
+                      "ages. Open the run's task log (a copy to S3 that hangs, a stream without a complete batch), "
+                      "then the Rewind page; `rewind savepoint list {stream}` shows the newest savepoint.",
+    "restore_late": "A restore stops the stream first: until it ends the stream may not be running. Open the run's "
+                    "task log, then the Rewind page; `rewind supervisor status {stream}` shows the stream.",
+    "proof_late": "The stream's output has no proof for this hour, and the next proof waits for this one (one run at "
+                  "a time). Open the run's task log (a proof waiting for its first batch, a slow sink or Kafka), "
+                  "then the Rewind page; `rewind dq {stream}` runs the proof from a shell.",
+}
+
+
+def schedule_interval(schedule: str | timedelta | None) -> timedelta | None:
+    """The time from one scheduled run to the next, which a run must finish within to be on time.
+
+    A preset, a cron expression (its shortest gap: ``0 9 * * 1-5`` is one day, a run still going when
+    the next could be due is late) or a duration. None, ``@once``, ``@continuous``: no interval."""
+    if isinstance(schedule, timedelta) or schedule is None:
+        return schedule
+    if schedule in PRESET_INTERVALS:
+        return PRESET_INTERVALS[schedule]
+    if schedule.startswith("@"):
+        return None
+    from croniter import croniter
+
+    it = croniter(schedule, CRON_BASE)
+    times = [it.get_next(datetime) for _ in range(CRON_SAMPLES)]
+    return min(b - a for a, b in zip(times, times[1:], strict=False))
+
+
+@dataclass(frozen=True)
+class MissedDeadline:
+    """A DAG run whose deadline passed, as Airflow's deadline callback reports it (epoch seconds)."""
+
+    stream: str
+    role: str             # a key of LATE_EVENTS
+    run_id: str
+    state: str            # the run's state when Airflow called back: queued, running, success, failed
+    queued_at: float
+    deadline_at: float
+    ended_at: float | None = None
+    restore: bool = False  # a savepoint DAG run triggered with action=restore
+
+
+def _took(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def late_event(missed: MissedDeadline) -> tuple[str, str] | None:
+    """``(event, cause)`` for a run past its deadline; None for a run that ended in time (its failure is
+    its own alert) or a DAG without a late event."""
+    found = LATE_EVENTS.get(missed.role)
+    if found is None or (missed.ended_at is not None and missed.ended_at <= missed.deadline_at):
+        return None
+    event, what = found
+    what = "restore run" if missed.restore else what
+    allowed = _took(missed.deadline_at - missed.queued_at)
+    if missed.ended_at is not None:
+        return event, (f"the {what} ended {missed.state}, {_took(missed.ended_at - missed.deadline_at)} past its "
+                       f"deadline ({allowed} after it was queued)")
+    return event, f"the {what} has not finished {allowed} after it was queued (still {missed.state})"
+
+
+def late_alert(missed: MissedDeadline, subscribed: Sequence[str], at: float, **where: str) -> Alert | None:
+    """The alert for a missed deadline, or None when it is no event or not one of ``subscribed``.
+
+    ``where``: ``dag_id``, ``page_url``, ``log_url`` (the caller knows them)."""
+    found = late_event(missed)
+    if found is None or found[0] not in subscribed:
+        return None
+    event, cause = found
+    stamp = "%Y-%m-%d %H:%M:%S UTC"
+    times = (f"queued at {datetime.fromtimestamp(missed.queued_at, UTC).strftime(stamp)}, deadline "
+             f"{datetime.fromtimestamp(missed.deadline_at, UTC).strftime(stamp)}.")
+    advice = LATE_ADVICE["restore_late" if missed.restore else event].format(stream=missed.stream)
+    return Alert(missed.stream, event, cause, f"Run {missed.run_id}: {times}\n{advice}", at, run_id=missed.run_id,
+                 **where)

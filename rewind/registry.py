@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rewind.alerts import EVENTS as ALERT_EVENTS
+from rewind.alerts import AlertEvent
 from rewind.errors import Refused
 from rewind.settings import default_registry, interpolate_env
 from rewind.sink.delta_target import is_delta_url, parse_delta_sink
@@ -140,6 +142,7 @@ class SavepointSpec(_Strict):
     schedule: Annotated[str | None, AfterValidator(_check_schedule)] = "@hourly"
     keep_last: int = Field(5, ge=1)
     max_age: Duration = "7d"
+    deadline: Duration | None = None  # a run not finished this long after it was queued is late; default: the interval
 
     def airflow_schedule(self) -> Any:
         """What a DAG's ``schedule`` takes: the preset or cron text, or a timedelta for a duration."""
@@ -178,9 +181,6 @@ class SupervisionSpec(_Strict):
                 "alert_every_s": parse_duration(self.alert_every).total_seconds()}
 
 
-AlertEvent = Literal["crash_loop", "recovery", "proof_failed", "replay_failed", "lag", "savepoint_failed"]
-ALERT_EVENTS: tuple[AlertEvent, ...] = ("crash_loop", "recovery", "proof_failed", "replay_failed", "lag",
-                                        "savepoint_failed")  # = rewind.alerts.EVENTS
 #: Short names for the notifiers of Airflow's providers (any other ``BaseNotifier`` by its class path).
 NOTIFIER_ALIASES = {
     "smtp": "airflow.providers.smtp.notifications.smtp.SmtpNotifier",
@@ -325,9 +325,9 @@ class StreamSpec(_Strict):
     def config_hash(self) -> str:
         """Identifies the job configuration (stored in savepoint manifests). An empty ``spark_conf`` and an
         unset ``control`` are left out, so entries written before they existed keep their hash (a restore
-        warns when it changed). Alerts are not the job's configuration: left out."""
-        unset = {k for k in ("spark_conf", "control") if not getattr(self, k)}
-        dump = self.model_dump_json(exclude={"alerts", "assets", *unset})
+        warns when it changed). Alerts, assets and deadlines are not the job's configuration: left out."""
+        unset = {k: True for k in ("spark_conf", "control") if not getattr(self, k)}
+        dump = self.model_dump_json(exclude={"alerts": True, "assets": True, "savepoints": {"deadline"}, **unset})
         return hashlib.sha256(dump.encode()).hexdigest()[:16]
 
 

@@ -1,7 +1,8 @@
 """DAGs generated from the stream registry: per stream a supervisor, a savepoint and a DQ DAG, and
 one replay DAG and one upgrade DAG for all streams. Wiring only: every task is an operator of
 ``rewind_airflow.operators`` (or a thin ``@task`` over one), and a stream with ``alerts`` gets its
-notifier on every task's failure (``rewind_airflow.notify``).
+notifier on every task's failure (``rewind_airflow.notify``) and, on its savepoint and DQ DAGs, on a
+run that misses its deadline (``rewind_airflow.deadlines``).
 
 Parse time does no network I/O: it reads the registry file and builds task graphs; every
 connection to Kafka, S3, Spark or the sink happens inside tasks. A registry error raises at
@@ -17,6 +18,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Param, task
 
 from rewind.paths import dag_ids
+from rewind_airflow.deadlines import deadline_alerts, savepoint_deadline
 from rewind_airflow.notify import RewindAlerts, alert_callbacks
 from rewind_airflow.operators import supervision as sup
 from rewind_airflow.operators.proof import ProveStreamOperator
@@ -28,6 +30,7 @@ from rewind_airflow.sensors.committed import FirstBatchSensor
 from rewind_airflow.sensors.stream import StreamHealthSensor
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
+DQ_SCHEDULE = timedelta(hours=1)
 
 
 def registry_path() -> str:
@@ -105,6 +108,7 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
     with DAG(dag_id=dag_ids(name).savepoint, schedule=spec.savepoints.airflow_schedule(), start_date=START,
              catchup=False, max_active_runs=1, tags=["rewind", name], is_paused_upon_creation=False,
              default_args=alert_callbacks(spec, "savepoint", registry),
+             deadline=deadline_alerts(spec, "savepoint", registry, savepoint_deadline(spec)),
              doc_md=f"Savepoint of `{name}` (online copy of its last complete batch) to S3, then retention "
                     f"(keep {spec.savepoints.keep_last}, max age {spec.savepoints.max_age}). Triggered with "
                     "`action=restore` and a `savepoint_id` it restores that savepoint instead: stop the stream, "
@@ -131,9 +135,10 @@ def savepoint_dag(spec: Any, registry: str) -> DAG:
 
 def dq_dag(spec: Any, registry: str) -> DAG:
     name = spec.name
-    with DAG(dag_id=dag_ids(name).dq, schedule=timedelta(hours=1), start_date=START, catchup=False,
+    with DAG(dag_id=dag_ids(name).dq, schedule=DQ_SCHEDULE, start_date=START, catchup=False,
              max_active_runs=1, tags=["rewind", name], is_paused_upon_creation=False,
              default_args=alert_callbacks(spec, "dq", registry),
+             deadline=deadline_alerts(spec, "dq", registry, DQ_SCHEDULE),
              doc_md=f"Data-quality proof of `{name}`: every Kafka record up to the last committed batch is in "
                     "the sink or the dead-letter table exactly once, windows reconcile. The first run waits "
                     "for the stream's first committed batch (skipped if none comes within 45 minutes): before "
