@@ -21,6 +21,10 @@ variable Rewind reads is read here, with its default and what it is for:
 | ``REWIND_LEASE_TTL_S`` | 20 | a driver lease's life: how long a dead driver elsewhere blocks a successor |
 | ``REWIND_JVM_CACHE`` | ``~/.cache/rewind/jvm`` | where Rewind's JVM classes are compiled (``platform.jvm``) |
 | ``REWIND_CLASS_SHARING`` | on | ``off``: drivers ignore the class-data archive (``runtime.class_sharing``) |
+| ``REWIND_LINEAGE_INTERVAL_S`` | 60 | seconds between a driver's OpenLineage RUNNING events (``lineage``) |
+
+OpenLineage's own variables (``OPENLINEAGE_URL``, ``OPENLINEAGE_CONFIG``, ``OPENLINEAGE__TRANSPORT__*``...)
+are the client's: ``rewind.lineage.config`` only asks whether one configures a transport.
 """
 
 from __future__ import annotations
@@ -95,6 +99,11 @@ def spark_log_level() -> str:
 
 def lag_probe_interval_s() -> float:
     return float(os.environ.get("REWIND_LAG_PROBE_S", "10"))
+
+
+def lineage_interval_s() -> float:
+    """Seconds between a driver's OpenLineage RUNNING events (at least 1)."""
+    return max(1.0, float(os.environ.get("REWIND_LINEAGE_INTERVAL_S", "60")))
 
 
 def driver_lock_wait_s() -> float:

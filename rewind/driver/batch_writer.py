@@ -57,11 +57,17 @@ class BatchWriter:
     lease_check: Callable[[str], None] | None = None
     #: ``offsets/N`` as this query's batches read it, each once (``rewind.driver.offset_log``)
     offset_log: OffsetLog | None = field(default=None, init=False, repr=False)
+    #: told each batch's rows per table once the sink has it (``rewind.lineage``: OpenLineage's outputStatistics)
+    on_rows: Callable[[int, dict[str, int]], None] | None = None
 
     def _log(self) -> OffsetLog:
         if self.offset_log is None:
             self.offset_log = OffsetLog(str(self.checkpoint))
         return self.offset_log
+
+    def counted(self, batch_id: int, rows: dict[str, int]) -> None:
+        if self.on_rows is not None:
+            self.on_rows(batch_id, rows)
 
     def check_lease(self, batch_id: int) -> None:
         if self.lease_check is not None:
@@ -91,6 +97,7 @@ class BatchWriter:
         t2 = time.perf_counter()
         result = self.write(batch_id, tables)
         t3 = time.perf_counter()
+        self.counted(batch_id, result.rows)
         if self.phases is not None:
             self.phases.append({"batch_id": batch_id, "rows": table.num_rows, "collect_s": t1 - t0,
                                 "to_pandas_split_s": t2 - t1, "sink_write_s": t3 - t2})

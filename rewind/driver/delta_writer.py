@@ -154,6 +154,7 @@ class DeltaBatchWriter(BatchWriter):
                 if rows[spec.name]:
                     self._merge(split, i, spec, batch_id)
             self.sink.commit_ledger(batch_id, rows, offsets)
+            self.counted(batch_id, rows)
         finally:
             split.unpersist()
         if self.phases is not None:

@@ -47,6 +47,7 @@ from rewind.driver.spark_session import build_session
 from rewind.driver.standby import become_driver
 from rewind.driver.startup import StartupSpans
 from rewind.kafka.group_offsets import progress_end_offsets
+from rewind.lineage.entry import stream_lineage
 from rewind.paths import late_checks_path, status_file
 from rewind.registry import StreamSpec
 from rewind.runtime.s3a import apply_credentials, is_url, s3a_conf
@@ -162,10 +163,13 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
             status.startup = spans.spans()
             log.info(spans.line(spec.name))
         status.progress = progress_figures(p, tracked)
+        lineage.progress(p)
         record_late_check(status, late, p, late_log)
         if group is not None:  # after the batch committed: Kafka's tools see the stream's lag
             group.submit(progress_end_offsets(p))
 
+    # OpenLineage (rewind.lineage): the run is the lease's driver id; nothing at all without a transport
+    lineage = stream_lineage(spec, bootstrap, spark, keeper.lease.holder.driver_id)
     listener = make_listener(channel, status, on_progress=on_progress)
     spark.streams.addListener(listener)
     status.spark_ui = spark.sparkContext.uiWebUrl
@@ -179,7 +183,8 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
     channel.write(status)
     try:
         query = build_query(spark, spec, bootstrap, available_now=available_now, checkpoint=checkpoint, late=late,
-                            lease=keeper)
+                            lease=keeper, lineage=lineage)
+        lineage.start()
         channel.epoch = status.epoch = keeper.epoch  # raised past a sink fenced under another store, if it was
         spans.mark("query")
         log.info("stream %s started: query %s, checkpoint %s, sink %s, lease epoch %d, resuming after batch %s",
@@ -195,11 +200,20 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
             result = _until_stopped(query, spec, keeper, stop_requested, status, channel, settle)
         finally:
             probe.stop()
+    except BaseException as exc:
+        lineage.end(1, str(exc) if isinstance(exc, LeaseLost) else _fenced(keeper), exc)
+        raise
     finally:
         withdraw(spark, checkpoint)
+    lineage.end(result, _fenced(keeper), status.exception if result else None)
     if keeper.fenced.is_set():
         raise LeaseLost(fenced_line(keeper.lease, keeper.fenced_by))
     return result
+
+
+def _fenced(keeper: LeaseKeeper) -> str | None:
+    """Why the driver was fenced (another took the stream over), or None."""
+    return fenced_line(keeper.lease, keeper.fenced_by) if keeper.fenced.is_set() else None
 
 
 def answer_stop_request(spec: StreamSpec, keeper: LeaseKeeper, stop_requested: threading.Event,

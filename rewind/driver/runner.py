@@ -32,6 +32,7 @@ from rewind.driver.spark_session import deployment_conf, ensure_source, use_chec
 from rewind.driver.staged_writer import StagedBatchWriter
 from rewind.kafka.client_config import kafka_options, librdkafka_config, stream_consumer_config
 from rewind.kafka.group_offsets import GroupOffsets, consumer_group
+from rewind.lineage.config import Lineage
 from rewind.registry import StreamSpec
 from rewind.runtime.processes import free_port
 from rewind.sink.delta_target import is_delta_url
@@ -46,16 +47,20 @@ log = logging.getLogger(__name__)
 
 def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
                 checkpoint: str | None = None, phases: list[dict[str, Any]] | None = None,
-                late: dict[int, tuple[int, int]] | None = None, lease: LeaseKeeper | None = None):
+                late: dict[int, tuple[int, int]] | None = None, lease: LeaseKeeper | None = None,
+                lineage: Lineage | None = None):
     """Wire source, transform and sink; return the started StreamingQuery (``phases``: see BatchWriter).
 
     ``lease``: the driver's lease. The sink is fenced at its epoch before the query starts (a driver
-    it took over from commits nothing more), and every batch checks it before its commit."""
+    it took over from commits nothing more), and every batch checks it before its commit. ``lineage``
+    (``rewind.lineage``) is told the sink's tables and each batch's rows per table."""
 
     transform = load_transform(spec)
+    lineage = lineage or Lineage()
     if spec.real_time is not None:
-        return _real_time_query(spark, spec, transform, bootstrap, checkpoint or spec.checkpoint, lease)
+        return _real_time_query(spark, spec, transform, bootstrap, checkpoint or spec.checkpoint, lease, lineage)
     sink = open_sink(spec, transform, spark)
+    lineage.outputs(sink.specs.values())
     if all(t.resolved for t in transform.tables):  # else resolved_tables (in open_sink) checked them
 
         late_fields = streaming_candidates(transform, spark, spec)
@@ -80,6 +85,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     else:
         writer = BatchWriter(sink, transform.split, checkpoint, phases,
                              late if late is not None else {}, dead_letter=transform.dead_letter_table)
+    writer.on_rows = lineage.rows
     if lease is not None:
         writer.lease_check = lease.check
         lease.check("the stream's first batch")  # the new driver plans nothing while it is not the holder
@@ -92,7 +98,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
 
 
 def _real_time_query(spark: Any, spec: StreamSpec, transform: Any, bootstrap: str, checkpoint: str,
-                     lease: LeaseKeeper | None) -> Any:
+                     lease: LeaseKeeper | None, lineage: Lineage) -> Any:
     """``build_query`` in Spark's real-time mode (``rewind.driver.realtime``): refused before anything is
     written when the sink, the declarations or the plan do not allow it."""
     from rewind.driver import realtime  # lazy: only real-time streams
@@ -102,6 +108,7 @@ def _real_time_query(spark: Any, spec: StreamSpec, transform: Any, bootstrap: st
     realtime.check_plan(spec, out)
     sink = open_sink(spec, transform, spark)
     sink.create_tables()
+    lineage.outputs(sink.specs.values())
     if lease is not None:
         fence_sink(sink, lease)
         lease.check("the stream's first epoch")

@@ -128,6 +128,7 @@ class StagedBatchWriter(BatchWriter):
         self.late[batch_id] = (routed, watermark or 0)
         self.check_lease(batch_id)
         result = self.staging.commit(batch_id, task.attempt, dict(rows), dict(staged), self.source_offsets(batch_id))
+        self.counted(batch_id, result.rows)
         if self.phases is not None:
             self.phases.append({"batch_id": batch_id, "rows": sum(rows.values()), "stage_s": t1 - t0,
                                 "commit_s": time.perf_counter() - t1})

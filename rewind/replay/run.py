@@ -43,6 +43,8 @@ from typing import Any
 from rewind.api.contract import load_transform
 from rewind.control.location import control_store
 from rewind.driver.spark_session import build_session
+from rewind.lineage.config import Lineage
+from rewind.lineage.entry import replay_lineage
 from rewind.replay.guard import acquire_lock, current_holder
 from rewind.replay.job import check_before_writing, execute, prove_range
 from rewind.replay.plan import ReplayPlan, format_plan
@@ -125,6 +127,7 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
         report.notes.append(f"{plan.missing} offsets of the requested range were beyond retention and could not "
                             "be replayed (--allow-beyond-retention); see the plan's problems")
     own_spark = False
+    lineage = Lineage()
     try:
         if spark is None:
             from pyspark.sql import SparkSession
@@ -135,6 +138,9 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
                 spark = build_session(f"rewind-replay-{spec.name}",
                                       conf={"spark.ui.showConsoleProgress": "false", **spec.spark_conf}, sources=False)
                 own_spark = True
+        lineage = replay_lineage(spec, setup.target_spec, bootstrap, spark, setup.replay_id)
+        lineage.outputs(load_transform(spec).tables)
+        lineage.start()
         execute(setup, bootstrap, spark, report, progress=progress, chunk_offsets=chunk_offsets)
         report.seconds["replay"] = round(time.perf_counter() - started, 3)
         report.throughput = {"records_per_s": round(report.counts["records_read"] / max(report.seconds["replay"],
@@ -144,8 +150,10 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
         else:
             report.notes.append("the DQ proof was skipped (prove=False)")
         report.status = "ok" if report.proof is None or report.proof["ok"] else "proof_failed"
+        _lineage_end(lineage, plan, report)
     except Exception as exc:
         report.status, report.error = "failed", f"{type(exc).__name__}: {exc}"
+        _lineage_end(lineage, plan, report, exc)
         _finish(report, started, setup.run_dir, s3)
         log.error("replay %s failed: %s (report %s)", setup.replay_id, exc, report.artifacts.get("report"))
         raise ReplayFailed(f"replay {setup.replay_id} of {spec.name} failed: {report.error}; nothing is half "
@@ -159,6 +167,20 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
     if report.status == "proof_failed":
         raise ReplayProofFailed(format_report(report), report)
     return report
+
+
+def _lineage_end(lineage: Lineage, plan: ReplayPlan, report: ReplayReport, error: Exception | None = None) -> None:
+    """The replay's final OpenLineage event (``rewind.lineage``): rows read per topic (one topic: the records
+    read; several: the plan's counts), written per table; FAIL on an error or a failed proof."""
+    topics = sorted({p.topic for p in plan.partitions})
+    read = {topics[0]: int(report.counts.get("records_read", 0))} if len(topics) == 1 else \
+        {t: sum(p.records for p in plan.partitions if p.topic == t) for t in topics}
+    lineage.read(read)
+    lineage.rows(-1, dict(report.counts.get("written", {})))
+    if error is None and report.status == "ok":
+        lineage.finish("COMPLETE")
+    else:
+        lineage.finish("FAIL", error or "the DQ proof over the replayed range failed")
 
 
 def _now() -> str:

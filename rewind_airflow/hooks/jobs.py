@@ -39,7 +39,9 @@ def submit_job(job: Path, args: list[str], name: str, conn_id: str, *, stream: s
                 return TimeoutError(f"{name} did not end within {deadline_s:.0f}s: YARN application(s) "
                                     f"{', '.join(killed)} killed (queued or running: see the ResourceManager)")
             return None
-        hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=name,
+        from rewind_airflow.lineage import parent_spark_conf
+
+        hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=name, conf=parent_spark_conf() or None,
                                jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
         hook.submit(str(job))
     except Exception as exc:  # noqa: BLE001 - handed to the caller, which reads the job's report

@@ -55,7 +55,10 @@ from airflow.sdk.exceptions import AirflowException
 #: Rewind's knobs of a driver (``rewind.settings``) that follow it into its YARN container when set where it
 #: is submitted, as they follow a driver launched on the worker itself (``REWIND_FAULTS``: tests only).
 DRIVER_KNOBS = ("REWIND_LAG_PROBE_S", "REWIND_SPARK_LOG_LEVEL", "REWIND_DRIVER_WAIT_S", "REWIND_LEASE_TTL_S",
-                "REWIND_FAULTS")
+                "REWIND_FAULTS", "REWIND_LINEAGE_INTERVAL_S")
+#: OpenLineage's client settings (``rewind.lineage``) that follow a driver into its YARN container; the API key
+#: goes with S3's keys, in the properties file.
+LINEAGE_KNOBS = ("OPENLINEAGE_URL", "OPENLINEAGE_ENDPOINT", "OPENLINEAGE_NAMESPACE", "OPENLINEAGE_DISABLED")
 
 #: The worker's settings a driver in a YARN container must not get: Spark's YARN client appends the worker's
 #: ``PYTHONPATH`` to the driver's, where its paths mean nothing; the driver's and executors' Python there is
@@ -148,11 +151,14 @@ class SparkConnection:
         return "yarn" in self.master and self.deploy_mode == "cluster"
 
     def command(self, application: str, application_args: list[str], *, name: str, jars: str | None = None,
-                driver_class_path: str | None = None) -> list[str]:
+                driver_class_path: str | None = None, conf: dict[str, str] | None = None) -> list[str]:
         """spark-submit of ``application``: the options Rewind's launches use, in the order the provider writes
-        them (``--master``, the Kubernetes namespace, ``--driver-class-path``, ``--jars``, ``--keytab``,
-        ``--principal``, ``--name``, ``--queue``, ``--deploy-mode``), then the application and its arguments."""
+        them (``--master``, ``--conf``s, the Kubernetes namespace, ``--driver-class-path``, ``--jars``,
+        ``--keytab``, ``--principal``, ``--name``, ``--queue``, ``--deploy-mode``), then the application and
+        its arguments."""
         command = [self.spark_binary, "--master", self.master]
+        for key, value in (conf or {}).items():
+            command += ["--conf", f"{key}={value}"]
         if "k8s" in self.master and self.namespace:
             command += ["--conf", f"spark.kubernetes.namespace={self.namespace}"]
         if driver_class_path:
@@ -245,13 +251,16 @@ class RewindStreamHook(BaseHook):
         """The spark-submit command of a driver on this worker: the connection's settings, Spark's Kafka
         connector and Rewind's classes with ``--jars`` and, for an ``s3a://`` checkpoint, the S3A jars with
         ``--driver-class-path`` (under spark-submit the JVM's class path is fixed before the session's conf is
-        read), the stream job and its arguments."""
+        read), inside a task its OpenLineage parent (``rewind_airflow.lineage``), the stream job and its
+        arguments."""
         from rewind.runtime.jvm import submit_jars
+        from rewind_airflow.lineage import parent_spark_conf
         from spark_jobs import STREAM_JOB
 
         command = self.get_conn().command(str(STREAM_JOB), self.application_args(), name=f"rewind-{self.stream}",
                                           jars=",".join(submit_jars()),
-                                          driver_class_path=s3a_driver_class_path(self.stream, self.registry))
+                                          driver_class_path=s3a_driver_class_path(self.stream, self.registry),
+                                          conf=parent_spark_conf())
         self.log.info("spark-submit command: %s", " ".join(command))
         return command
 
@@ -274,10 +283,11 @@ class RewindStreamHook(BaseHook):
         s3 = RewindS3Hook().config()
         driver_env = {"REWIND_JARS": str(jars_dir()), "REWIND_S3_BUCKET": s3.bucket, "AWS_REGION": s3.region,
                       **({"AWS_ENDPOINT_URL": s3.endpoint, "REWIND_S3_ENDPOINT": s3.endpoint} if s3.endpoint else {}),
-                      **{k: os.environ[k] for k in DRIVER_KNOBS if os.environ.get(k)}}
+                      **{k: os.environ[k] for k in (*DRIVER_KNOBS, *LINEAGE_KNOBS) if os.environ.get(k)}}
         if driver_env.get(faults.ENV):  # YARN's launch script keeps no double quote of an environment value
             driver_env[faults.ENV] = faults.encoded(driver_env[faults.ENV])
-        secret_env = {"AWS_ACCESS_KEY_ID": s3.access_key or "", "AWS_SECRET_ACCESS_KEY": s3.secret_key or ""}
+        secret_env = {"AWS_ACCESS_KEY_ID": s3.access_key or "", "AWS_SECRET_ACCESS_KEY": s3.secret_key or "",
+                      "OPENLINEAGE_API_KEY": os.environ.get("OPENLINEAGE_API_KEY", "")}
         return driver_env, {k: v for k, v in secret_env.items() if v}
 
     def _submit_yarn(self, application: Path, submit: Any, registry: str) -> None:
@@ -285,12 +295,13 @@ class RewindStreamHook(BaseHook):
         keys in a 0600 properties file that lives while spark-submit runs."""
         from rewind.runtime.cluster_submit import write_properties
         from rewind.runtime.jvm import submit_jars
+        from rewind_airflow.lineage import parent_spark_conf
 
         with tempfile.TemporaryDirectory(prefix="rewind-submit-") as private:  # mode 0700
             props = write_properties(Path(private) / "spark.properties", submit.secret_conf,
                                      os.environ.get("SPARK_CONF_DIR"))
-            hook = SparkSubmitHook(conf=submit.conf, conn_id=self.conn_id, files=submit.files,
-                                   archives=submit.archives, jars=",".join(submit_jars()),
+            hook = SparkSubmitHook(conf={**submit.conf, **parent_spark_conf()}, conn_id=self.conn_id,
+                                   files=submit.files, archives=submit.archives, jars=",".join(submit_jars()),
                                    driver_class_path=s3a_driver_class_path(self.stream, registry),
                                    properties_file=str(props), name=submit.name,
                                    application_args=submit.application_args)
