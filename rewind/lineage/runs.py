@@ -35,8 +35,8 @@ from rewind.registry import StreamSpec
 
 __all__ = ["ReplayLineage", "StreamLineage", "job_namespace"]
 
-#: How long a final event may take to leave (the driver's exit waits at most this long).
-CLOSE_S = 10.0
+#: How long a final event may take to leave: the driver gives up its lease after it, so it is short.
+CLOSE_S = 5.0
 
 
 def job_namespace(conf: Mapping[str, str], env: Mapping[str, str]) -> str:
