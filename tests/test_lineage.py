@@ -455,3 +455,25 @@ def test_a_stream_run_and_a_crashed_run_reach_real_transports_valid_with_topics_
     assert len({e["run"]["runId"] for e in second}) == 1 and second[0]["run"]["runId"] != first[0]["run"]["runId"]
     message = second[-1]["run"]["facets"]["errorMessage"]["message"]
     assert "FaultInjected" in message or "batch.write" in message, message
+
+
+def test_the_supervisor_closes_a_dead_drivers_run_with_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGKILLed driver cannot send its FAIL: the supervisor, recording the death, sends it for the run id its
+    status keeps (the lease's driver id). Not for a driver that ended itself (its own event said so)."""
+    from rewind.control.status import StreamStatus
+    from rewind.supervision import reconcile
+
+    lines = tmp_path / "lineage.jsonl"
+    (tmp_path / "openlineage.yml").write_text(f"transport:\n  type: file\n  log_file_path: {lines}\n  append: true\n")
+    monkeypatch.setenv("OPENLINEAGE_CONFIG", str(tmp_path / "openlineage.yml"))
+    monkeypatch.setattr(reconcile, "record_failure", lambda *a, **k: "decided")
+    driver_id = uuid.uuid4().hex
+    for state in ("running", "failed", "stopped"):
+        monkeypatch.setattr(reconcile, "read_stream_status", lambda spec, s=state: StreamStatus(
+            "demo", state=s, holder={"driver_id": driver_id}))
+        assert reconcile.fail(SimpleNamespace(name="demo"), "driver_died", "its lease lapsed") == "decided"
+    events = [json.loads(line) for line in lines.read_text().splitlines()]
+    assert [(e["eventType"], e["run"]["runId"], e["job"]["name"]) for e in events] == \
+        [("FAIL", str(uuid.UUID(driver_id)), "rewind.demo")]
+    assert events[0]["run"]["facets"]["errorMessage"]["message"] == "driver_died: its lease lapsed"
+    validate(events[0])

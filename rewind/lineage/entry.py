@@ -17,7 +17,7 @@ from rewind.lineage.config import Lineage, configured
 if TYPE_CHECKING:
     from rewind.registry import StreamSpec
 
-__all__ = ["replay_lineage", "stream_lineage"]
+__all__ = ["dead_run", "replay_lineage", "stream_lineage"]
 
 log = logging.getLogger(__name__)
 
@@ -48,3 +48,18 @@ def replay_lineage(spec: StreamSpec, target: StreamSpec, bootstrap: str, spark: 
     from rewind.lineage.runs import ReplayLineage  # lazy: the OpenLineage client only where a transport is set
 
     return _safely(f"replay {replay_id}", lambda: ReplayLineage.create(spec, target, bootstrap, spark, replay_id))
+
+
+def dead_run(spec: StreamSpec, run_id: str | None, why: str) -> None:
+    """Close a dead driver's run with FAIL (the supervisor found it dead: it could not say so itself); ``run_id``
+    is the driver id its status keeps. Nothing without a transport; a failure is logged, never raised."""
+    if not run_id or not configured():
+        return
+    from rewind.lineage.runs import close_dead_run  # lazy: the OpenLineage client only where a transport is set
+
+    try:
+        close_dead_run(spec, run_id, why)
+    except Exception as exc:  # noqa: BLE001 - lineage never stops a recovery
+        log.warning("OpenLineage: the dead run %s of %s not closed: %s: %s", run_id, spec.name, type(exc).__name__,
+                    exc)
+

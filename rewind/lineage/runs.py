@@ -33,7 +33,7 @@ from rewind.lineage.naming import sink_datasets, topic_datasets
 from rewind.lineage.parent import parent_from
 from rewind.registry import StreamSpec
 
-__all__ = ["ReplayLineage", "StreamLineage", "job_namespace"]
+__all__ = ["ReplayLineage", "StreamLineage", "close_dead_run", "job_namespace"]
 
 #: How long a final event may take to leave: the driver gives up its lease after it, so it is short.
 CLOSE_S = 5.0
@@ -162,3 +162,15 @@ class ReplayLineage(Lineage):
         spec, totals = self.spec, self._totals
         self.emitter.submit(lambda: run_event(state, spec, counts=totals, error=message, stack=stack))
         self.emitter.close(CLOSE_S)
+
+
+def close_dead_run(stream: StreamSpec, run_id: str, why: str) -> int:
+    """FAIL for a driver run that could not end itself (SIGKILLed, lost with its host), sent by whoever found
+    it dead; the job's namespace from the environment only. The events sent (0 or 1)."""
+    spec = RunSpec(str(uuid.UUID(run_id)), job_namespace({}, os.environ), f"rewind.{stream.name}", "STREAMING",
+                   "STREAM", (), ())
+    emitter = Emitter(OpenLineageClient(), name="rewind-lineage-dead-run")
+    emitter.submit(lambda: run_event("FAIL", spec, error=why))
+    emitter.close(CLOSE_S)
+    return emitter.sent
+

@@ -23,6 +23,7 @@ from rewind.checkpoints.savepoint_errors import SavepointCorrupt
 from rewind.checkpoints.savepoints import list_savepoints, restore_savepoint
 from rewind.control.driver_lease import driver_alive
 from rewind.control.status_store import read_stream_status
+from rewind.lineage.entry import dead_run
 from rewind.registry import StreamSpec
 from rewind.storage.location import open_storage
 from rewind.supervision.failures import CrashLoop, record_alert, record_failure
@@ -125,8 +126,12 @@ def relaunch_until_progress(spec: StreamSpec, start: Callable[[], dict[str, Any]
 
 
 def fail(spec: StreamSpec, cause: str, detail: str, now: float | None = None) -> Decision:
-    """Record a failure at the batch the stream is stuck behind and ask the restart strategy."""
+    """Record a failure at the batch the stream is stuck behind and ask the restart strategy. A driver that
+    died without ending its run (its status never said stopped or failed: SIGKILLed, lost with its host)
+    gets its OpenLineage run closed with FAIL here (``rewind.lineage``; nothing without a transport)."""
     status = read_stream_status(spec)
+    if status is not None and status.state not in ("stopped", "failed"):
+        dead_run(spec, status.holder.get("driver_id"), f"{cause}: {detail}")
     return record_failure(spec, cause, detail, status.last_batch_id if status else None,
                           status.end_offsets if status else {}, now)
 
