@@ -9,7 +9,8 @@ launched by its supervisor DAG through spark-submit with ``SPARK_CONF_DIR`` hold
   (its offset log and its state partitions), over Rewind's default of 2;
 - ``/rewind/metrics`` scraped over HTTP while the stream runs, its figures checked against the status
   file; the driver's Spark UI, linked from the page, serves Spark's own streaming metrics;
-- the failed-proof mail and the crash-loop mail arrive at the SMTP server;
+- the failed-proof mail and the crash-loop mail arrive at the SMTP server, and so does the mail of a
+  savepoint run past its deadline (Airflow's Deadline Alerts: the scheduler, the triggerer, Rewind's callback);
 - Apache Kafka's own ``kafka-consumer-groups`` tool reads the stream's lag, equal to Rewind's.
 """
 
@@ -37,6 +38,10 @@ from tests.harness.registry_templates import demo_stream
 pytestmark = pytest.mark.slow
 
 TOKEN = "scrape-token-for-the-test"  # a scraper's bearer token (REWIND_METRICS_TOKEN), only this test's
+# `late`, a stream that never runs, gives its savepoint runs one second (no schedule): none can end in time
+LATE_SAVEPOINTS = "{schedule: null, deadline: 1 second}"
+LATE_ALERTS = ("{on: [savepoint_late], notifier: {class: smtp, to: oncall@example.test, "
+               "from_email: rewind@example.test, smtp_conn_id: rewind_smtp}}")
 
 
 class Inbox:
@@ -96,7 +101,8 @@ def ops(airflow_factory: Callable[..., Any], platform: Any, tmp_path_factory: py
     registry.write_text(alerts + "streams:\n" + demo_stream("ops", "ops-events", home, max_offsets=300,
                                                              trigger="1 second") +
                         demo_stream("broken", "ops-broken", home,
-                                    restart="{strategy: fixed-delay, max_attempts: 1, delay: 1 seconds}"))
+                                    restart="{strategy: fixed-delay, max_attempts: 1, delay: 1 seconds}") +
+                        demo_stream("late", "ops-broken", home, savepoints=LATE_SAVEPOINTS, alerts=LATE_ALERTS))
     smtp = {"conn_type": "smtp", "host": "127.0.0.1", "port": inbox.port,
             "extra": {"disable_ssl": True, "disable_tls": True, "timeout": 10, "retry_limit": 1}}
     af = airflow_factory(env={"REWIND_REGISTRY": str(registry), "SPARK_CONF_DIR": str(conf_dir),
@@ -276,3 +282,23 @@ def test_the_drivers_start_up_is_split_by_step_from_its_spark_submit_jvm(ops: di
 
     lines = [ln for ln in paths_of(ops["spec"]).log.read_text(errors="replace").splitlines() if "first batch in" in ln]
     assert lines and "since its spark-submit JVM started" in lines[0], lines
+
+
+def test_a_savepoint_run_past_its_deadline_is_mailed(ops: dict[str, Any]) -> None:
+    """The scheduler finds the run's deadline (queued + 1 s) missed while it runs, the triggerer runs
+    Rewind's callback, which mails through the registry's SmtpNotifier; once, not again when the run ends."""
+    client, inbox, url = ops["client"], ops["inbox"], ops["af"].url
+    client.wait_dag("rewind_late_savepoint", timeout=120)
+    client.unpause("rewind_late_savepoint")
+    run = client.trigger_dag("rewind_late_savepoint", {})
+    mail = inbox.wait_for("[rewind] late: savepoint late", timeout=60)
+    text = body_of(mail)
+    assert mail["To"] == "oncall@example.test", mail["To"]
+    assert "savepoint run has not finished 1 s after it was queued (still " in str(mail["Subject"]), mail["Subject"]
+    for words in (f"rewind_late_savepoint (run {run})", "deadline 20", "rewind savepoint list late",
+                  f"Rewind page: {url}/rewind/", f"Airflow run: {url}/dags/rewind_late_savepoint/runs/"):
+        assert words in text, (words, text[:3000])
+    client.wait_dag_run("rewind_late_savepoint", run, timeout=120)  # it ends (no checkpoint to save): no second mail
+    time.sleep(3)
+    assert len([m for m in inbox.messages if "savepoint late" in str(m["Subject"])]) == 1, \
+        [str(m["Subject"]) for m in inbox.messages]
