@@ -477,3 +477,31 @@ def test_the_supervisor_closes_a_dead_drivers_run_with_fail(tmp_path: Path, monk
         [("FAIL", str(uuid.UUID(driver_id)), "rewind.demo")]
     assert events[0]["run"]["facets"]["errorMessage"]["message"] == "driver_died: its lease lapsed"
     validate(events[0])
+
+
+def test_a_replay_says_what_it_read_and_wrote_or_why_it_failed() -> None:
+    from rewind.lineage.runs import ReplayLineage
+    from rewind.replay.run import _lineage_end
+
+    target = SimpleNamespace(name="demo", topics=["demo-events"], sink=SimpleNamespace(
+        url="postgresql://u:p@db/an", table_prefix="demo_shadow_"))
+    plan = SimpleNamespace(partitions=[SimpleNamespace(topic="demo-events", records=90)])
+    outcomes = []
+    for status, error in (("ok", None), ("proof_failed", None), ("failed", RuntimeError("Kafka went away"))):
+        client = Client()
+        lin = ReplayLineage(RunSpec(RID, "default", "rewind.demo.replay", "BATCH", "REPLAY",
+                                    (Dataset("kafka://k:9092", "demo-events"),), ()), target, "k:9092", client)
+        lin.outputs([SimpleNamespace(name="events", columns=None)])  # type: ignore[arg-type]
+        lin.start()
+        report = SimpleNamespace(status=status, counts={"records_read": 87, "written": {"events": 80}})
+        _lineage_end(lin, plan, report, error)  # type: ignore[arg-type]
+        events = [as_json(e) for e in client.sent]
+        for e in events:
+            validate(e)
+        outcomes.append([e["eventType"] for e in events])
+        final = events[-1]
+        assert final["job"]["facets"]["jobType"]["processingType"] == "BATCH"
+        assert final["outputs"][0]["name"] == "an.public.demo_shadow_events"
+        assert final["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 80
+        assert final["inputs"][0]["inputFacets"]["inputStatistics"]["rowCount"] == 87
+    assert outcomes == [["START", "COMPLETE"], ["START", "FAIL"], ["START", "FAIL"]]
