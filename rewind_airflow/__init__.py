@@ -7,7 +7,8 @@
 - ``operators/``: ``BaseOperator`` classes for supervision, savepoints, restores, proofs, replays and
   upgrades (each a thin call into the ``rewind`` package, which decides); ``operators/cluster.py`` is the
   supervisor's launch into YARN (no operator of its own);
-- ``notify.py``: alerts through Airflow's notifiers (the registry's ``alerts``);
+- ``notify.py``: alerts through Airflow's notifiers (the registry's ``alerts``); ``deadlines.py``: the
+  savepoint and DQ DAGs' Deadline Alerts, a late run told through the same notifiers;
 - ``dags/factory.py``: the DAGs generated from the stream registry (wiring only);
 - ``plugins/``: the Rewind page in Airflow's UI (registered through the ``airflow.plugins`` entry point:
   Airflow loads those always, a provider's declared plugins only when ``lazy_load_providers`` is off).
