@@ -15,8 +15,8 @@ How it is set up (Airflow 3.3, measured):
   restarts and never in the repository. :meth:`LocalAirflow.client` hands out a REST client logged in.
 - The four components, the api-server first, are ``ManagedProcess`` children (own session, parent-death
   signal, a log each under ``home/logs``), not ``airflow standalone``, whose children outlive it when killed.
-- The embedded services are Airflow connections given as ``AIRFLOW_CONN_*`` environment variables
-  (JSON form, ``rewind.embedded.airflow_connections``), so no credential is stored in the metadata DB.
+- The embedded services (and this Airflow's own REST API, for the Asset watchers) are Airflow connections
+  given as ``AIRFLOW_CONN_*`` variables (JSON), so no credential is stored in the metadata DB.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -66,8 +67,7 @@ class LocalAirflow:
     platform's variables, ``REWIND_HOME``, ``PYTHONPATH``. ``platform`` adds the connections of
     :func:`connections_env`. New DAGs start paused unless ``paused_at_creation=False`` (a DAG's
     own ``is_paused_upon_creation`` wins); ``schedules=False`` turns off scheduled runs (triggered
-    runs still run), for tests that want only the runs they trigger.
-    ``stop()`` ends every process that was started, children included.
+    runs still run). ``stop()`` ends every process that was started, children included.
     """
 
     def __init__(self, home: Path, dags_folder: Path, plugins_folder: Path, env: dict[str, str] | None = None,
@@ -271,23 +271,36 @@ class LocalAirflow:
         self._t0 = time.monotonic()
         try:
             self.prepare()
-            env = self.environment()
             for name in COMPONENTS:
-                argv = [airflow_binary(), name]
-                if name == "api-server":
-                    argv += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
-                elif name in ("scheduler", "triggerer"):
-                    # Their log servers would listen on every interface; the api-server reads task logs
-                    # from the local files anyway, so they are not started.
-                    argv.append("--skip-serve-logs")
-                proc = ManagedProcess(f"airflow-{name}", argv, self.log_dir / f"{name}.log", env=env, cwd=self.home)
-                proc.start()
-                self.processes[name] = proc
+                self._start_component(name)
                 if name == "api-server":  # the others work through its execution API: started together on 2
                     self._wait_healthy(180.0, parts=())  # busy cores, a task queued before it answered failed
         except BaseException:
             self.stop()
             raise
+
+    def _start_component(self, name: str) -> None:
+        argv = [airflow_binary(), name]
+        if name == "api-server":
+            argv += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
+        elif name in ("scheduler", "triggerer"):
+            # Their log servers would listen on every interface; the api-server reads task logs
+            # from the local files anyway, so they are not started.
+            argv.append("--skip-serve-logs")
+        # This Airflow's REST API and login, for the Asset watchers that read their own events back.
+        api = {"conn_type": "http", "host": self.url, "login": self.username, "password": self.password}
+        env = {**self.environment(), "AIRFLOW_CONN_REWIND_AIRFLOW_API": json.dumps(api)}
+        proc = ManagedProcess(f"airflow-{name}", argv, self.log_dir / f"{name}.log", env=env, cwd=self.home)
+        proc.start()
+        self.processes[name] = proc
+
+    def restart_component(self, name: str, kill: bool = False) -> None:
+        """Stop one component (SIGKILL with ``kill``, else gracefully) and start it again."""
+        proc = self.processes[name]
+        if kill and proc.pid:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stop()
+        self._start_component(name)
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Wait until the API answers, reports every component healthy and accepts the login."""

@@ -35,12 +35,14 @@ carry the report, which is stored either way.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rewind.api.contract import load_transform
+from rewind.assets.cursor import record_replay
 from rewind.control.location import control_store
 from rewind.driver.spark_session import build_session
 from rewind.lineage.config import Lineage
@@ -151,6 +153,8 @@ def run_replay(spec: Any, plan: ReplayPlan, bootstrap: str, *, mode: str = "into
             report.notes.append("the DQ proof was skipped (prove=False)")
         report.status = "ok" if report.proof is None or report.proof["ok"] else "proof_failed"
         _lineage_end(lineage, plan, report)
+        if mode == "into-sink" and report.status == "ok":
+            _announce(spec, plan, report)
     except Exception as exc:
         report.status, report.error = "failed", f"{type(exc).__name__}: {exc}"
         _lineage_end(lineage, plan, report, exc)
@@ -181,6 +185,18 @@ def _lineage_end(lineage: Lineage, plan: ReplayPlan, report: ReplayReport, error
         lineage.finish("COMPLETE")
     else:
         lineage.finish("FAIL", error or "the DQ proof over the replayed range failed")
+
+
+def _announce(spec: Any, plan: ReplayPlan, report: ReplayReport) -> None:
+    """Note the rewritten range for the tables' Asset watchers (``rewind.assets``), which announce it once."""
+    starts: dict[str, dict[str, int]] = {}
+    ends: dict[str, dict[str, int]] = {}
+    for p in plan.partitions:
+        starts.setdefault(p.topic, {})[str(p.partition)] = p.start
+        ends.setdefault(p.topic, {})[str(p.partition)] = p.end
+    written = {k: int(v) for k, v in dict(report.counts.get("written", {})).items()}
+    tables = sorted(t.name for t in load_transform(spec).tables)
+    record_replay(spec, report.replay_id, os.environ.get("AIRFLOW_CTX_DAG_RUN_ID"), starts, ends, written, tables)
 
 
 def _now() -> str:

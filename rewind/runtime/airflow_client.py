@@ -186,6 +186,14 @@ class AirflowClient:
                                        key), params={"deserialize": "true"})
         return body.get("value")
 
+    def asset_events(self, name_pattern: str, since: float | None = None) -> list[dict[str, Any]]:
+        """Asset events of the assets whose name contains ``name_pattern``, stored at or after ``since``
+        (epoch seconds), oldest first."""
+        params: dict[str, Any] = {"name_pattern": name_pattern, "order_by": "timestamp"}
+        if since is not None:
+            params["timestamp_gte"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+        return list(self._paged("/api/v2/assets/events", "asset_events", params))
+
     def wait_import_error(self, filename_part: str, timeout: float = 60.0) -> dict[str, Any]:
         """Wait until the DAG processor reports an import error for a file whose path contains the text."""
         deadline = time.monotonic() + timeout

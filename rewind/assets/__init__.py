@@ -1,0 +1,1 @@
+"""A stream's output tables as Airflow Assets: committed ranges announced once each (``docs/assets.md``)."""
