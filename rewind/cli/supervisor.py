@@ -1,7 +1,8 @@
 """`rewind supervisor status|reset STREAM`: what the supervisor sees, and clearing a crash-loop verdict.
 
 ``status`` prints the same health verdict the supervisor's trigger computes (from the status
-file and the process), the lag per partition, the YARN application that ran the driver (its tracking UI,
+file and the process), the lag per partition, each table's Asset events against the committed batches
+(drift, ``rewind.assets.drift``), the YARN application that ran the driver (its tracking UI,
 and what the ResourceManager says of it) and the failure history, so the person paged at
 3 a.m. sees in one place why a stream is not running. ``reset`` clears the history after the
 cause is fixed; the next supervisor run then relaunches (exit 0), and no data was skipped.
@@ -43,7 +44,18 @@ def supervisor_view(spec: Any) -> dict[str, Any]:
     from rewind.supervision.observe import observe  # lazy: start-up of the CLI
 
     obs = observe(spec)
-    return observation_view(obs, evaluate(obs, thresholds_of(spec)))
+    return {**observation_view(obs, evaluate(obs, thresholds_of(spec))), **asset_drift(spec)}
+
+
+def asset_drift(spec: Any) -> dict[str, Any]:
+    """Each table's Asset events against the sink's ledger (``rewind.assets.drift``): ``assets`` (a list of
+    ``TableDrift.view()``), ``assets_error`` when it cannot be read; the rest of the view stands either way."""
+    from rewind.assets.drift_read import read_drift  # lazy: start-up of the CLI
+
+    try:
+        return {"assets": [d.view() for d in read_drift(spec, ledger=True)], "assets_error": None}
+    except Exception as exc:  # noqa: BLE001 - a sink or store away must not hide the supervisor's verdict
+        return {"assets": [], "assets_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def observation_view(obs: Observation, verdict: Verdict) -> dict[str, Any]:
@@ -76,6 +88,15 @@ def format_view(v: dict[str, Any]) -> str:
         lines.append(f"  YARN {v['yarn_app_id']}, tracking UI {v.get('yarn_tracking_url') or '-'}")
     if v.get("yarn_verdict"):
         lines.append(f"  ResourceManager: {v['yarn_verdict']['detail']}")
+    tables = v.get("assets") or []
+    if v.get("assets_error"):
+        lines.append(f"  Asset events: cannot be read: {v['assets_error']}")
+    elif tables and not any(d["watcher"] for d in tables):
+        lines.append("  Asset events: no watcher (no table has an Asset cursor)")
+    elif tables:
+        drift = any(d["alert"] for d in tables)
+        lines.append(f"  Asset events{' (DRIFT: committed batches unannounced past two intervals)' if drift else ''}:")
+        lines += [f"    {d['line']}" for d in tables]
     if v["gave_up"]:
         lines.append(f"  GAVE UP at {_when(v['gave_up']['at'])}: {v['gave_up']['reason']}")
         lines.append(f"  after fixing the cause: rewind supervisor reset {v['stream']}")

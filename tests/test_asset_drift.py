@@ -1,0 +1,160 @@
+"""Asset drift (``rewind.assets.drift``): committed batches a table's watcher has not announced, judged with
+no service; and ``rewind supervisor status`` showing it from a real control-store directory and a SQLite
+sink's ledger (no Spark, no Airflow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rewind.assets.drift import (
+    TableDrift,
+    commit_time,
+    drift_alert,
+    last_committed,
+    needs_ledger,
+    oldest_unannounced_at,
+    table_drift,
+)
+from rewind.assets.ranges import Cursor, LedgerBatch
+from tests.harness.registry_templates import demo_stream, write_registry
+
+NOW = 10_000.0
+INTERVAL = 60.0  # the alert's limit is two: 120 s
+
+
+def test_no_cursor_is_no_watcher_and_never_an_alert() -> None:
+    d = table_drift("w", None, last_batch=500, committed_at=NOW - 9999, interval_s=INTERVAL, now=NOW)
+    assert (d.watcher, d.behind, d.alert) == (False, 0, False)
+    assert d.line() == "w: no watcher"
+    assert drift_alert("s", [d]) is None
+
+
+def test_caught_up() -> None:
+    d = table_drift("w", Cursor(through_batch=7, seq=3, emitted_at=NOW - 5000), 7, NOW - 4000, INTERVAL, NOW)
+    assert (d.watcher, d.behind, d.age_s, d.alert) == (True, 0, None, False)
+    assert d.line().startswith("w: caught up, announced through batch 7 (seq 3")
+    assert drift_alert("s", [d]) is None
+
+
+def test_behind_by_less_than_two_intervals_is_shown_not_alerted() -> None:
+    cursor = Cursor(through_batch=7, seq=3, emitted_at=NOW - 100)
+    d = table_drift("w", cursor, 9, NOW - 10, INTERVAL, NOW, oldest_at=NOW - 90)
+    assert (d.behind, d.age_s, d.exact, d.alert) == (2, 90.0, True, False)
+    assert "w: 2 batch(es) behind, within 120s: oldest unannounced committed 90s ago" in d.line()
+    assert drift_alert("s", [d]) is None
+
+
+def test_behind_by_more_than_two_intervals_is_an_alert() -> None:
+    cursor = Cursor(through_batch=7, seq=3, emitted_at=NOW - 400)
+    d = table_drift("w", cursor, 12, NOW - 1, INTERVAL, NOW, oldest_at=NOW - 121)
+    assert (d.behind, d.age_s, d.alert) == (5, 121.0, True)
+    assert "DRIFT (over 120s)" in d.line() and "last committed 12" in d.line()
+    text = drift_alert("demo", [table_drift("dead", None, 12, NOW, INTERVAL, NOW), d])
+    assert text is not None and "Asset events of demo behind" in text and "w: 5 batch(es) behind" in text
+    assert "dead" not in text  # a table without a watcher is never part of the alert
+
+
+def test_one_batch_behind_is_judged_from_the_status_alone() -> None:
+    cursor = Cursor(through_batch=7, emitted_at=NOW - 1000)
+    assert not needs_ledger(cursor, 8, NOW - 200, INTERVAL, NOW)  # the last batch is the oldest unannounced
+    d = table_drift("w", cursor, 8, NOW - 200, INTERVAL, NOW)
+    assert (d.exact, d.age_s, d.alert) == (True, 200.0, True)
+    assert not table_drift("w", cursor, 8, NOW - 30, INTERVAL, NOW).alert  # idle for long, then one new batch
+
+
+def test_many_behind_needs_the_ledger_only_when_the_status_cannot_decide() -> None:
+    recent = Cursor(through_batch=7, emitted_at=NOW - 60)
+    assert not needs_ledger(recent, 20, NOW - 1, INTERVAL, NOW)  # claimed 60 s ago: nothing older than that
+    d = table_drift("w", recent, 20, NOW - 1, INTERVAL, NOW)
+    assert (d.exact, d.alert) == (False, False) and ">= 1s" in d.line()
+    stale = Cursor(through_batch=7, emitted_at=NOW - 1000)
+    assert needs_ledger(stale, 20, NOW - 1, INTERVAL, NOW)  # busy stream, old claim: only the ledger knows
+    assert not needs_ledger(stale, 20, NOW - 500, INTERVAL, NOW)  # even the newest batch is too old: alert
+    assert table_drift("w", stale, 20, NOW - 500, INTERVAL, NOW).alert
+
+
+def test_a_claim_in_flight_is_shown_and_does_not_count_as_announced() -> None:
+    event = {"event_id": "s/w/4", "batches": [8, 9], "seq": 4}
+    cursor = Cursor(through_batch=7, seq=3, emitted_at=NOW - 90, pending={"event": event, "claimed_at": NOW - 3})
+    d = table_drift("w", cursor, 9, NOW - 4, INTERVAL, NOW, oldest_at=NOW - 20)
+    assert (d.pending, d.pending_at, d.behind, d.alert) == ("s/w/4 (batches 8-9)", NOW - 3, 2, False)
+    assert "claim in flight s/w/4 (batches 8-9)" in d.line()
+    stuck = Cursor(7, None, NOW - 900, 3, (), {"event": event, "claimed_at": NOW - 800})  # never read back
+    assert table_drift("w", stuck, 9, NOW - 790, INTERVAL, NOW, oldest_at=NOW - 805).alert
+    replay = Cursor(9, None, NOW - 10, 4, (), {"event": {"event_id": "s/w/5", "replay_id": "r1"}, "claimed_at": NOW})
+    assert table_drift("w", replay, 9, NOW, INTERVAL, NOW).pending == "s/w/5 (replay r1)"
+
+
+def test_the_ledger_gives_the_last_batch_and_the_oldest_unannounced_commit_time() -> None:
+    ledger = [LedgerBatch(i, {}, None, None, None, f"2026-01-01 00:00:{i:02d}+00:00") for i in (3, 1, 2)]
+    assert last_committed(ledger) == (3, commit_time("2026-01-01T00:00:03+00:00"))
+    assert oldest_unannounced_at(ledger, 1) == commit_time("2026-01-01 00:00:02+00:00")
+    assert oldest_unannounced_at(ledger, 3) is None and last_committed([]) == (None, None)
+    assert commit_time("2026-01-01 00:00:00") == commit_time("2026-01-01T00:00:00Z") == 1767225600.0
+    assert commit_time("not a time") is None
+
+
+def test_the_view_is_plain_json_with_its_line() -> None:
+    v = TableDrift("w", False).view()
+    assert json.loads(json.dumps(v)) == v and v["line"] == "w: no watcher"
+
+
+# --------------------------------------------------------------------------- the command line, for real
+def _ledger(url: str, prefix: str, stream: str, committed: dict[int, float]) -> None:
+    """The SQL sink's ledger as the sink writes it (``rewind.sink.dialects.ledger_table``)."""
+    from rewind.sink.dialects import ledger_table
+
+    engine = sa.create_engine(url)
+    table = ledger_table(sa.MetaData(), prefix)
+    table.create(engine)
+    with engine.begin() as conn:
+        for batch_id, at in committed.items():
+            conn.execute(table.insert(), {"stream": stream, "batch_id": batch_id, "rows_json": "{}",
+                                          "source_offsets": None, "epoch": None,
+                                          "committed_at": datetime.fromtimestamp(at, UTC).replace(tzinfo=None)})
+    engine.dispose()
+
+
+def _status(tmp_path: Path, registry: Path, args: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Path(sys.executable).parent / "rewind"), "supervisor", "status", "dr",
+                           "--registry", str(registry), *args.split()], capture_output=True, text=True, timeout=120)
+
+
+def test_supervisor_status_shows_the_drift_from_the_ledger_and_the_cursor(tmp_path: Path) -> None:
+    from rewind.assets.cursor import write_cursor
+    from rewind.control.location import control_store
+    from rewind.registry import load_registry
+
+    registry = write_registry(tmp_path / "streams.yaml", demo_stream("dr", "dr-topic", tmp_path))
+    spec = load_registry(registry).get("dr")
+    now = time.time()
+    _ledger(spec.sink.url, "dr_", "dr", {i: now - 600 + i * 10 for i in range(10)})  # 0..9, the last 510 s ago
+    before = _status(tmp_path, registry).stdout
+    assert "  Asset events: no watcher (no table has an Asset cursor)" in before, before  # no DAG on its tables
+    write_cursor(control_store(spec), "window_results", Cursor(4, None, now - 600, 2), None)
+
+    shown = _status(tmp_path, registry)
+    lines = shown.stdout.splitlines()
+    drift = [ln for ln in lines if "window_results:" in ln]
+    assert drift, shown.stdout + shown.stderr
+    assert "window_results: 5 batch(es) behind, DRIFT (over 120s): oldest unannounced committed 5" in drift[0]
+    assert "announced through batch 4 (seq 2" in drift[0] and "last committed 9" in drift[0]
+    assert any(ln.strip() == "events: no watcher" for ln in lines), shown.stdout  # a table with no cursor
+
+    as_json = json.loads(_status(tmp_path, registry, "--json").stdout)
+    tables = {d["table"]: d for d in as_json["assets"]}
+    assert tables["window_results"]["behind"] == 5 and tables["window_results"]["alert"] is True
+    assert abs(tables["window_results"]["age_s"] - 550) < 30  # batch 5 committed 550 s ago
+    assert tables["events"]["watcher"] is False
+
+    write_cursor(control_store(spec), "window_results", Cursor(9, None, now, 3),
+                 control_store(spec).read("assets.window_results").version)  # type: ignore[union-attr]
+    caught_up = [ln for ln in _status(tmp_path, registry).stdout.splitlines() if "window_results:" in ln]
+    assert caught_up and "caught up, announced through batch 9" in caught_up[0], caught_up
