@@ -11,6 +11,7 @@ and each run's sums equal a recomputation from the Kafka records.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from rewind.control.status import read_status
-from rewind.paths import status_file
+from rewind.paths import dag_ids, status_file
 from rewind.registry import load_registry
 from tests.harness.registry_templates import demo_stream
 
@@ -165,6 +166,24 @@ def test_every_committed_batch_is_in_exactly_one_event_through_a_driver_kill_and
     for o in outputs:
         assert (o["event_count"], o["amount_sum"]) == expected[o["event_id"]], o
     assert sum(o["windows"] for o in outputs) > 0
+
+    # a replay into the sink is announced once, with its range and its Airflow run; the downstream DAG
+    # recomputes from the whole table, and its sums equal Kafka's
+    start, end = {TOPIC: {"0": 0}}, {TOPIC: {"0": 150}}
+    run = client.trigger_dag(dag_ids("").replay, {"stream": STREAM, "from": json.dumps(start), "to": json.dumps(end),
+                                                  "dry_run": False, "replay_id": "assets-replay"})
+    assert client.wait_dag_run(dag_ids("").replay, run, timeout=300) == "success"
+    replay = wait_for("the replay's event", lambda: [p for p in asset_payloads(client) if p.get("kind") == "replay"],
+                      60)
+    assert len(replay) == 1, replay
+    assert (replay[0]["replay_id"], replay[0]["run_id"]) == ("assets-replay", run)
+    assert (replay[0]["start_offsets"], replay[0]["end_offsets"]) == (start, end)
+    assert replay[0]["seq"] == len(payloads) + 1
+    again = wait_for("the downstream run of the replay", lambda: _downstream(client, len(payloads) + 1), 120)
+    (recomputed,) = [o for o in again if o["event_id"] == replay[0]["event_id"]]
+    assert recomputed["kind"] == "replay" and recomputed["windows"] >= sum(o["windows"] for o in outputs)
+    total = recompute(flow["platform"].kafka_bootstrap, flow["registry"], replay)
+    assert (recomputed["event_count"], recomputed["amount_sum"]) == total[replay[0]["event_id"]]
 
 
 def _downstream(client: Any, n: int) -> list[dict[str, Any]] | None:
