@@ -14,6 +14,8 @@ from the task's outcome and the supervisor's memory (``<stream>.failures.json``)
 | ``proof_failed`` | a DQ proof task fails (the DQ DAG's ``proof``, the supervisor's ``prove``) |
 | ``replay_failed`` | a task of the replay DAG fails (a refused plan, a failed job, a failed proof of the range) |
 | ``lag`` | the supervisor's watch raised a lag alert (``supervision.max_lag``) |
+| ``asset_drift`` | the supervisor's watch found a table's Asset events behind its committed batches: the oldest |
+| | one not announced is older than two ``assets.interval`` (``rewind.assets.drift``; no watcher: never) |
 | ``savepoint_failed`` | a task of the savepoint DAG fails (a savepoint, retention, a restore) |
 | ``savepoint_late`` | a savepoint DAG run has not finished within its deadline after it was queued (Airflow's |
 | | Deadline Alerts; ``savepoints.deadline``, default the schedule's interval: before the next one is due) |
@@ -34,9 +36,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
 #: The events a registry's ``alerts.on`` may name (``rewind.registry.AlertsSpec`` validates against it).
-AlertEvent = Literal["crash_loop", "recovery", "proof_failed", "replay_failed", "lag", "savepoint_failed",
-                     "savepoint_late", "proof_late"]
+AlertEvent = Literal["crash_loop", "recovery", "proof_failed", "replay_failed", "lag", "asset_drift",
+                     "savepoint_failed", "savepoint_late", "proof_late"]
 EVENTS: tuple[AlertEvent, ...] = get_args(AlertEvent)
+#: The cause the watch records an Asset drift alert under (``rewind.supervision.failures.record_alert``).
+ASSET_DRIFT = "asset_drift"
 #: DAG roles, as ``rewind.paths.dag_ids`` names a stream's DAGs.
 ROLES = ("supervisor", "savepoint", "dq", "replay")
 PROOF_TASKS = ("proof", "prove")
@@ -110,9 +114,12 @@ def event_of(outcome: TaskOutcome) -> tuple[str, str] | None:
             return "proof_failed", "the DQ proof after a recovery failed"
         if gave_up and outcome.task_id in CRASH_LOOP_TASKS:
             return "crash_loop", str(gave_up.get("reason") or "the supervisor gave up")[:200]
-        lag = [a for a in outcome.failures.get("alerts") or [] if a.get("at", 0) >= outcome.started_at - 1.0]
-        if outcome.task_id == "diagnose" and lag:
-            return "lag", str(lag[-1].get("cause") or "lag")
+        raised = [a for a in outcome.failures.get("alerts") or [] if a.get("at", 0) >= outcome.started_at - 1.0]
+        if outcome.task_id == "diagnose" and raised:  # the watch's alert, recorded by this task
+            if raised[-1].get("cause") == ASSET_DRIFT:
+                detail = str(raised[-1].get("detail") or "").strip() or "Asset events behind"
+                return ASSET_DRIFT, detail.splitlines()[0][:200]
+            return "lag", str(raised[-1].get("cause") or "lag")
         return None
     if outcome.role == "dq" and outcome.task_id in PROOF_TASKS:
         return "proof_failed", "the DQ proof failed"

@@ -57,7 +57,9 @@ def test_behind_by_more_than_two_intervals_is_an_alert() -> None:
     assert (d.behind, d.age_s, d.alert) == (5, 121.0, True)
     assert "DRIFT (over 120s)" in d.line() and "last committed 12" in d.line()
     text = drift_alert("demo", [table_drift("dead", None, 12, NOW, INTERVAL, NOW), d])
-    assert text is not None and "Asset events of demo behind" in text and "w: 5 batch(es) behind" in text
+    assert text is not None and text.splitlines()[0] == ("Asset events of w behind: the oldest committed batch not "
+                                                         "announced is 121s old (limit 120s, two assets.interval)")
+    assert "w: 5 batch(es) behind" in text and "watcher of demo" in text
     assert "dead" not in text  # a table without a watcher is never part of the alert
 
 
@@ -158,3 +160,54 @@ def test_supervisor_status_shows_the_drift_from_the_ledger_and_the_cursor(tmp_pa
                  control_store(spec).read("assets.window_results").version)  # type: ignore[union-attr]
     caught_up = [ln for ln in _status(tmp_path, registry).stdout.splitlines() if "window_results:" in ln]
     assert caught_up and "caught up, announced through batch 9" in caught_up[0], caught_up
+
+
+# --------------------------------------------------------------------------- the alert, as the watch raises it
+def test_the_watch_raises_asset_drift_once_per_alert_every_and_the_alert_names_it(tmp_path: Path) -> None:
+    """The supervisor's watch (``StreamHealthTrigger.drift``) reads the status and the ledger, the diagnose
+    task records the alert (``reconcile.alert``), and ``rewind.alerts`` turns the failed task into an
+    ``asset_drift`` alert; a table with no cursor, or one caught up, raises nothing."""
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from rewind.alerts import TaskOutcome, alert_for
+    from rewind.assets.cursor import write_cursor
+    from rewind.control.location import control_store
+    from rewind.control.status import StreamStatus
+    from rewind.registry import load_registry
+    from rewind.supervision.failures import read_failures
+    from rewind.supervision.health import Health, Verdict
+    from rewind.supervision.reconcile import alert
+    from rewind_airflow.triggers.health import DRIFT_EVERY_S, StreamHealthTrigger
+
+    registry = write_registry(tmp_path / "streams.yaml", demo_stream("dr", "dr-topic", tmp_path))
+    spec = load_registry(registry).get("dr")
+    store = control_store(spec)
+    now = time.time()
+    # a busy stream: its last batch just committed, so only the ledger knows how old the oldest unannounced is
+    _ledger(spec.sink.url, "dr_", "dr", {**{i: now - 600 + i * 10 for i in range(9)}, 9: now - 1})
+    store.write("status", asdict(StreamStatus("dr", "running", last_batch_id=9, last_batch_at=now - 1)))
+    watch = StreamHealthTrigger("dr", str(registry))
+
+    def obs(at: float, alerted: float | None = None) -> SimpleNamespace:
+        return SimpleNamespace(at=at, last_alert_at={} if alerted is None else {"asset_drift": alerted})
+
+    assert watch.drift(spec, obs(now), 600.0) is None  # no cursor: no watcher, nothing to say
+    write_cursor(store, "window_results", Cursor(9, None, now - 600, 3), None)
+    assert watch.drift(spec, obs(now + DRIFT_EVERY_S), 600.0) is None  # caught up
+    found = store.read("assets.window_results")
+    assert found is not None
+    write_cursor(store, "window_results", Cursor(2, None, now - 600, 1), found.version)
+    assert watch.drift(spec, obs(now + DRIFT_EVERY_S + 1), 600.0) is None  # looked 1 s ago: not yet again
+    text = watch.drift(spec, obs(now + 2 * DRIFT_EVERY_S), 600.0)
+    assert text is not None and "window_results: 7 batch(es) behind, DRIFT" in text, text
+    assert "oldest unannounced committed 63" in text, text  # batch 3 (ledger: 570 s before now), exactly
+    assert watch.drift(spec, obs(now + 3 * DRIFT_EVERY_S, alerted=now), 600.0) is None  # raised within alert_every
+
+    started = time.time() - 1
+    alert(spec, Verdict(Health(False, "asset_drift", text), "alert"), time.time())  # what diagnose does with it
+    outcome = TaskOutcome("dr", "supervisor", "diagnose", "failed", "ALERT dr", started, read_failures(spec))
+    sent = alert_for(outcome, ["asset_drift"], time.time(), dag_id="rewind_dr_supervisor")
+    assert sent is not None and sent.event == "asset_drift", sent
+    assert sent.subject().startswith("[rewind] dr: asset drift: Asset events of window_results behind"), sent.subject()
+    assert alert_for(outcome, ["lag"], time.time()) is None  # not subscribed: not sent, and never a lag alert

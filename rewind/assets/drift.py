@@ -129,14 +129,19 @@ def table_drift(table: str, cursor: Cursor | None, last_batch: int | None, commi
 
 
 def drift_alert(stream: str, drifts: Iterable[TableDrift]) -> str | None:
-    """The alert's text when a table of ``stream`` drifted past its limit, else None (no watcher: never)."""
+    """The alert's text when a table of ``stream`` drifted past its limit, else None (no watcher: never).
+    Its first line is the cause an alert's subject shows."""
     late = [d for d in drifts if d.watcher and d.alert]
     if not late:
         return None
-    return (f"Asset events of {stream} behind the committed batches: "
-            + "; ".join(d.line() for d in late)
-            + ". The watcher (the triggerer's CommittedRangeTrigger) is not announcing: is the triggerer up, and "
-              "can it reach Airflow's REST API (connection rewind_airflow_api)? See docs/assets.md#drift")
+    worst = max(late, key=lambda d: d.age_s or 0.0)
+    old = "?" if worst.age_s is None else f"{'' if worst.exact else '>= '}{worst.age_s:.0f}s"
+    return (f"Asset events of {', '.join(d.table for d in late)} behind: the oldest committed batch not announced "
+            f"is {old} old (limit {worst.limit_s:.0f}s, two assets.interval)\n"
+            + "\n".join(d.line() for d in late)
+            + f"\nThe Asset watcher of {stream} (CommittedRangeTrigger, in the triggerer) is not announcing: is the "
+              "triggerer up, and can it read its events back from Airflow's REST API (connection "
+              "rewind_airflow_api)? docs/assets.md#drift")
 
 
 def _when(at: float | None) -> str:

@@ -10,6 +10,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+#: Seconds between two looks at a stream's Asset drift (its tables' cursors; the sink's ledger only when the
+#: status cannot decide): the alert's limit is two ``assets.interval`` (default 2 min), not the poll's seconds.
+DRIFT_EVERY_S = 30.0
+
 
 class StreamHealthTrigger(BaseTrigger):
     """Observes the stream every ``poll_s`` through its control store (status, heartbeat, the
@@ -20,7 +24,10 @@ class StreamHealthTrigger(BaseTrigger):
     It runs the supervision loop's observer and evaluator (``rewind.supervision.observe``,
     ``rewind.supervision.health.evaluate``) with the registry's thresholds: it fires when the
     verdict is a restart or an alert; a lag alert already raised within ``alert_every`` does not
-    fire again. Fires ``{"healthy": True}`` after ``watch_s`` without trouble, so one supervision run
+    fire again. While it has nothing else to say, it looks every ``DRIFT_EVERY_S`` at the stream's Asset
+    events (``rewind.assets.drift``) and fires an ``asset_drift`` alert when a table's watcher is more than
+    two intervals behind the committed batches, again at most every ``alert_every``. Fires
+    ``{"healthy": True}`` after ``watch_s`` without trouble, so one supervision run
     (and its log) stays bounded; the next run picks up the watch.
 
     :param stream: the registry stream to watch
@@ -38,6 +45,7 @@ class StreamHealthTrigger(BaseTrigger):
         self.stream, self.registry, self.poll_s, self.watch_s = stream, registry, poll_s, watch_s
         self.thresholds = thresholds or {}
         self.since = since if since is not None else time.time()
+        self._drift_at = 0.0  # when the Asset drift was last looked at (not serialized: a restart looks at once)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
@@ -46,17 +54,42 @@ class StreamHealthTrigger(BaseTrigger):
 
     def check(self) -> dict[str, Any]:
         """One observation and its verdict (blocking I/O; run in a thread)."""
+        from rewind.alerts import ASSET_DRIFT
         from rewind.registry import load_registry
         from rewind.supervision.health import Thresholds, evaluate
         from rewind.supervision.observe import observe
 
         spec = load_registry(self.registry).get(self.stream)
         obs = observe(spec)
-        verdict = evaluate(obs, Thresholds(**self.thresholds))
+        thresholds = Thresholds(**self.thresholds)
+        verdict = evaluate(obs, thresholds)
         h = verdict.health
-        return {"healthy": h.healthy, "cause": h.cause, "detail": h.detail, "action": verdict.action,
-                "stop_first": verdict.stop_first, "reason": verdict.reason, "needs_restart": h.needs_restart,
-                "detected_at": obs.at, "status": asdict(obs.status) if obs.status else None}
+        found = {"healthy": h.healthy, "cause": h.cause, "detail": h.detail, "action": verdict.action,
+                 "stop_first": verdict.stop_first, "reason": verdict.reason, "needs_restart": h.needs_restart,
+                 "detected_at": obs.at, "status": asdict(obs.status) if obs.status else None}
+        drift = self.drift(spec, obs, thresholds.alert_every_s) if verdict.action == "none" else None
+        if drift is not None:  # the stream is fine; its Asset events are not: an alert, never a restart
+            return {**found, "action": "alert", "cause": ASSET_DRIFT, "detail": drift,
+                    "reason": f"asset_drift: {drift.splitlines()[0]}; the stream keeps running"}
+        return found
+
+    def drift(self, spec: Any, obs: Any, alert_every_s: float) -> str | None:
+        """The Asset drift alert's text (``rewind.assets.drift``), or None: none, already raised within
+        ``alert_every``, looked at less than ``DRIFT_EVERY_S`` ago, or not readable (logged: a sink or store
+        away must not stop the watch over the stream itself)."""
+        from rewind.alerts import ASSET_DRIFT
+        from rewind.assets.drift import drift_alert
+        from rewind.assets.drift_read import read_drift
+
+        last = obs.last_alert_at.get(ASSET_DRIFT)
+        if (last is not None and obs.at - last < alert_every_s) or obs.at - self._drift_at < DRIFT_EVERY_S:
+            return None
+        self._drift_at = obs.at
+        try:
+            return drift_alert(spec.name, read_drift(spec, obs.at))
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            self.log.warning("%s: the Asset drift check failed (%s: %s)", self.stream, type(exc).__name__, exc)
+            return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
