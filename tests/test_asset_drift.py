@@ -10,7 +10,9 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from rewind.assets.drift import (
@@ -211,3 +213,42 @@ def test_the_watch_raises_asset_drift_once_per_alert_every_and_the_alert_names_i
     assert sent is not None and sent.event == "asset_drift", sent
     assert sent.subject().startswith("[rewind] dr: asset drift: Asset events of window_results behind"), sent.subject()
     assert alert_for(outcome, ["lag"], time.time()) is None  # not subscribed: not sent, and never a lag alert
+
+
+# --------------------------------------------------------------------------- the Rewind page
+def test_the_page_shows_each_watched_table_and_reads_the_ledger_only_when_the_status_cannot_decide(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import asdict
+
+    import rewind.assets.drift_read as drift_read
+    from rewind.assets.cursor import write_cursor
+    from rewind.control.location import control_store
+    from rewind.control.status import StreamStatus
+    from rewind.ops.view import build_stream_view, read_inputs
+    from rewind.registry import load_registry
+
+    registry = write_registry(tmp_path / "streams.yaml", demo_stream("dr", "dr-topic", tmp_path))
+    spec = load_registry(registry).get("dr")
+    store = control_store(spec)
+    now = time.time()
+    _ledger(spec.sink.url, "dr_", "dr", {**{i: now - 600 + i * 10 for i in range(9)}, 9: now - 1})
+    store.write("status", asdict(StreamStatus("dr", "running", last_batch_id=9, last_batch_at=now - 1)))
+
+    def page() -> dict[str, dict[str, Any]]:
+        view = build_stream_view(read_inputs(spec, now=now), now).to_json()
+        assert not [p for p in view["problems"] if p.startswith("Asset events")], view["problems"]
+        return {a["table"]: a for a in view["assets"]}
+
+    real = drift_read.read_ledger
+    monkeypatch.setattr(drift_read, "read_ledger", lambda *a, **k: pytest.fail("the ledger was read"))
+    assert not any(a["watcher"] for a in page().values())  # no cursor: no watcher, one read per table, no ledger
+    write_cursor(store, "window_results", Cursor(8, None, now - 30, 4), None)
+    shown = page()["window_results"]  # one batch behind, committed a second ago: the status decides
+    assert (shown["behind"], shown["alert"], shown["exact"]) == (1, False, True), shown
+
+    monkeypatch.setattr(drift_read, "read_ledger", real)
+    write_cursor(store, "events", Cursor(2, None, now - 600, 1), None)  # stuck: claimed 10 min ago, 7 behind
+    tables = page()
+    assert (tables["events"]["behind"], tables["events"]["alert"]) == (7, True), tables["events"]
+    assert abs(tables["events"]["age_s"] - 570) < 1 and tables["events"]["exact"]  # batch 3, from the ledger
+    assert tables["dead_letter"]["watcher"] is False and tables["window_results"]["alert"] is False

@@ -11,6 +11,7 @@ A stream with no cursor document costs one read per table and nothing else.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from rewind.api.contract import load_transform
 from rewind.assets.cursor import read_cursor, read_ledger
@@ -51,3 +52,12 @@ def read_drift(spec: StreamSpec, now: float | None = None, ledger: bool = False)
     return [table_drift(t, c, last, at, interval, now,
                         oldest_unannounced_at(batches, c.through_batch) if batches is not None and c else None)
             for t, c in found.items()]
+
+
+def drift_views(spec: StreamSpec, now: float | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """What the Rewind page shows (``TableDrift.view()`` per table) and the error that kept it from being
+    read (the page shows the rest of the stream either way)."""
+    try:
+        return [d.view() for d in read_drift(spec, now)], None
+    except Exception as exc:  # noqa: BLE001 - a sink or store away: the page says so
+        return [], f"{type(exc).__name__}: {exc}"[:300]

@@ -8,6 +8,7 @@ Sources (nothing new is measured here):
 - savepoint manifests in S3 (``rewind.checkpoints.savepoints.list_savepoints``);
 - the newest proof (``$REWIND_HOME/dq/STREAM/RUN/proof.json``, written by ``rewind.proof.dq.run_proof``);
 - the replay lease (``rewind.replay.guard``) and reports (``$REWIND_HOME/replays/STREAM/ID``);
+- each table's Asset cursor against the last committed batch (``rewind.assets.drift_read``);
 - Airflow DAG runs, fetched by the caller (the UI plugin, through Airflow's REST API with the
   user's token) and passed in as plain dicts.
 
@@ -20,11 +21,11 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rewind import paths
+from rewind.assets.drift_read import drift_views
 from rewind.checkpoints.savepoints import list_savepoints
 from rewind.control.driver_lease import driver_alive
 from rewind.control.location import control_store
@@ -47,7 +48,6 @@ ACTIVE_RUN_STATES = ("queued", "running")
 
 def dag_ids(stream: str) -> dict[str, str]:
     """The DAGs the factory generates for a stream (and the shared replay DAG), as ``rewind.paths`` names them."""
-
     return asdict(paths.dag_ids(stream))
 
 
@@ -72,6 +72,8 @@ class Inputs:
     dag_runs: list[dict[str, Any]] = field(default_factory=list)  # Airflow DAGRunResponse dicts
     dag_runs_error: str | None = None
     upgrades: list[dict[str, Any]] = field(default_factory=list)  # rewind.upgrade.history records, oldest first
+    assets: list[dict[str, Any]] = field(default_factory=list)  # rewind.assets.drift.TableDrift.view() per table
+    assets_error: str | None = None
 
 
 @dataclass
@@ -95,6 +97,7 @@ class StreamView:
     yarn_app_id: str | None = None  # the YARN application that ran the driver (also once it ended: which one)
     yarn_tracking_url: str | None = None  # its tracking UI (the ResourceManager's proxy), None unless http(s)
     upgrades: list[dict[str, Any]] = field(default_factory=list)  # upgrades and rescales, newest first
+    assets: list[dict[str, Any]] = field(default_factory=list)  # Asset events against the committed batches
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
@@ -293,7 +296,8 @@ def yarn_app(status: StreamStatus | None) -> tuple[str | None, str | None]:
 def build_stream_view(inp: Inputs, now: float) -> StreamView:
     state, since, detail = derive_state(inp.status, inp.process_alive, inp.failures, now, inp.thresholds)
     problems = [p for p in (inp.savepoints_error and f"savepoints: {inp.savepoints_error}",
-                            inp.dag_runs_error and f"Airflow DAG runs: {inp.dag_runs_error}") if p]
+                            inp.dag_runs_error and f"Airflow DAG runs: {inp.dag_runs_error}",
+                            inp.assets_error and f"Asset events: {inp.assets_error}") if p]
     rng = default_replay_range(inp.status.end_offsets if inp.status else {})
     yarn_id, yarn_url = yarn_app(inp.status)
     return StreamView(
@@ -307,13 +311,12 @@ def build_stream_view(inp: Inputs, now: float) -> StreamView:
         dags=dag_summary(inp.stream, inp.dag_runs), problems=problems,
         spark_ui=inp.status.spark_ui if inp.status is not None and inp.process_alive else None,
         yarn_app_id=yarn_id, yarn_tracking_url=yarn_url,
-        upgrades=history_rows(inp.upgrades, newest_first=True)[:10])
+        upgrades=history_rows(inp.upgrades, newest_first=True)[:10], assets=inp.assets)
 
 
 # --------------------------------------------------------------------------- I/O edge
 def rewind_home_of(spec: Any) -> Path:
     """Where proofs and replay reports of the stream live (``rewind.paths``)."""
-
     return paths_of(spec).home
 
 
@@ -342,7 +345,6 @@ def newest_proof(spec: Any) -> tuple[dict[str, Any] | None, float | None, Path |
 
 def proof_dir(spec: Any, run_id: str) -> Path:
     """The local run dir of one proof (run id checked: it becomes a path)."""
-
     return rewind_home_of(spec) / "dq" / spec.name / check_run_id(run_id)
 
 
@@ -371,7 +373,6 @@ def replay_reports(spec: Any, limit: int = 5) -> list[dict[str, Any]]:
 def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Inputs:
     """Read the stream's files (status, history, failures, proof, replay lock and reports) and, given an
     ``rewind.storage.S3Storage``, its savepoint manifests. DAG runs are the caller's (Airflow) part."""
-
     now = time.time() if now is None else now
     control = control_store(spec)
     status = read_stream_status(spec, control)
@@ -385,16 +386,12 @@ def read_inputs(spec: Any, store: Any = None, now: float | None = None) -> Input
         inp.replay_holder = current_holder(control, spec.name)
     except OSError:
         inp.replay_holder = None
+    inp.assets, inp.assets_error = drift_views(spec, now)
     if store is not None:
         try:
-
             inp.savepoints = [m.summary() for m in list_savepoints(store, spec.name).complete]
         except Exception as exc:  # noqa: BLE001 - S3 down: the page says so and shows the rest
             inp.savepoints_error = f"{type(exc).__name__}: {exc}"[:300]
     else:
         inp.savepoints_error = "no S3 configured"
     return inp
-
-
-def utc_iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
