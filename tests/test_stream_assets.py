@@ -59,7 +59,10 @@ def flow(airflow_factory: Callable[..., Any], platform: Any, tmp_path_factory: p
 
     thread = threading.Thread(target=producer, daemon=True)
     thread.start()
-    af = airflow_factory(env={"REWIND_REGISTRY": str(registry), "REWIND_EXAMPLE_STREAM": STREAM})
+    lineage = home / "openlineage.jsonl"  # every driver's and replay's OpenLineage events (the file transport)
+    (home / "openlineage.yml").write_text(f"transport:\n  type: file\n  log_file_path: {lineage}\n  append: true\n")
+    af = airflow_factory(env={"REWIND_REGISTRY": str(registry), "REWIND_EXAMPLE_STREAM": STREAM,
+                              "OPENLINEAGE_CONFIG": str(home / "openlineage.yml"), "REWIND_LINEAGE_INTERVAL_S": "3"})
     client = af.client()
     spec = load_registry(registry, env={"REWIND_HOME": str(home)}).get(STREAM)
     try:
@@ -69,7 +72,7 @@ def flow(airflow_factory: Callable[..., Any], platform: Any, tmp_path_factory: p
         client.unpause(DOWNSTREAM)
         client.trigger_dag(f"rewind_{STREAM}_supervisor", {"chain": False, "watch_s": 900})
         yield {"af": af, "client": client, "spec": spec, "stop": stop, "thread": thread, "sent": sent,
-               "platform": platform, "home": home, "registry": str(registry)}
+               "platform": platform, "home": home, "registry": str(registry), "lineage": lineage}
     finally:
         stop.set()
         stop_stream(spec, timeout=90)
@@ -158,6 +161,10 @@ def test_every_committed_batch_is_in_exactly_one_event_through_a_driver_kill_and
         assert p["end_offsets"] == ledger[p["batches"][1]].end
         assert p["table_rows"] == sum(ledger[b].rows.get(TABLE, 0) for b in p["batch_ids"])
 
+    # OpenLineage, from the same run on a real Airflow: the killed driver's run closed with FAIL by the
+    # supervisor, the relaunched one COMPLETE on a graceful stop; each run's parent is the task that launched it
+    lineage_of_runs(flow, dead.pid)
+
     # each event consumed by exactly one downstream run, whose sums equal a recomputation from Kafka
     outputs = wait_for("downstream runs of every event", lambda: _downstream(client, len(payloads)), 120)
     consumed = [o["event_id"] for o in outputs]
@@ -184,6 +191,32 @@ def test_every_committed_batch_is_in_exactly_one_event_through_a_driver_kill_and
     assert recomputed["kind"] == "replay" and recomputed["windows"] >= sum(o["windows"] for o in outputs)
     total = recompute(flow["platform"].kafka_bootstrap, flow["registry"], replay)
     assert (recomputed["event_count"], recomputed["amount_sum"]) == total[replay[0]["event_id"]]
+
+
+def lineage_of_runs(flow: dict[str, Any], dead_pid: int) -> None:
+    from rewind.supervision.process_control import stop_stream
+    from tests.test_lineage import validate
+
+    stop_stream(flow["spec"], timeout=90)
+    events = [json.loads(line) for line in flow["lineage"].read_text().splitlines() if line.strip()]
+    for event in events:
+        validate(event)
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        if event["job"]["name"] == f"rewind.{STREAM}":
+            runs[event["run"]["runId"]].append(event)
+    assert len(runs) == 2, {r: [e["eventType"] for e in es] for r, es in runs.items()}
+    supervisor = f"rewind_{STREAM}_supervisor"
+    by_task = {es[0]["run"]["facets"]["parent"]["job"]["name"]: [e["eventType"] for e in es] for es in runs.values()}
+    assert set(by_task) == {f"{supervisor}.launch", f"{supervisor}.relaunch"}, by_task
+    killed, relaunched = by_task[f"{supervisor}.launch"], by_task[f"{supervisor}.relaunch"]
+    assert killed[0] == "START" and killed.count("RUNNING") >= 2 and killed[-1] == "FAIL", killed
+    assert relaunched[0] == "START" and relaunched.count("RUNNING") >= 2 and relaunched[-1] == "COMPLETE", relaunched
+    for es in runs.values():
+        start = es[0]
+        assert [i["name"] for i in start["inputs"]] == [TOPIC]
+        assert {o["name"] for o in start["outputs"]} == {f"{STREAM}_{t}" for t in ("events", "dead_letter", TABLE)}
+        assert start["run"]["facets"]["parent"]["root"]["job"]["name"] == supervisor
 
 
 def _downstream(client: Any, n: int) -> list[dict[str, Any]] | None:
