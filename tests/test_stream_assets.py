@@ -165,7 +165,8 @@ def test_every_committed_batch_is_in_exactly_one_event_through_a_driver_kill_and
     # supervisor, the relaunched one COMPLETE on a graceful stop; each run's parent is the task that launched it
     lineage_of_runs(flow, dead.pid)
 
-    # each event consumed by exactly one downstream run, whose sums equal a recomputation from Kafka
+    # the downstream DAG ran once per range, each event consumed by exactly one run, whose sums equal a
+    # recomputation from Kafka
     outputs = wait_for("downstream runs of every event", lambda: _downstream(client, len(payloads)), 120)
     consumed = [o["event_id"] for o in outputs]
     assert sorted(consumed) == sorted(ids), "a range consumed twice or never"
@@ -220,9 +221,14 @@ def lineage_of_runs(flow: dict[str, Any], dead_pid: int) -> None:
 
 
 def _downstream(client: Any, n: int) -> list[dict[str, Any]] | None:
+    """Every successful downstream run's output, once they cover ``n`` events; each run had one event."""
     runs = [r for r in client.dag_runs(DOWNSTREAM) if r["state"] == "success"]
-    out = [o for r in runs for o in (client.xcom(DOWNSTREAM, r["dag_run_id"], "sum_ranges") or [])]
-    return out if len(out) >= n else None
+    per_run = [client.xcom(DOWNSTREAM, r["dag_run_id"], "sum_ranges") or [] for r in runs]
+    out = [o for outputs in per_run for o in outputs]
+    if len(out) < n:
+        return None
+    assert all(len(outputs) == 1 for outputs in per_run), f"a run consumed several ranges: {per_run}"
+    return out
 
 
 def recompute(bootstrap: str, registry: str, payloads: list[dict[str, Any]]) -> dict[str, tuple[int, str]]:

@@ -2,7 +2,9 @@
 
 Airflow runs it on each Asset event of ``rewind.<stream>.window_results`` (Rewind's watcher announces each
 committed range once, ``docs/assets.md``). Each run reads the ranges from its triggering events and sums
-the windows those batches closed: the per-range totals a daily rollup or a dbt model would build on.
+the windows those batches closed: the per-range totals a daily rollup or a dbt model would build on. Runs
+may overlap (no ``max_active_runs=1``), so that each event starts a run of its own rather than waiting for
+the one before and being consumed with the next.
 The stream is ``$REWIND_EXAMPLE_STREAM`` (default ``demo``); without it in the registry there is no DAG.
 """
 
@@ -34,7 +36,7 @@ if _registered():
     windows = stream_asset(STREAM, TABLE)
 
     with DAG(dag_id=f"rewind_{STREAM}_window_totals", schedule=[windows], start_date=datetime(2026, 1, 1, tzinfo=UTC),
-             catchup=False, max_active_runs=1, is_paused_upon_creation=False, tags=["rewind", "example", STREAM],
+             catchup=False, is_paused_upon_creation=False, tags=["rewind", "example", STREAM],
              doc_md=__doc__):
 
         @task
