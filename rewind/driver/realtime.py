@@ -6,11 +6,14 @@ Kafka, a ``ForeachWriter``, the console and memory; a Python ``ForeachWriter`` g
 pickled chunks, docs/benchmarks.md). So rows go from the executors' JVM into the SQL sink through
 ``io.rewind.rtm.JdbcRealTimeWriter``: small transactions within milliseconds, exactly once by each table's
 key (a record re-read after a crash writes nothing new), the lease epoch's fence in every transaction, a
-ledger row per (epoch, Spark partition) when the epoch closes.
+ledger row per (epoch, Spark partition) when the epoch closes. Into a Kafka sink through
+``io.rewind.rtm.KafkaRealTimeWriter``: rows encoded in the plan (``rewind.sink.kafka_realtime``), small
+Kafka transactions each with the partition's ledger record, records re-read after a crash skipped by their
+source offsets, a transactional producer per (stream, partition) and the driver's fence record.
 
-What cannot run this way is refused before anything is written, in one line: a sink other than
-SQLite/PostgreSQL, a transform that declares aggregates (not idempotent by key), and a plan with a
-stateful operator or Python code (``check_plan``).
+What cannot run this way is refused before anything is written, in one line: a Delta sink, a transform
+that declares aggregates (not idempotent by key), and a plan with a stateful operator or Python code
+(``check_plan``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ __all__ = ["RealTimeRefused", "check_plan", "check_stream", "jdbc_url", "start_q
 
 #: How often a writer commits its buffered rows (ms): each commit is one short transaction.
 FLUSH_MS = 20
+#: The same for a Kafka sink: a Kafka transaction costs a round trip to the transaction coordinator and a
+#: commit marker in every partition it wrote, so it commits less often. A read_committed reader sees a record
+#: about this long after the writer got it (docs/realtime.md).
+KAFKA_FLUSH_MS = 50
+#: A Kafka writer's transaction.timeout.ms: a transaction lives one flush, so a crashed writer's open one
+#: (which holds read_committed readers back) ends after this even if no new driver starts.
+KAFKA_TXN_TIMEOUT_MS = 15_000
 
 #: Logical operators that keep state across records: the mode of Spark 4.2 runs none of them, and their
 #: output is not idempotent by key.
@@ -54,9 +64,10 @@ def check_stream(spec: StreamSpec, transform: Transform) -> None:
     """Before Spark starts: the sink and the transform's declarations allow the mode."""
     where = f"stream {spec.name}: trigger real_time"
     backend = sink_backend(spec.sink.url)
-    if backend not in ("sqlite", "postgresql"):
+    if backend not in ("sqlite", "postgresql", "kafka"):
         raise RealTimeRefused(f"{where}: the sink {spec.sink.url.split('://')[0]}:// has no real-time path (only "
-                              "sqlite and postgresql sinks are written row by row); use a processing-time trigger")
+                              "sqlite, postgresql and kafka sinks are written row by row); use a processing-time "
+                              "trigger")
     if spec.source.format != "kafka":
         raise RealTimeRefused(f"{where}: the source {spec.source.format!r} is Python; real-time mode reads with "
                               "Spark's own Kafka connector (source: {format: kafka})")
@@ -161,6 +172,8 @@ def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, f
     if KIND not in frame.columns:
         raise RealTimeRefused(f"stream {spec.name}: build() output has no {KIND!r} column to route rows by")
     jvm = spark._jvm
+    if sink_backend(spec.sink.url) == "kafka":
+        return _start_kafka(spark, spec, transform, sink, frame, checkpoint, lease_epoch)
     from rewind.sink.sql_fence import FENCE_TABLE  # lazy: SQLAlchemy's metadata, only here
     from rewind.sink.sql_realtime import create_ledger  # lazy: as above
 
@@ -172,3 +185,49 @@ def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, f
               .option("checkpointLocation", checkpoint)
               .trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(interval)).start())
     return StreamingQuery(jquery)
+
+
+def _start_kafka(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, frame: Any, checkpoint: str,
+                 lease_epoch: int) -> Any:
+    """``start_query`` into a Kafka sink (``io.rewind.rtm.KafkaRealTimeWriter``): the plan encodes each row's
+    record, the driver writes its fence and starts every partition's producer once, then the query starts."""
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from rewind.sink import kafka_realtime as krt  # lazy: confluent-kafka, only for Kafka sinks
+
+    missing = [c for c in ("topic", "partition", "offset") if c not in frame.columns]
+    if missing:
+        raise RealTimeRefused(f"stream {spec.name}: trigger real_time: build() output lacks {missing}; the Kafka "
+                              "sink skips records re-read after a crash by their Kafka coordinates: keep topic, "
+                              "partition and offset in build()'s output")
+    kinds: dict[str, str] = {name: name for name in sink.specs}
+    kinds.update({str(k): str(v) for k, v in transform.kinds.items()})
+    try:
+        encoded = krt.encoded_frame(frame, sink, kinds)
+    except Refused as exc:
+        raise RealTimeRefused(f"{exc}") from None
+    partitions = _source_partitions(spec, sink)
+    krt.fence(sink, lease_epoch, partitions)
+    with_batch = ",".join(sink.table_name(n) for n, t in sink.specs.items() if "batch_id" in t.column_names)
+    jvm = spark._jvm
+    writer = jvm.io.rewind.rtm.KafkaRealTimeWriter(
+        sink.bootstrap, krt.client_lines(sink), spec.name, int(lease_epoch), krt.transactional_prefix(sink),
+        krt.ledger_topic(sink), with_batch, KAFKA_FLUSH_MS, KAFKA_TXN_TIMEOUT_MS)
+    interval = f"{int(spec.durations()['trigger'].total_seconds() * 1000)} milliseconds"
+    jquery = (encoded._jdf.writeStream().foreach(writer).outputMode("update").queryName(spec.name)
+              .option("checkpointLocation", checkpoint)
+              .trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(interval)).start())
+    return StreamingQuery(jquery)
+
+
+def _source_partitions(spec: StreamSpec, sink: Any) -> int:
+    """How many Spark partitions the query has: one per partition of the source topics in this mode."""
+    from rewind.kafka.client_config import base_consumer_config, kafka_options  # lazy: confluent-kafka
+    from rewind.kafka.lookups import KafkaOffsetClient  # lazy: as above
+    from rewind.settings import resolve_bootstrap  # lazy: as above
+
+    options = spec.source.options
+    bootstrap = str(options.get("kafka.bootstrap.servers") or resolve_bootstrap(None))
+    config = base_consumer_config(bootstrap, kafka_options(options), group_id=f"rewind-rtm-{spec.name}")
+    with KafkaOffsetClient(config, 30.0) as client:
+        return len(client.partitions(list(spec.topics)))

@@ -66,10 +66,17 @@ def submit_jars() -> list[str]:
     return [*connector_jars(required=False), rewind_jar()]
 
 
+def _kafka_clients() -> list[str]:
+    """kafka-clients from Spark's Kafka connector (``.jars/spark``), which the real-time Kafka writer compiles
+    against; [] when the connector was not fetched (that writer is then left out of the jar)."""
+    return [j for j in connector_jars(required=False, delta=False) if Path(j).name.startswith("kafka-clients-")]
+
+
 def rewind_jar(cache: Path | None = None) -> str:
     """The path of the jar holding Rewind's JVM classes, compiling it if this version has none yet."""
 
-    sources = sorted(SOURCES.rglob("*.java"))
+    kafka = _kafka_clients()
+    sources = sorted(s for s in SOURCES.rglob("*.java") if kafka or not s.name.startswith("Kafka"))
     cache = cache or jvm_cache_dir()
     jar = cache / f"rewind-jvm-{_fingerprint(sources)}.jar"
     if jar.exists():
@@ -78,7 +85,7 @@ def rewind_jar(cache: Path | None = None) -> str:
     with tempfile.TemporaryDirectory(prefix="rewind-javac-", dir=cache) as work:
         classes = Path(work) / "classes"
         run = [_tool("javac"), "--release", "17", "-nowarn", "-d", str(classes), "-cp",
-               str(_pyspark_jars() / "*"), *map(str, sources)]
+               os.pathsep.join([str(_pyspark_jars() / "*"), *kafka]), *map(str, sources)]
         done = subprocess.run(run, capture_output=True, text=True)
         if done.returncode != 0:
             raise JarsMissing(f"compiling Rewind's JVM classes failed ({' '.join(run[:4])} ...):\n"
