@@ -168,14 +168,16 @@ def scratch_places(spec: Any, checkpoint: Path, status_dir: Path) -> dict[str, s
 
 def scratch_spec(new: Any, scratch: Path) -> Any:
     """The new entry pointed at the scratch directory: its own checkpoint and status, a throwaway SQLite
-    sink with the same tables, and a capped batch."""
+    sink with the same tables, and a capped batch. A real-time entry's batch runs as a micro-batch (the
+    mode admits no cap on what it reads); the mode's own refusals were checked before (``preflight``)."""
 
     options = {k: v for k, v in new.source.options.items() if k.lower() != "maxoffsetspertrigger"}
     cap = min(int(new.source.options.get("maxOffsetsPerTrigger", PREFLIGHT_MAX_OFFSETS)), PREFLIGHT_MAX_OFFSETS)
     return new.model_copy(update={
         **scratch_places(new, scratch / "checkpoint", scratch / "status"),
         "sink": SinkSpec(url=f"sqlite:///{scratch / 'shadow.db'}", table_prefix=new.sink.table_prefix),
-        "source": SourceSpec(format=new.source.format, options={**options, "maxOffsetsPerTrigger": str(cap)})})
+        "source": SourceSpec(format=new.source.format, options={**options, "maxOffsetsPerTrigger": str(cap)}),
+        **({"trigger": "1 second"} if new.real_time is not None else {})})
 
 
 def run_one_batch(spark: Any, spec: Any, bootstrap: str, checkpoint: str, after_batch: int,

@@ -22,6 +22,7 @@ from rewind.checkpoints.inspection import inspect_checkpoint
 from rewind.checkpoints.pointer import active_checkpoint, point_to
 from rewind.checkpoints.savepoints import create_savepoint, restore_savepoint
 from rewind.checkpoints.watermark import committed_end_offsets
+from rewind.driver.realtime import check_stream
 from rewind.errors import Failed, Refused
 from rewind.kafka.types import TP, offsets_to_json
 from rewind.paths import paths_of
@@ -102,7 +103,12 @@ def prepare(req: UpgradeRequest) -> Prepared:
 
     old = load_registry(req.registry).get(req.stream)
     old_entry, new_entry, new_text, new = load_candidate(req.registry, req.stream, req.entry_text, req.entry_where)
-    load_transform(new)  # a transform that fails to load is refused here, naming what is wrong
+    transform = load_transform(new)  # a transform that fails to load is refused here, naming what is wrong
+    if new.real_time is not None:  # a switch into real-time mode: the mode's refusals before anything stops
+        try:
+            check_stream(new, transform)
+        except Refused as exc:
+            raise UpgradeRefused(f"upgrade of {old.name} refused: {exc} -- nothing was done") from None
     check_writable(req.registry)
     committed, operators = live_facts(old)
     facts = Facts(req.mode, req.force, old, new, committed, operators)
