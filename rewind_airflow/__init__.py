@@ -45,5 +45,6 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [{"integration-name": "Rewind", "python-modules": ["rewind_airflow.sensors.stream",
                                                                       "rewind_airflow.sensors.committed"]}],
         "triggers": [{"integration-name": "Rewind", "python-modules": ["rewind_airflow.triggers.committed",
+                                                                     "rewind_airflow.triggers.committed_range",
                                                                      "rewind_airflow.triggers.health"]}],
     }

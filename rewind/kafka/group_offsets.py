@@ -81,14 +81,26 @@ def topic_partitions(offsets: Offsets) -> list[Any]:
 
 def read_group(bootstrap: str, group: str, client: Mapping[str, str] | None = None) -> Offsets:
     """The group's committed offsets (what ``kafka-consumer-groups --describe`` shows as CURRENT-OFFSET)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
-    # require_stable: offsets committed in a transaction become visible once its markers are written,
-    # a moment after the commit returns; the broker holds the answer until then (KIP-447)
-    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                               require_stable=True)[group].result(TIMEOUT_S)
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            # require_stable: offsets committed in a transaction become visible once its markers are written,
+            # a moment after the commit returns; the broker holds the answer until then (KIP-447)
+            answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                                       require_stable=True)[group].result(TIMEOUT_S)
+            break
+        except KafkaException as exc:  # a broker just started loads its groups first: ask again
+            error = exc.args[0] if exc.args else None
+            loading = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                       KafkaError.NOT_COORDINATOR)
+            again = getattr(error, "retriable", lambda: False)() or getattr(error, "code", lambda: None)() in loading
+            if not again or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     out: Offsets = {}
     for tp in answer.topic_partitions:
         if tp.offset >= 0:
