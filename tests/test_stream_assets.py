@@ -2,11 +2,11 @@
 
 The demo stream ``flow`` is launched by its supervisor DAG; the example DAG ``dags/examples/rewind_window_totals.py``
 is scheduled on its window table's Asset, watched by Rewind's trigger. While a producer writes, the driver is
-SIGKILLed (the supervisor relaunches it), the triggerer is SIGKILLed right after its watcher claimed a range
-(the event lost with it: announced again), and restarted once Airflow holds a claimed event the watcher has
-not settled yet (the event kept: never announced twice). Then, from Airflow's own records: every committed batch is in
-exactly one event, the ranges chain offset to offset, every event was consumed by exactly one downstream run,
-and each run's sums equal a recomputation from the Kafka records.
+SIGKILLed (the supervisor relaunches it) at the moment the triggerer is SIGKILLed right after its watcher
+claimed a range (the event lost with it: announced again), and the triggerer is restarted once Airflow holds
+a claimed event the watcher has not settled yet (the event kept: never announced twice). Then, from Airflow's
+own records: every committed batch is in exactly one event, the ranges chain offset to offset, every event was
+consumed by exactly one downstream run, and each run's sums equal a recomputation from the Kafka records.
 """
 
 from __future__ import annotations
@@ -106,18 +106,17 @@ def test_every_committed_batch_is_in_exactly_one_event_through_a_driver_kill_and
     client, spec, af = flow["client"], flow["spec"], flow["af"]
     wait_for("two Asset events", lambda: len(asset_payloads(client)) >= 2, 300)
 
-    # the driver SIGKILLed (its whole process group); the supervisor relaunches it
+    # the triggerer SIGKILLed right after the watcher claimed a range (the event is lost with it, most likely),
+    # and at once the driver (its whole process group), which the supervisor relaunches
+    wait_for("a claim", lambda: cursor_doc(spec).get("pending"), 60, poll=0.05)
+    af.restart_component("triggerer", kill=True)
     dead = read_status(status_file(spec))
     assert dead is not None
     os.killpg(os.getpgid(dead.pid), signal.SIGKILL)
+    before = len(asset_payloads(client))
     wait_for("a relaunched driver past the killed one's batch", lambda: (
         (st := read_status(status_file(spec))) is not None and st.pid != dead.pid
         and (st.last_batch_id or -1) > (dead.last_batch_id or -1) + 2), 180)
-
-    # the triggerer SIGKILLed right after the watcher claimed a range: the event is lost with it, most likely
-    wait_for("a claim", lambda: cursor_doc(spec).get("pending"), 60, poll=0.05)
-    af.restart_component("triggerer", kill=True)
-    before = len(asset_payloads(client))
     wait_for("events after the triggerer's kill", lambda: len(asset_payloads(client)) >= before + 2, 180)
 
     # the triggerer restarted once Airflow holds the claimed event, before the watcher settled it
@@ -142,7 +141,6 @@ def test_every_committed_batch_is_in_exactly_one_event_through_a_driver_kill_and
         return bool(ledger and st and st.total_lag == 0 and not doc.get("pending")
                     and doc.get("through_batch") == max(b.batch_id for b in ledger))
     wait_for("every committed batch announced", caught_up, 240)
-    time.sleep(8)  # the downstream runs of the last events
     ledger = {b.batch_id: b for b in read_ledger(spec)}
     payloads = [p for p in asset_payloads(client) if p.get("kind") == "committed"]
 
