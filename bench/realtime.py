@@ -1,6 +1,6 @@
 """Latency of a Rewind stream in Spark's real-time mode against the same stream in micro-batches (issue 38).
 
-    python bench/realtime.py [--seconds 40] [--rate 1000] [--runs rewind_rtm,rewind_mb,spark_rtm_kafka]
+    python bench/realtime.py [--seconds 40] [--rate 1000] [--runs rewind_rtm,rewind_mb,rewind_rtm_kafka,...]
 
 The stream is the one ``rewind stream new`` writes (parse, validate, dead letters; Spark SQL functions only),
 on a 2-partition topic with LogAppendTime, so each row's ``kafka_timestamp`` is its record's append time. A
@@ -10,6 +10,8 @@ one. Runs, each on a fresh topic and sink, one after the other:
 
 - ``rewind_rtm``: ``rewind stream run`` with ``trigger: {real_time: "5 seconds"}`` (``rewind.driver.realtime``);
 - ``rewind_mb``: the same entry with ``trigger: "0 seconds"`` (micro-batches back to back);
+- ``rewind_rtm_kafka`` / ``rewind_mb_kafka``: the same two into a Kafka sink (``kafka://``); a ``read_committed``
+  consumer of the rows topic notes when each row became visible to such a reader;
 - ``spark_rtm_kafka``: Spark's own floor for a stateless plan in real-time mode, from ``bench/rtm_probe.py``
   (Kafka to Kafka, output append time - input append time; a projection, no parsing).
 
@@ -78,6 +80,35 @@ class Poller(threading.Thread):
                 self.seen.append((at, now))
 
 
+class KafkaPoller(threading.Thread):
+    """A ``read_committed`` consumer of ``topic``; ``seen`` holds (appended ms, visible ms) per row."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.seen = bootstrap, topic, []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{self.topic}",
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False, "fetch.wait.max.ms": 5,
+                             "topic.metadata.refresh.interval.ms": 1000})
+        consumer.subscribe([self.topic])
+        try:
+            while not self.stop.is_set():
+                for msg in consumer.consume(500, timeout=0.05):
+                    if msg.error() or msg.value() is None:
+                        continue
+                    now = time.time() * 1000
+                    appended = json.loads(msg.value()).get("kafka_timestamp")
+                    if appended:
+                        self.seen.append((datetime.fromisoformat(appended).timestamp() * 1000, now))
+        finally:
+            consumer.close()
+
+
 def rewind_run(kind: str, work: Path, bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
     import yaml
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -96,9 +127,13 @@ def rewind_run(kind: str, work: Path, bootstrap: str, args: argparse.Namespace) 
     registry = yaml.safe_load((home / "streams.yaml").read_text())
     entry = registry["streams"]["lat"]
     entry["source"]["options"].pop("maxOffsetsPerTrigger", None)
-    entry["trigger"] = {"real_time": "5 seconds"} if kind == "rewind_rtm" else "0 seconds"
+    entry["trigger"] = {"real_time": "5 seconds"} if kind.startswith("rewind_rtm") else "0 seconds"
+    into_kafka = kind.endswith("_kafka")
+    if into_kafka:
+        entry["sink"] = {"url": "kafka://"}  # topic lat_rows, as the SQLite table is named
     (home / "streams.yaml").write_text(yaml.safe_dump(registry))
-    poller = Poller(home / "home" / "sink" / "lat.db", "lat_rows")
+    poller: Poller | KafkaPoller = KafkaPoller(bootstrap, "lat_rows") if into_kafka else \
+        Poller(home / "home" / "sink" / "lat.db", "lat_rows")
     poller.start()
     log = open(home / "driver.log", "ab")
     driver = subprocess.Popen([sys.executable, "-m", "rewind.cli", "stream", "run", "lat", "--bootstrap", bootstrap],
@@ -144,7 +179,7 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds of each run left out at its start")
     ap.add_argument("--start-s", type=float, default=25.0, help="seconds a driver gets to start before records come")
-    ap.add_argument("--runs", default="rewind_rtm,rewind_mb,spark_rtm_kafka")
+    ap.add_argument("--runs", default="rewind_rtm,rewind_mb,rewind_rtm_kafka,rewind_mb_kafka,spark_rtm_kafka")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-realtime-"))
     out = keep_stdout_for_json(work / "bench.log")
