@@ -6,11 +6,14 @@ The scaffold's stream (``tests/test_realtime.py``'s ``RealTimeStream``) runs in 
 ``maxOffsetsPerTrigger``) with ``--mode savepoint``, then back. Each switch passes the pre-flight (its
 batch runs as a micro-batch on a copy of the newest savepoint), stops with a savepoint, restores it and is
 proven on its first batches. Afterwards every Kafka offset is in the sink exactly once and ``rewind verify``
-passes.
+passes; then rows deleted from the sink come back through ``rewind replay run`` (a bounded batch, as for any
+stream).
 """
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +47,7 @@ def committed_epochs(stream: RealTimeStream) -> int:
 
 
 @pytest.mark.slow
-def test_a_stream_switches_to_micro_batches_and_back_through_savepoints_exactly_once(
+def test_a_stream_switches_to_micro_batches_and_back_through_savepoints_exactly_once_and_replays(
         tmp_path: Path, platform: Any, new_topic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from rewind.registry import load_registry
     from rewind.supervision.process_control import stop_stream
@@ -76,6 +79,19 @@ def test_a_stream_switches_to_micro_batches_and_back_through_savepoints_exactly_
     stream.check_exactly_once(producer)
     proved = stream.verify()
     assert proved["ok"] is True and proved["landed_missing"] == 0, proved
+
+    # a replay of a real-time stream runs as a bounded batch, as for any stream: rows lost from the sink come back
+    with sqlite3.connect(stream.db) as con:
+        lost = con.execute(f"DELETE FROM {stream.name}_rows WHERE partition = 0 AND offset < 300").rowcount
+    assert lost > 250
+    stream.verify(expect_ok=False)
+    done = subprocess.run([sys.executable, "-m", "rewind.cli", "replay", "run", stream.name, "--from",
+                           json.dumps({stream.topic: {"0": 0}}), "--to", json.dumps({stream.topic: {"0": 300}}),
+                           "--no-s3", "--no-progress", "--json"], env=stream.env, cwd=stream.cwd, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stream.check_exactly_once(producer)
+    assert stream.verify()["ok"] is True
 
 
 def test_a_switch_into_real_time_mode_it_cannot_run_is_refused_before_anything_stops(tmp_path: Path) -> None:
