@@ -16,6 +16,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,15 @@ def committed_epochs(stream: RealTimeStream) -> int:
     return len(list((stream.cwd / "home" / "checkpoints" / stream.name / "commits").glob("[0-9]*")))
 
 
+def last_commit(stream: RealTimeStream) -> int:
+    """The newest commits/N of the stream's active checkpoint (an upgrade restores into a new directory)."""
+    from rewind.checkpoints.watermark import last_commit as newest
+    from rewind.registry import load_registry
+
+    found = newest(load_registry(stream.cwd / "streams.yaml", env=stream.env).get(stream.name))
+    return -1 if found is None else found.batch
+
+
 @pytest.mark.slow
 def test_a_stream_switches_to_micro_batches_and_back_through_savepoints_exactly_once_and_replays(
         tmp_path: Path, platform: Any, new_topic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,6 +83,13 @@ def test_a_stream_switches_to_micro_batches_and_back_through_savepoints_exactly_
         producer.stop.set()
         producer.join(30)
         _wait(lambda: stream.written() >= target, 120, "every record written", stream.log)
+        # a graceful stop closes the epoch it finds running: it waits for the epoch's commit, then stops
+        spec = load_registry(tmp_path / "streams.yaml", env=stream.env).get(stream.name)
+        running = last_commit(stream) + 1
+        asked = time.monotonic()
+        stop_stream(spec, timeout=60)
+        assert last_commit(stream) >= running, f"epoch {running} was left open by the stop"
+        assert time.monotonic() - asked < 20, "the stop waited past the epoch's close"
     finally:
         producer.stop.set()
         stop_stream(load_registry(tmp_path / "streams.yaml", env=stream.env).get(stream.name), timeout=60)
