@@ -130,9 +130,9 @@ def rewind_run(kind: str, work: Path, bootstrap: str, args: argparse.Namespace) 
     entry["trigger"] = {"real_time": "5 seconds"} if kind.startswith("rewind_rtm") else "0 seconds"
     into_kafka = kind.endswith("_kafka")
     if into_kafka:
-        entry["sink"] = {"url": "kafka://"}  # topic lat_rows, as the SQLite table is named
+        entry["sink"] = {"url": f"kafka://{bootstrap}/{kind}."}  # topic <run>.lat_rows: one per run
     (home / "streams.yaml").write_text(yaml.safe_dump(registry))
-    poller: Poller | KafkaPoller = KafkaPoller(bootstrap, "lat_rows") if into_kafka else \
+    poller: Poller | KafkaPoller = KafkaPoller(bootstrap, f"{kind}.lat_rows") if into_kafka else \
         Poller(home / "home" / "sink" / "lat.db", "lat_rows")
     poller.start()
     log = open(home / "driver.log", "ab")
