@@ -111,6 +111,24 @@ def test_the_view_is_plain_json_with_its_line() -> None:
 
 
 # --------------------------------------------------------------------------- the command line, for real
+def _busy_stream(tmp_path: Path) -> tuple[Path, Any, Any, float]:
+    """Stream ``dr`` with batches 0..9 in its ledger, 0..8 ten minutes back, 9 just committed and in its status:
+    a busy stream, whose status cannot tell how old the oldest unannounced batch is, only its ledger can."""
+    from dataclasses import asdict
+
+    from rewind.control.location import control_store
+    from rewind.control.status import StreamStatus
+    from rewind.registry import load_registry
+
+    registry = write_registry(tmp_path / "streams.yaml", demo_stream("dr", "dr-topic", tmp_path))
+    spec = load_registry(registry).get("dr")
+    store = control_store(spec)
+    now = time.time()
+    _ledger(spec.sink.url, "dr_", "dr", {**{i: now - 600 + i * 10 for i in range(9)}, 9: now - 1})
+    store.write("status", asdict(StreamStatus("dr", "running", last_batch_id=9, last_batch_at=now - 1)))
+    return registry, spec, store, now
+
+
 def _ledger(url: str, prefix: str, stream: str, committed: dict[int, float]) -> None:
     """The SQL sink's ledger as the sink writes it (``rewind.sink.dialects.ledger_table``)."""
     from rewind.sink.dialects import ledger_table
@@ -169,26 +187,16 @@ def test_the_watch_raises_asset_drift_once_per_alert_every_and_the_alert_names_i
     """The supervisor's watch (``StreamHealthTrigger.drift``) reads the status and the ledger, the diagnose
     task records the alert (``reconcile.alert``), and ``rewind.alerts`` turns the failed task into an
     ``asset_drift`` alert; a table with no cursor, or one caught up, raises nothing."""
-    from dataclasses import asdict
     from types import SimpleNamespace
 
     from rewind.alerts import TaskOutcome, alert_for
     from rewind.assets.cursor import write_cursor
-    from rewind.control.location import control_store
-    from rewind.control.status import StreamStatus
-    from rewind.registry import load_registry
     from rewind.supervision.failures import read_failures
     from rewind.supervision.health import Health, Verdict
     from rewind.supervision.reconcile import alert
     from rewind_airflow.triggers.health import DRIFT_EVERY_S, StreamHealthTrigger
 
-    registry = write_registry(tmp_path / "streams.yaml", demo_stream("dr", "dr-topic", tmp_path))
-    spec = load_registry(registry).get("dr")
-    store = control_store(spec)
-    now = time.time()
-    # a busy stream: its last batch just committed, so only the ledger knows how old the oldest unannounced is
-    _ledger(spec.sink.url, "dr_", "dr", {**{i: now - 600 + i * 10 for i in range(9)}, 9: now - 1})
-    store.write("status", asdict(StreamStatus("dr", "running", last_batch_id=9, last_batch_at=now - 1)))
+    registry, spec, store, now = _busy_stream(tmp_path)
     watch = StreamHealthTrigger("dr", str(registry))
 
     def obs(at: float, alerted: float | None = None) -> SimpleNamespace:
@@ -218,21 +226,12 @@ def test_the_watch_raises_asset_drift_once_per_alert_every_and_the_alert_names_i
 # --------------------------------------------------------------------------- the Rewind page
 def test_the_page_shows_each_watched_table_and_reads_the_ledger_only_when_the_status_cannot_decide(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dataclasses import asdict
 
     import rewind.assets.drift_read as drift_read
     from rewind.assets.cursor import write_cursor
-    from rewind.control.location import control_store
-    from rewind.control.status import StreamStatus
     from rewind.ops.view import build_stream_view, read_inputs
-    from rewind.registry import load_registry
 
-    registry = write_registry(tmp_path / "streams.yaml", demo_stream("dr", "dr-topic", tmp_path))
-    spec = load_registry(registry).get("dr")
-    store = control_store(spec)
-    now = time.time()
-    _ledger(spec.sink.url, "dr_", "dr", {**{i: now - 600 + i * 10 for i in range(9)}, 9: now - 1})
-    store.write("status", asdict(StreamStatus("dr", "running", last_batch_id=9, last_batch_at=now - 1)))
+    registry, spec, store, now = _busy_stream(tmp_path)
 
     def page() -> dict[str, dict[str, Any]]:
         view = build_stream_view(read_inputs(spec, now=now), now).to_json()
