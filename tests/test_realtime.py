@@ -272,13 +272,27 @@ def test_a_paused_real_time_driver_is_fenced_when_it_resumes(tmp_path: Path, pla
               zombie)
         before = stream.written()
         _wait(lambda: stream.written() >= before + 300, 60, "rows of the first driver", tmp_path / "zombie.log", zombie)
-        os.killpg(zombie.pid, signal.SIGSTOP)  # mid-epoch, rows in its writers' buffers
+        for _ in range(20):  # mid-epoch, rows in its writers' buffers, preferably between two transactions:
+            os.killpg(zombie.pid, signal.SIGSTOP)  # paused inside one, it keeps SQLite's only write lock
+            _wait(lambda: _group_stopped(zombie.pid), 10, "the paused driver's processes to stop",
+                  tmp_path / "zombie.log")
+            holds_lock = _write_locked(stream.db)
+            if not holds_lock:
+                break
+            os.killpg(zombie.pid, signal.SIGCONT)
+            time.sleep(0.013)
         paused_at = time.monotonic()
         successor = stream.launch()
-        _wait(lambda: _closed_by(stream.db, 2), 240, "an epoch closed by the successor", stream.log, successor)
+        if holds_lock:  # the successor cannot even fence: it waits, naming the stopped holder, until it resumes
+            _wait(lambda: "is locked by another writer" in stream.log.read_text(), 240,
+                  "the successor's wait for the paused driver's write lock", stream.log, successor)
+            assert "stopped" in stream.log.read_text()
+        else:
+            _wait(lambda: _closed_by(stream.db, 2), 240, "an epoch closed by the successor", stream.log, successor)
         assert time.monotonic() - paused_at >= ttl, "the successor took over before the lease lapsed"
         os.killpg(zombie.pid, signal.SIGCONT)
         resumed_at = time.time()
+        _wait(lambda: _closed_by(stream.db, 2), 240, "an epoch closed by the successor", stream.log, successor)
         code = zombie.wait(120)
         text = (tmp_path / "zombie.log").read_text()
         assert code != 0, text[-3000:]
@@ -291,8 +305,38 @@ def test_a_paused_real_time_driver_is_fenced_when_it_resumes(tmp_path: Path, pla
                 os.killpg(driver.pid, signal.SIGCONT)
                 stop(driver)
     ledger = stream.check_exactly_once(producer)["ledger"]
-    zombie_closed = [row for row in ledger if row[2] == 1]
-    assert zombie_closed and all(_utc_seconds(row[4]) < resumed_at for row in zombie_closed), ledger
+    zombie_closed = [_utc_seconds(row[4]) for row in ledger if row[2] == 1]
+    successor_first = min(_utc_seconds(row[4]) for row in ledger if row[2] == 2)
+    assert zombie_closed and max(zombie_closed) < successor_first, ledger  # nothing closed once fenced
+    if not holds_lock:  # and, when the successor could work while it slept, nothing once it resumed
+        assert max(zombie_closed) < resumed_at, ledger
+
+
+def _group_stopped(pgid: int) -> bool:
+    """Whether every process of process group ``pgid`` has stopped (a signal is delivered asynchronously)."""
+    import psutil
+
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc.status())
+        except (psutil.Error, OSError):
+            continue
+    return bool(members) and all(state == psutil.STATUS_STOPPED for state in members)
+
+
+def _write_locked(db: Path) -> bool:
+    """Whether another connection holds ``db``'s write lock now."""
+    con = sqlite3.connect(db, timeout=0, isolation_level=None)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        con.close()
 
 
 def _utc_seconds(text: str) -> float:

@@ -83,6 +83,64 @@ def test_an_unfenced_sink_and_other_streams_are_not_affected(tmp_path: Path) -> 
         b.dispose()
 
 
+HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+"""
+
+
+def test_a_paused_process_holding_sqlites_write_lock_is_waited_for_then_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver paused inside a transaction keeps SQLite's only write lock: the new driver's fence waits
+    (``REWIND_DRIVER_WAIT_S``) and lands once the holder commits; if it never does, the refusal names the
+    stopped process and the fix."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from rewind.sink import dialects
+    from rewind.sink.errors import SinkConnectionError
+
+    monkeypatch.setattr(dialects, "SQLITE_BUSY_TIMEOUT_MS", 300)  # SQLite's own wait, 30 s in production
+    db = tmp_path / "sink.db"
+    sink = _sql(f"sqlite:///{db}")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        sink.create_tables()
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        os.kill(holder.pid, signal.SIGSTOP)
+        monkeypatch.setenv("REWIND_DRIVER_WAIT_S", "1")
+        with pytest.raises(SinkConnectionError, match=rf"pid {holder.pid} \(python[^,]*, stopped\).*kill -CONT"):
+            sink.fence(2)
+
+        def resume() -> None:
+            time.sleep(1.5)
+            os.kill(holder.pid, signal.SIGCONT)
+            assert holder.stdin is not None
+            holder.stdin.write("commit\n")
+            holder.stdin.flush()
+
+        monkeypatch.setenv("REWIND_DRIVER_WAIT_S", "30")
+        threading.Thread(target=resume, daemon=True).start()
+        started = time.monotonic()
+        sink.fence(2)
+        assert time.monotonic() - started >= 1.5
+        with pytest.raises(SinkFenced):
+            _sql(f"sqlite:///{db}").fence(1)
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()
+        sink.dispose()
+
+
 def test_a_stream_moved_to_another_control_store_raises_its_epoch_past_the_sinks(tmp_path: Path) -> None:
     """A stream moved between control stores (local -> YARN's S3 store through a savepoint) starts its lease
     epochs again at 1 there; the sink holds the old store's epoch 3. The new driver's lease, still its own,

@@ -59,6 +59,7 @@ from rewind.sink.dialects import (
 from rewind.sink.errors import SinkConnectionError, SinkRefused, SinkWriteError
 from rewind.sink.sql_fence import FENCE_TABLE, claim_epoch, fence_table
 from rewind.sink.sql_schema import ensure_tables
+from rewind.sink.sqlite_lock import waiting_for_the_lock
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +199,13 @@ class ExactlyOnceSqlSink(Sink):
         """``Sink.fence``: the stream's fence row raised to ``epoch`` now (``rewind.sink.sql_fence``)."""
         self.epoch = epoch
         self._ensure_tables()
-        with self._connect() as conn, conn.begin():
-            claim_epoch(conn, self.dialect, self._fence, self.stream, epoch, self._now(), "the fence")
+
+        def claim() -> None:
+            with self._connect() as conn, conn.begin():
+                claim_epoch(conn, self.dialect, self._fence, self.stream, epoch, self._now(), "the fence")
+        if self.dialect == "sqlite":  # a paused zombie may hold SQLite's only write lock: wait, then name it
+            return waiting_for_the_lock(claim, str(self._url.database), f"stream {self.stream!r}: the fence")
+        claim()
 
     def write_rows(self, rows: Mapping[str, Rows], *, replay_id: str | None = None,
                    inserted: dict[str, int] | None = None) -> dict[str, int]:

@@ -31,7 +31,10 @@ def create_ledger(sink: Any) -> str:
         sa.Column("end_offsets", sa.Text, nullable=False),  # {"topic/partition": next offset} of its rows
         sa.Column("committed_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("stream", "epoch", "spark_partition", name=f"{sink.table_prefix}{LEDGER}_pkey"[:63]))
-    table.create(sink.engine, checkfirst=True)
+    with sink.engine.connect().execution_options(rewind_read_only=True) as conn:  # on SQLite, no write lock
+        present = sa.inspect(conn).has_table(table.name)
+    if not present:
+        table.create(sink.engine, checkfirst=True)
     return table.name
 
 

@@ -28,7 +28,9 @@ def ensure_tables(connect: Callable[[], Connection], read: Callable[[], Connecti
     lacks a NOT NULL column, naming it, instead of failing later mid-batch. ``connect``/``read``: the sink's
 connections for writing and for reading only (SQLite takes no write lock for the latter); ``where``: the
 masked URL."""
-    for attempt in range(3):
+    with read() as conn:  # tables there already: no write transaction (on SQLite, no wait for the write lock)
+        present = set(sa.inspect(conn).get_table_names())
+    for attempt in range(3 if any(t.name not in present for t in metadata.sorted_tables) else 0):
         try:
             with connect() as conn, conn.begin():
                 metadata.create_all(conn, checkfirst=True)
