@@ -64,7 +64,7 @@ if "SPARK_SUBMIT_OPTS" not in os.environ:
 #: test_dags' dag.test() runs need Airflow's settings read after its DAGs folder is set: harness/dag_runs.py
 #: resets them when another module imported Airflow first in the same worker.
 LONGEST_FIRST = ["test_upgrade", "test_yarn", "test_dags", "test_ui_browser", "test_chaos", "test_stream_assets",
-                 "test_late_routing", "test_replay_run", "test_spark_cluster", "test_realtime", "test_realtime_upgrade",
+                 "test_late_routing", "test_replay_run", "test_spark_cluster", "test_realtime",
                  "test_any_stream_aggregates", "test_celery_hosts", "test_proof_mutations", "test_realtime_kafka",
                  "test_standby", "test_source_conformance", "test_exactly_once_crash",
                  "test_repartition", "test_savepoint_roundtrip", "test_broker_failover", "test_operations",

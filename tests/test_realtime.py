@@ -4,7 +4,9 @@ The stream is the one `rewind stream new` writes (parse, validate, dead letters;
 with `trigger: {real_time: "5 seconds"}`. A producer writes all along, one record in 97 malformed; the
 driver is SIGKILLed three times while it writes, and relaunched each time. Then every Kafka offset must be
 in exactly one of the rows table and the dead-letter table, every row's value the one its record carried.
-Refusals (a stateful plan, Python in the plan, an aggregate table, a Delta sink) are checked in fast forms.
+The same stream is then switched to micro-batches and back by `rewind stream upgrade` (through savepoints),
+stopped gracefully, proven, damaged and repaired by a replay. Refusals (a stateful plan, Python in the plan, an
+aggregate table, a Delta sink, a switch into real-time mode it cannot run) are checked in fast forms.
 """
 
 from __future__ import annotations
@@ -220,13 +222,25 @@ def stop(driver: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.mark.slow
-def test_a_real_time_stream_loses_and_repeats_nothing_through_three_sigkills(tmp_path: Path, platform: Any,
-                                                                             new_topic: Any,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_real_time_stream_loses_and_repeats_nothing_through_three_sigkills_and_two_switches(
+        tmp_path: Path, platform: Any, new_topic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three SIGKILLs mid-epoch under a continuous producer; then `rewind stream upgrade --mode savepoint` switches
+    the stream to micro-batches (``trigger: 1 second``, ``maxOffsetsPerTrigger``) and back, each switch through
+    the pre-flight (its batch run as a micro-batch on a copy of the newest savepoint), a savepoint, a restore and
+    the proof of its first batches; a graceful stop closes the epoch it finds running. Every Kafka offset is then
+    in exactly one of rows and dead letters, `rewind verify` passes, fails on one row lost, and rows lost from the
+    sink come back through `rewind replay run` (a bounded batch, as for any stream)."""
+    from rewind.registry import load_registry
+    from rewind.supervision.process_control import stop_stream
+
     stream = RealTimeStream(tmp_path, platform, new_topic(2), monkeypatch)
     producer = Producer(platform.kafka_bootstrap, stream.topic)
     producer.start()
     driver = stream.launch()
+
+    def spec() -> StreamSpec:
+        return load_registry(tmp_path / "streams.yaml", env=stream.env).get(stream.name)
+
     try:
         for kill in range(3):
             # an epoch closed by this driver (lease epoch kill + 1), then rows of the next one: killed mid-epoch
@@ -239,10 +253,32 @@ def test_a_real_time_stream_loses_and_repeats_nothing_through_three_sigkills(tmp
             driver.wait(30)
             driver = stream.launch()
         _wait(lambda: _closed_by(stream.db, 4), 240, "an epoch closed by driver 4", stream.log, driver)
+
+        out = upgrade(stream, "1 second", pace=True)  # stops driver 4 with a savepoint, launches its successor
+        assert "switched: savepoint" in out and "preflight_passed" in out, out
+        assert spec().real_time is None and spec().source.options["maxOffsetsPerTrigger"] == "2000"
+        before = stream.written()
+        _wait(lambda: stream.written() >= before + 1000, 240, "rows in micro-batches", stream.log)
+        upgrade(stream, {"real_time": "5 seconds"}, pace=False)
+        assert spec().real_time is not None
+        before = stream.written()
+        _wait(lambda: stream.written() >= before + 1000, 240, "rows in real-time mode again", stream.log)
+        producer.stop.set()
+        producer.join(30)
+        _wait(lambda: stream.written() >= producer.sent, 120, "every record written", stream.log)
+        time.sleep(1.0)  # anything written twice would show up now
+        # a graceful stop closes the epoch it finds running: it waits for the epoch's commit, then stops
+        running = last_commit(stream) + 1
+        asked = time.monotonic()
+        stop_stream(spec(), timeout=60)
+        assert last_commit(stream) >= running, f"epoch {running} was left open by the stop"
+        assert time.monotonic() - asked < 20, "the stop waited past the epoch's close"
     finally:
-        stream.finish(producer, driver)
+        producer.stop.set()
+        stop(driver)
+        stop_stream(spec(), timeout=60)
     ledger = stream.check_exactly_once(producer)["ledger"]
-    assert {row[2] for row in ledger} == {1, 2, 3, 4}, ledger  # every driver closed epochs under its lease
+    assert {1, 2, 3, 4} <= {row[2] for row in ledger}, ledger  # every killed driver closed epochs under its lease
     # the proof works unchanged, bounded by the last closed epoch; and it fails when one row is lost
     proved = stream.verify()
     assert proved["ok"] is True and proved["records_in_range"] >= 10_000, proved
@@ -253,6 +289,58 @@ def test_a_real_time_stream_loses_and_repeats_nothing_through_three_sigkills(tmp
     assert lost == 1
     damaged = stream.verify(expect_ok=False)
     assert damaged["ok"] is False and damaged["records_missing"]["count"] == 1, damaged
+    # a replay of a real-time stream runs as a bounded batch, as for any stream: rows lost from the sink come back
+    with sqlite3.connect(stream.db) as con:
+        lost = con.execute(f"DELETE FROM {stream.name}_rows WHERE partition = 0 AND offset < 300").rowcount
+    assert lost > 250
+    done = subprocess.run([sys.executable, "-m", "rewind.cli", "replay", "run", stream.name, "--from",
+                           json.dumps({stream.topic: {"0": 0, "1": 0}}),
+                           "--to", json.dumps({stream.topic: {"0": 300, "1": 1000}}),
+                           "--no-s3", "--no-progress", "--json"], env=stream.env, cwd=stream.cwd, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stream.check_exactly_once(producer)
+    assert stream.verify()["ok"] is True
+
+
+def upgrade(stream: RealTimeStream, trigger: Any, pace: bool) -> str:
+    """`rewind stream upgrade NAME --mode savepoint` to the running entry with another trigger; its output."""
+    entry = dict(yaml.safe_load((stream.cwd / "streams.yaml").read_text())["streams"][stream.name])
+    options = {k: v for k, v in entry["source"]["options"].items() if k != "maxOffsetsPerTrigger"}
+    entry["trigger"] = trigger
+    entry["source"] = {**entry["source"], "options": {**options, **({"maxOffsetsPerTrigger": "2000"} if pace else {})}}
+    new = stream.cwd / "new-entry.yaml"
+    new.write_text(yaml.safe_dump({"streams": {stream.name: entry}}))
+    done = subprocess.run([sys.executable, "-m", "rewind.cli", "stream", "upgrade", stream.name, "--registry-entry",
+                           str(new), "--mode", "savepoint", "--grace", "120"], env=stream.env, cwd=stream.cwd,
+                          capture_output=True, text=True, timeout=600)
+    said = done.stdout + done.stderr  # the result on stdout, the steps on stderr
+    assert done.returncode == 0 and "proven: proven" in said, said[-6000:]
+    return said
+
+
+def last_commit(stream: RealTimeStream) -> int:
+    """The newest commits/N of the stream's active checkpoint (an upgrade restores into a new directory)."""
+    from rewind.checkpoints.watermark import last_commit as newest
+    from rewind.registry import load_registry
+
+    found = newest(load_registry(stream.cwd / "streams.yaml", env=stream.env).get(stream.name))
+    return -1 if found is None else found.batch
+
+
+def test_a_switch_into_real_time_mode_it_cannot_run_is_refused_before_anything_stops(tmp_path: Path) -> None:
+    from rewind.upgrade.rules import UpgradeRefused
+    from rewind.upgrade.run import UpgradeRequest, prepare
+    from tests.harness.registry_templates import demo_stream
+
+    registry = tmp_path / "streams.yaml"
+    registry.write_text("streams:\n" + demo_stream("agg", "agg-events", tmp_path))
+    entry = yaml.safe_load(registry.read_text())["streams"]["agg"]
+    entry["trigger"] = {"real_time": "5 seconds"}
+    entry["source"]["options"].pop("maxOffsetsPerTrigger")
+    text = yaml.safe_dump({"streams": {"agg": entry}})
+    with pytest.raises(UpgradeRefused, match=r"refused: .*aggregate.* -- nothing was done"):
+        prepare(UpgradeRequest("agg", str(registry), text, "new.yaml", "savepoint"))
 
 
 @pytest.mark.slow
