@@ -532,3 +532,21 @@ def test_decimals_bigints_and_microseconds_round_trip_exactly(make_sink: Any, db
         with pytest.raises(SinkRefused, match=rf"'money', column 'fee': .*{says}"):
             sink.write_batch(1, {"money": [{"id": 1, "fee": bad}]})
     assert len(sink.read_table("money")) == len(money_rows()) and sink.committed_batch_ids() == [0]
+
+
+def test_ledger_after_selects_this_streams_later_batches_as_the_whole_ledger_would(make_sink: Any) -> None:
+    """``ledger_after`` (what the Asset watchers ask every interval) is the whole ledger, filtered, without
+    reading it: the same rows and columns as ``read_table`` for this stream's batches after the one given."""
+    mine, other = make_sink("orders"), make_sink("other")
+    for b in range(5):
+        mine.write_batch(b, {"events": events(b * 10, 3, batch_id=b)}, f'{{"t": {{"0": {b + 1}}}}}')
+        other.write_batch(b + 10, {"events": events(1000 + b * 10, 3, batch_id=b)})
+    whole = mine.read_table(LEDGER_TABLE)
+    ours = whole[whole["stream"] == "orders"].reset_index(drop=True)
+    for after in (-1, 0, 2, 4, 99):
+        got = mine.ledger_after(after)
+        want = ours[ours["batch_id"] > after].reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, want)
+        assert Sink.ledger_after(mine, after).equals(want)  # the contract's default, for sinks without a key
+    assert mine.ledger_after(2)["batch_id"].tolist() == [3, 4]
+    assert make_sink("fresh", prefix="none_").ledger_after(-1).empty  # no ledger table yet

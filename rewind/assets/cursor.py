@@ -7,7 +7,6 @@ import logging
 import time
 from typing import Any
 
-from rewind.api.tables import LEDGER_TABLE
 from rewind.assets.ranges import DOC_PREFIX, Cursor, LedgerBatch, ledger_batch
 from rewind.control.location import control_store
 from rewind.control.store import ControlStore, update
@@ -26,10 +25,8 @@ def read_ledger(spec: StreamSpec, after_batch: int = -1) -> list[LedgerBatch]:
     from rewind.driver.sink_factory import open_sink  # lazy: opening a sink imports its driver (SQLAlchemy, Kafka)
 
     with open_sink(spec) as sink:
-        frame = sink.read_table(LEDGER_TABLE)
-    if "stream" in frame.columns:
-        frame = frame[frame["stream"] == spec.name]
-    return [b for b in (ledger_batch(r) for r in frame.to_dict("records")) if b.batch_id > after_batch]
+        frame = sink.ledger_after(after_batch)
+    return [ledger_batch(r) for r in frame.to_dict("records")]
 
 
 def read_cursor(store: ControlStore, table: str) -> tuple[Cursor, str | None]:

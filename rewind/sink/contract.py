@@ -36,7 +36,7 @@ from typing import Any, Self, TypeAlias
 import numpy as np
 import pandas as pd
 
-from rewind.api.tables import TableSpec, check_resolved, check_table_name
+from rewind.api.tables import LEDGER_TABLE, TableSpec, check_resolved, check_table_name
 from rewind.sink.errors import SinkRefused
 
 __all__ = ["BatchResult", "Rows", "Sink", "check_batch_id", "check_sink_tables"]
@@ -192,6 +192,18 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def committed_batch_ids(self) -> list[int]:
         """Batch ids of this stream in the ledger, ascending ([] before the first commit)."""
+
+    def ledger_after(self, batch_id: int) -> pd.DataFrame:
+        """This stream's ledger rows (``read_table(LEDGER_TABLE)``'s columns) of the batches after ``batch_id``,
+        ascending. Why: the Asset watchers and the drift check ask every interval what was committed since
+        they last looked; a stream's ledger grows by a row a batch for months. The default reads the whole
+        ledger; a sink that can select by key overrides it."""
+        frame = self.read_table(LEDGER_TABLE)
+        if "batch_id" not in frame.columns:  # no ledger yet
+            return frame
+        if "stream" in frame.columns:
+            frame = frame[frame["stream"] == self.stream]
+        return frame[frame["batch_id"] > batch_id].sort_values("batch_id").reset_index(drop=True)
 
     @abc.abstractmethod
     def table_name(self, name: str) -> str:

@@ -43,7 +43,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-from rewind.api.tables import LEDGER_TABLE, TableSpec, check_resolved, check_table_name, decimal_of
+from rewind.api.tables import LEDGER_TABLE, TableSpec, check_resolved, check_table_name
 from rewind.faults import fault_point
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id
 from rewind.sink.convert import PreparedTable, chunks, prepare_rows, typed_frame
@@ -58,6 +58,7 @@ from rewind.sink.dialects import (
 )
 from rewind.sink.errors import SinkConnectionError, SinkRefused, SinkWriteError
 from rewind.sink.sql_fence import FENCE_TABLE, claim_epoch, fence_table
+from rewind.sink.sql_read import column_max
 from rewind.sink.sql_schema import ensure_tables
 from rewind.sink.sqlite_lock import waiting_for_the_lock
 
@@ -257,6 +258,12 @@ class ExactlyOnceSqlSink(Sink):
             order = [table.c[k] for k in spec.key]
         return self._frame(table, types, sa.select(table).order_by(*order))
 
+    def ledger_after(self, batch_id: int) -> pd.DataFrame:
+        """``Sink.ledger_after``: one SELECT on the ledger's key (stream, batch id)."""
+        t = self._ledger
+        return self._frame(t, {"batch_id": "bigint", "committed_at": "timestamp"}, sa.select(t).where(
+            t.c.stream == self.stream, t.c.batch_id > batch_id).order_by(t.c.batch_id))
+
     def read_rows(self, name: str, where: Callable[[sa.Table], Any] | None = None,
                   columns: Sequence[str] | None = None) -> pd.DataFrame:
         """``Sink.read_rows``: ``where`` gets the physical SQLAlchemy table and returns a condition
@@ -277,21 +284,8 @@ class ExactlyOnceSqlSink(Sink):
         if not self._exists(table.name):
             return None
         kind = self.specs[name].columns[self.specs[name].column_names.index(column)].type
-        col = table.c[column]
         with self._read() as conn:
-            if self.dialect == "sqlite" and decimal_of(kind) is not None:
-                # decimals are text on SQLite, whose max() would compare them as text: the values whose
-                # float is the largest float (rounding to float keeps order), then the exact largest
-                top = sa.select(sa.func.max(sa.cast(col, sa.Float))).scalar_subquery()
-                candidates = conn.execute(sa.select(col).where(sa.cast(col, sa.Float) >= top)).scalars().all()
-                value = max(candidates, default=None)
-            else:
-                value = conn.execute(sa.select(sa.func.max(col))).scalar()
-        if value is None:
-            return None
-        if kind == "timestamp":
-            return pd.to_datetime(value, utc=True)
-        return value
+            return column_max(conn, self.dialect, table.c[column], kind)
 
     def dispose(self) -> None:
         """Close pooled connections (call before the process exits or forks)."""
