@@ -76,7 +76,9 @@ class Sampler(threading.Thread):
         while not self.done.is_set():
             procs = descendants(self.root)
             self.jvm_mb = max(self.jvm_mb, sum(rss_mb(p) for p, c in procs.items() if b"java" in c.split(b"\0")[0]))
-            self.workers_mb = max(self.workers_mb, sum(rss_mb(p) for p, c in procs.items() if b"pyspark.daemon" in c))
+            daemons = (b"pyspark.daemon", b"python_daemon")  # Spark's worker daemon, or Rewind's preloading one
+            self.workers_mb = max(self.workers_mb, sum(rss_mb(p) for p, c in procs.items()
+                                                       if any(d in c for d in daemons)))
             time.sleep(0.2)
 
 

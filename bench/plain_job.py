@@ -38,7 +38,7 @@ def spark_session(settings: str) -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers' Python: this one (it has pyarrow)
 
-    from rewind.driver.spark_conf import DEFAULTS, REQUIRED
+    from rewind.driver.spark_conf import DEFAULTS, REQUIRED, master_defaults
     from rewind.runtime.jars import connector_jars
 
     builder = (SparkSession.builder.master("local[2]").appName(f"plain-{settings}")
@@ -47,7 +47,7 @@ def spark_session(settings: str) -> Any:
                .config("spark.ui.enabled", "false").config("spark.driver.memory", "1g")
                .config("spark.sql.session.timeZone", "UTC"))
     if settings == "rewind":
-        for key, value in {**DEFAULTS, **REQUIRED}.items():
+        for key, value in {**DEFAULTS, **master_defaults("local[2]"), **REQUIRED}.items():
             if not key.startswith(("spark.metrics.", "spark.ui.")):
                 builder = builder.config(key, value)
     return builder.getOrCreate()

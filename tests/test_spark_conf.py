@@ -19,6 +19,7 @@ from rewind.driver.spark_conf import (
     driver_defaults,
     effective,
     file_preset,
+    master_defaults,
     parse_properties,
     spark_defaults_file,
     submit_args_conf,
@@ -74,14 +75,37 @@ def test_spark_defaults_conf_wins_over_rewinds_defaults_in_a_real_session(tmp_pa
     probe = ("import json\nfrom rewind.driver.spark_session import build_session\n"
              "s = build_session('conf-probe', conf={'spark.default.parallelism': '3'})\n"
              "c = s.sparkContext.getConf()\n"
-             "print(json.dumps({k: c.get(k) for k in ('spark.sql.shuffle.partitions', 'spark.driver.memory',"
-             " 'spark.default.parallelism', 'spark.sql.streaming.metricsEnabled', 'spark.ui.enabled')}))\n"
+             "got = {k: c.get(k) for k in ('spark.sql.shuffle.partitions', 'spark.driver.memory',"
+             " 'spark.default.parallelism', 'spark.sql.streaming.metricsEnabled', 'spark.ui.enabled')}\n"
+             "def worker(batches):\n"
+             "    import os, sys, psutil, pyarrow as pa\n"
+             "    daemon = ' '.join(psutil.Process(os.getppid()).cmdline())\n"
+             "    for _ in batches:\n"
+             "        yield pa.RecordBatch.from_pylist([{'daemon': daemon, 'pandas': 'pandas' in sys.modules}])\n"
+             "got['workers'] = sorted({tuple(r) for r in s.range(4, numPartitions=2).mapInArrow("
+             "worker, 'daemon string, pandas boolean').collect()})\n"
+             "print(json.dumps(got))\n"
              "s.stop()\n")
     env = {**os.environ, "SPARK_CONF_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
+    # local[2]: the workers are forked from Rewind's daemon, with pandas already imported before their first task
+    workers = got.pop("workers")
+    assert workers and all("rewind.driver.python_daemon" in d and pre for d, pre in workers), workers
     assert got == {"spark.sql.shuffle.partitions": "5", "spark.driver.memory": "768m",
                    "spark.default.parallelism": "3", "spark.sql.streaming.metricsEnabled": "true",
                    "spark.ui.enabled": "false"}, got
+
+
+def test_the_preloading_python_daemon_is_a_default_of_local_masters_only() -> None:
+    """Only a local master's executors surely run this interpreter, where Rewind is installed; a cluster's keep
+    Spark's daemon unless the deployment names Rewind's (then ``effective`` keeps the deployment's)."""
+    from rewind.driver.python_daemon import preload
+
+    key = "spark.python.daemon.module"
+    assert master_defaults("local[2]") == {key: "rewind.driver.python_daemon"} == master_defaults("local")
+    assert master_defaults("yarn") == {} == master_defaults("spark://h:7077") == master_defaults("")
+    assert key not in effective({key: "pyspark.daemon"}, {}, {**DEFAULTS, **master_defaults("local[*]")})
+    assert preload(("json", "no_such_module_here")) == ["no_such_module_here"]  # skipped: the worker reports it

@@ -71,9 +71,13 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     # Under spark-submit (its JVM hands pyspark a gateway port) the master comes from --master (the
     # Airflow connection: spark://... for a standalone cluster); setting one here would override it.
     if master or os.environ.get("REWIND_SPARK_MASTER") or not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        builder = builder.master(master or settings.spark_master())
+        master = master or settings.spark_master()
+        builder = builder.master(master)
+    else:
+        master = preset.get("spark.master", "")
     given = {str(k): str(v) for k, v in (conf or {}).items()}
-    for key, value in spark_conf.effective(preset, given, {**spark_conf.DEFAULTS, **(defaults or {})}).items():
+    chosen = {**spark_conf.DEFAULTS, **spark_conf.master_defaults(master), **(defaults or {})}
+    for key, value in spark_conf.effective(preset, given, chosen).items():
         builder = builder.config(key, value)
     # rewind_jar: the fenced checkpoint file manager. Under spark-submit the JVM's class path is fixed before this
     # runs and the submit brought it with --jars (``rewind.runtime.jvm.submit_jars``); in a YARN container there

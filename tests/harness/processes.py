@@ -25,6 +25,10 @@ from spark_jobs import STREAM_JOB
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The Python worker daemons' modules: Spark's, and Rewind's preloading one (``spark.python.daemon.module``).
+DAEMONS = ("pyspark.daemon", "rewind.driver.python_daemon")
+
+
 class StreamProcess:
     """``spark_jobs/stream.py NAME`` as a child in its own process group, logging to ``stream-run<N>.log``.
 
@@ -87,11 +91,12 @@ class StreamProcess:
         return "\n".join(self.log().splitlines()[-lines:])
 
     def python_workers(self) -> list[int]:
-        """The forked Python workers running the stream's tasks: children of a ``pyspark.daemon`` (which
-        runs in a process group of its own, below the driver's JVM)."""
+        """The forked Python workers running the stream's tasks: children of the Python worker daemon (Spark's
+        ``pyspark.daemon`` or Rewind's ``rewind.driver.python_daemon``, in a process group of its own below
+        the driver's JVM), whose command line they keep."""
         def daemon(p: psutil.Process | None) -> bool:
             try:
-                return p is not None and any("pyspark.daemon" in part for part in p.cmdline())
+                return p is not None and any(m in part for part in p.cmdline() for m in DAEMONS)
             except psutil.Error:
                 return False
 
