@@ -25,6 +25,7 @@ from rewind.driver.interruption import stop_aware
 from rewind.driver.lag_probe import LagProbe
 from rewind.driver.late_routing import check_progress, streaming_candidates
 from rewind.driver.outputs import output_frame
+from rewind.driver.scratch import driver_local_dir
 from rewind.driver.sink_factory import open_sink
 from rewind.driver.source import check_source, source_options
 from rewind.driver.spark_conf import driver_defaults
@@ -140,12 +141,15 @@ def fence_sink(sink: Any, lease: LeaseKeeper) -> None:
 
 
 def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
-    """A stream driver's Spark defaults: its UI on a free port and, where the deployment or the registry
-    turned the event log on without a directory, that directory beside the checkpoint
-    (``rewind.driver.spark_conf.driver_defaults``; the deployment's settings win)."""
+    """A stream driver's Spark defaults: its UI on a free port, its own scratch space (``rewind.driver.scratch``)
+    and, where the deployment or the registry turned the event log on without a directory, that directory
+    beside the checkpoint (``rewind.driver.spark_conf.driver_defaults``; the deployment's settings win)."""
 
     asked = {**deployment_conf(), **spec.spark_conf}
     defaults = driver_defaults(spec.checkpoint, free_port(), asked)
+    local_dir = driver_local_dir(spec.name, asked)  # swept when the next driver starts: a SIGKILL leaves it
+    if local_dir:
+        defaults["spark.local.dir"] = local_dir
     if "spark.eventLog.dir" in defaults and "spark.eventLog.dir" not in asked:
         # Spark refuses an event log directory that is not there
         Path(defaults["spark.eventLog.dir"]).mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from rewind.checkpoints.pointer import active_checkpoint
 from rewind.control.status import StreamStatus
 from rewind.control.status_store import read_stream_status
 from rewind.demo.producer import ProduceSpec, produce
+from rewind.driver.scratch import own_name
 from rewind.embedded.services import PlatformInfo
 from rewind.faults import Fault, arm
 from rewind.kafka.lookups import true_end_offsets
@@ -110,6 +111,17 @@ def _in_platform_env(run: Scenario) -> Scenario:
     return cast(Scenario, in_env)
 
 
+def scratch_of_the_killed_drivers_is_gone(stream: str, driver_pid: int, killed: list[str]) -> None:
+    """The running driver works in its own scratch directory (``rewind.driver.scratch``), where Spark keeps its
+    files; the killed drivers' directories (``killed``: their names), which a SIGKILL leaves, were removed when
+    a later driver of the stream started."""
+    from rewind.driver.scratch import scratch_root
+
+    left = sorted(p.name for p in scratch_root(stream).iterdir())
+    assert own_name(driver_pid) in left and not set(killed) & set(left), (left, own_name(driver_pid), killed)
+    assert any(scratch_root(stream).glob(f"{own_name(driver_pid)}/spark-*")), f"Spark kept nothing in {left}"
+
+
 @_in_platform_env
 def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_url: str, name: str, *,
                        source: str = "kafka", precommit_kill_batch: int | None = None, write_from: str = "driver",
@@ -149,11 +161,13 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
     master = {"REWIND_SPARK_MASTER": "local[2,4]"} if kill_workers and not (env or {}).get("REWIND_SPARK_MASTER") \
         else {}
     kills: list[dict[str, Any]] = []
+    killed: list[str] = []  # the killed drivers' scratch directories (rewind.driver.scratch)
     try:
         if precommit_kill_batch is not None:
             marker = tmp_path / "precommit-kill.json"
             stream.start(**arm(Fault("sink.pre_committed", "kill", batch=precommit_kill_batch, marker=str(marker))),
                          **master)
+            killed.append(own_name(stream.pid))  # while it runs: it kills itself at the pre-commit
             wait_for(lambda: not stream.alive(), 480, f"the kill at the pre-commit of batch {precommit_kill_batch}",
                      stream, exit_ok=True)
             assert marker.exists(), f"the driver died before its pre-commit kill:\n{stream.log_tail()}"
@@ -178,6 +192,7 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
                 kills.append({"run": stream.runs, **done})
             time.sleep(rng.uniform(0.5, 4.0))  # a random moment: mid-batch, mid-commit or idle
             seen = _last_batch(read)
+            killed.append(own_name(stream.pid))
             stream.kill()
             kills.append({"run": stream.runs, "last_batch_seen": seen})
         producer.join(timeout=120)
@@ -204,6 +219,7 @@ def run_crash_scenario(tmp_path: Path, platform: PlatformInfo, topic: str, sink_
                  and {p: int(o) for p, o in st.end_offsets.get(topic, {}).items()} == ends
                  and time.time() - (st.last_batch_at or started) > 4
                  and no_batch_in_flight(active_checkpoint(spec), s3), 300, f"catch-up to {ends}", stream)
+        scratch_of_the_killed_drivers_is_gone(name, stream.pid, killed)
         assert stream.stop() == 0, f"the stream did not stop gracefully:\n{stream.log_tail()}"
     finally:
         stream.stop()

@@ -1,0 +1,105 @@
+"""A stream driver's scratch space (``spark.local.dir``): one directory per driver, swept when the next starts.
+
+Why: Spark keeps a driver's working files in ``spark-<uuid>`` under ``spark.local.dir`` (``/tmp`` by
+default): the RocksDB state stores' working copies, the jars it serves its executors, shuffle blocks. It
+removes them in a shutdown hook, which a SIGKILL, the kernel's OOM killer or a lost container never run.
+Measured here: 70 MB a killed demo driver, 17 GB in ``/tmp`` after a few days of tests that kill
+drivers. A supervisor that relaunches a crash-looping stream all night fills the worker's disk.
+
+So a driver Rewind starts on a local or client-mode host works in
+``<temp dir>/rewind-scratch/<stream>/<host>-<pid>-<start>`` (local disk, where Spark's own would be), and
+each new driver of the stream first removes the directories of its host's drivers that are gone (a pid
+that is not running, or running but started at another time: reused). Left alone: a deployment's own
+``spark.local.dir``, ``SPARK_LOCAL_DIRS`` (YARN's containers get theirs from the NodeManager, which
+cleans them) and the directories of other hosts (a temp dir is rarely shared, but a pid means nothing
+across hosts).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger("rewind.driver")
+
+#: Spark's own ways of choosing the directory; where one is set, the directory is the deployment's.
+DEPLOYMENT_KEYS = ("SPARK_LOCAL_DIRS", "LOCAL_DIRS")
+
+
+def scratch_root(stream: str) -> Path:
+    return Path(tempfile.gettempdir()) / "rewind-scratch" / stream
+
+
+def _host() -> str:
+    return socket.gethostname().split(".")[0] or "host"
+
+
+def own_name(pid: int | None = None) -> str:
+    """``<host>-<pid>-<start in ms>``: unique on this host even when the pid is reused."""
+    proc = psutil.Process(pid)
+    return f"{_host()}-{proc.pid}-{int(proc.create_time() * 1000)}"
+
+
+def _gone(name: str) -> bool:
+    """Whether the driver that named a directory ``<host>-<pid>-<start>`` on this host has ended."""
+    _, pid, start = name.rsplit("-", 2)
+    try:
+        return int(psutil.Process(int(pid)).create_time() * 1000) != int(start)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _size(path: Path) -> int:
+    """Bytes under ``path``, as far as they can be read (another driver may be removing it)."""
+    total = 0
+    try:
+        for f in path.rglob("*"):
+            total += f.lstat().st_size if f.is_file() else 0
+    except OSError:
+        pass
+    return total
+
+
+def sweep(root: Path) -> tuple[list[Path], int]:
+    """Remove this host's directories under ``root`` whose driver has ended; (removed, bytes freed)."""
+    removed, freed = [], 0
+    for entry in sorted(root.iterdir()) if root.is_dir() else []:
+        if entry.name.count("-") < 2 or entry.name.rsplit("-", 2)[0] != _host():
+            continue
+        try:
+            if not _gone(entry.name):
+                continue
+        except ValueError:  # not one of ours
+            continue
+        freed += _size(entry)
+        shutil.rmtree(entry, ignore_errors=True)  # a driver starting beside this one may be removing it too
+        removed.append(entry)
+    return removed, freed
+
+
+def driver_local_dir(stream: str, asked: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str | None:
+    """This driver's ``spark.local.dir`` (created, after sweeping its stream's ended drivers), or None when the
+    deployment chose the directory (``asked``: its Spark settings and the registry's; ``environ``)."""
+    environ = os.environ if environ is None else environ
+    if "spark.local.dir" in asked or any(environ.get(k) for k in DEPLOYMENT_KEYS):
+        return None
+    root = scratch_root(stream)
+    try:
+        removed, freed = sweep(root)
+        mine = root / own_name()
+        mine.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. another OS user's directory: Spark's default, as before
+        log.warning("no scratch space of its own for %s under %s (%s): Spark's default spark.local.dir", stream,
+                    root, exc)
+        return None
+    if removed:
+        log.info("removed the scratch space of %d ended driver(s) of %s (%.1f MB): %s", len(removed), stream,
+                 freed / 1e6, ", ".join(p.name for p in removed))
+    return str(mine)
