@@ -49,3 +49,35 @@ def test_prepare_keeps_the_password_and_keys_of_a_home(tmp_path: Path, monkeypat
     assert keys["fernet_key"] != json.loads((tmp_path / "h2" / "secrets.json").read_text())["fernet_key"]
     assert f"port = {second.port}" in second.config_file.read_text()
     assert oct(os.stat(tmp_path / "h").st_mode & 0o777) == "0o700"
+
+
+def test_airflows_own_engine_waits_out_a_write_lock_held_longer_than_pysqlites_5_s(tmp_path: Path) -> None:
+    """The embedded Airflow's components wait up to 30 s for SQLite's write lock (``airflow_sqlite``): Airflow's
+    engine, configured from the file ``LocalAirflow`` writes, commits once a lock held 7 s is released. With
+    pysqlite's 5 s it failed on "database is locked", which killed `rewind up`'s triggerer in a full run."""
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    af = LocalAirflow(tmp_path / "h", tmp_path / "d", tmp_path / "p", env={})
+    af.home.mkdir(parents=True)
+    af.write_config()
+    db = af.home / "airflow.db"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=WAL")  # as Airflow's own connections set it
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO t VALUES (1)")
+    probe = ("import time\nfrom airflow import settings\nsettings.configure_orm()\nprint('ready', flush=True)\n"
+             "t0 = time.monotonic()\nwith settings.engine.begin() as c:\n"
+             "    c.exec_driver_sql('INSERT INTO t VALUES (2)')\nprint(round(time.monotonic() - t0, 1))\n")
+    writer = subprocess.Popen([sys.executable, "-c", probe], env={**os.environ, **af.environment()},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "ready", writer.communicate()[1][-3000:]
+    time.sleep(6.5)  # the lock outlives pysqlite's 5 s wait after the writer has started waiting
+    holder.execute("COMMIT")
+    out, err = writer.communicate(timeout=120)
+    assert writer.returncode == 0, err[-3000:]
+    assert float(out.strip().splitlines()[-1]) >= 5.5, out  # it waited for the lock
+    assert [r[0] for r in holder.execute("SELECT x FROM t ORDER BY x")] == [1, 2]

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.embedded.airflow_connections import connections_env
+from rewind.embedded.airflow_sqlite import database_settings
 from rewind.embedded.services import PlatformInfo
 from rewind.runtime.airflow_client import AirflowApiError, AirflowClient, AirflowError
 from rewind.runtime.processes import ManagedProcess, free_port, log_tail
@@ -190,7 +191,7 @@ class LocalAirflow:
                 "dags_are_paused_at_creation": str(self.paused_at_creation),
                 "dagbag_import_timeout": "60",
             },
-            "database": {"sql_alchemy_conn": self.database_url or f"sqlite:///{h / 'airflow.db'}"},
+            "database": database_settings(self.database_url, h / "airflow.db"),
             "api": {
                 "host": "127.0.0.1",
                 "port": str(self.port),
