@@ -32,6 +32,11 @@ sys.path.insert(0, str(ROOT))
 
 from common import broker_description, keep_stdout_for_json  # noqa: E402
 
+from rewind.driver.spark_conf import LOCAL_DEFAULTS  # noqa: E402
+
+#: The Python worker daemons the workers are forked from: Spark's, or Rewind's preloading one.
+DAEMONS = (b"pyspark.daemon", LOCAL_DEFAULTS["spark.python.daemon.module"].encode())
+
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
     try:
@@ -76,9 +81,8 @@ class Sampler(threading.Thread):
         while not self.done.is_set():
             procs = descendants(self.root)
             self.jvm_mb = max(self.jvm_mb, sum(rss_mb(p) for p, c in procs.items() if b"java" in c.split(b"\0")[0]))
-            daemons = (b"pyspark.daemon", b"python_daemon")  # Spark's worker daemon, or Rewind's preloading one
             self.workers_mb = max(self.workers_mb, sum(rss_mb(p) for p, c in procs.items()
-                                                       if any(d in c for d in daemons)))
+                                                       if any(d in c for d in DAEMONS)))
             time.sleep(0.2)
 
 

@@ -53,7 +53,8 @@ def test_prepare_keeps_the_password_and_keys_of_a_home(tmp_path: Path, monkeypat
 
 def test_airflows_own_engine_waits_out_a_write_lock_held_longer_than_pysqlites_5_s(tmp_path: Path) -> None:
     """The embedded Airflow's components wait up to 30 s for SQLite's write lock (``airflow_sqlite``): Airflow's
-    engine, configured from the file ``LocalAirflow`` writes, commits once a lock held 7 s is released. With
+    engine, configured from the file ``LocalAirflow`` writes, commits once a lock held 6.5 s past the start of its
+    wait is released. With
     pysqlite's 5 s it failed on "database is locked", which killed `rewind up`'s triggerer in a full run."""
     import sqlite3
     import subprocess

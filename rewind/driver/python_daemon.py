@@ -2,10 +2,10 @@
 
 Why: Spark starts one daemon per executor (``python -m pyspark.daemon``) and forks a worker from it
 for each task slot; each worker then imports ``pyspark.worker`` and, unpickling the stream's
-transform, pandas, pyarrow and ``rewind.api`` -- about 0.5 s of CPU per worker, paid again by every
-driver that starts (a recovery's first batch: three workers on 2 cores). Imported here, in the daemon,
+transform, pandas, pyarrow and ``rewind.api`` -- about 0.4 s of CPU per worker, paid again by every
+driver that starts. Imported here, in the daemon,
 the forked workers find them loaded (and share their pages). Spark's own setting selects this module
-(``spark.python.daemon.module``, ``rewind.driver.spark_conf.local_defaults``); the fork, the protocol
+(``spark.python.daemon.module``, ``rewind.driver.spark_conf.LOCAL_DEFAULTS``); the fork, the protocol
 and everything after it are ``pyspark.daemon``'s.
 
 A preload that fails is skipped: the worker then imports it as it would have, and reports the error

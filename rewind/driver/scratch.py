@@ -47,11 +47,10 @@ def own_name(pid: int | None = None) -> str:
     return f"{_host()}-{proc.pid}-{int(proc.create_time() * 1000)}"
 
 
-def _gone(name: str) -> bool:
+def _gone(pid: int, start_ms: int) -> bool:
     """Whether the driver that named a directory ``<host>-<pid>-<start>`` on this host has ended."""
-    _, pid, start = name.rsplit("-", 2)
     try:
-        return int(psutil.Process(int(pid)).create_time() * 1000) != int(start)
+        return int(psutil.Process(pid).create_time() * 1000) != start_ms
     except psutil.NoSuchProcess:
         return True
 
@@ -70,13 +69,12 @@ def _size(path: Path) -> int:
 def sweep(root: Path) -> tuple[list[Path], int]:
     """Remove this host's directories under ``root`` whose driver has ended; (removed, bytes freed)."""
     removed, freed = [], 0
+    host = _host()
     for entry in sorted(root.iterdir()) if root.is_dir() else []:
-        if entry.name.count("-") < 2 or entry.name.rsplit("-", 2)[0] != _host():
-            continue
-        try:
-            if not _gone(entry.name):
-                continue
-        except ValueError:  # not one of ours
+        parts = entry.name.rsplit("-", 2)
+        if len(parts) != 3 or parts[0] != host or not (parts[1].isdigit() and parts[2].isdigit()):
+            continue  # another host's, or not one of ours
+        if not _gone(int(parts[1]), int(parts[2])):
             continue
         freed += _size(entry)
         shutil.rmtree(entry, ignore_errors=True)  # a driver starting beside this one may be removing it too

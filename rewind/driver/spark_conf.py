@@ -61,7 +61,7 @@ DEFAULTS: dict[str, str] = {
 
 #: Only where the executors run this interpreter (a ``local`` master), where Rewind is installed: the Python
 #: worker daemon that imports what every worker needs once, before it forks them
-#: (``rewind.driver.python_daemon``; 1.5 s of CPU less in a driver's first batch on 2 cores). A cluster's
+#: (``rewind.driver.python_daemon``; each worker 0.4 s of CPU less before its first task). A cluster's
 #: executors keep Spark's own daemon unless the deployment names this one.
 LOCAL_DEFAULTS: dict[str, str] = {"spark.python.daemon.module": "rewind.driver.python_daemon"}
 

@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
+from rewind.driver.spark_conf import LOCAL_DEFAULTS
 from rewind.runtime.processes import terminate_group
 from spark_jobs import STREAM_JOB
 
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 #: The Python worker daemons' modules: Spark's, and Rewind's preloading one (``spark.python.daemon.module``).
-DAEMONS = ("pyspark.daemon", "rewind.driver.python_daemon")
+DAEMONS = ("pyspark.daemon", LOCAL_DEFAULTS["spark.python.daemon.module"])
 
 
 class StreamProcess:
