@@ -72,3 +72,53 @@ def test_a_post_that_keeps_failing_gives_up_after_six_tries(monkeypatch: pytest.
     with pytest.raises(AirflowApiError, match="HTTP 500"):
         client.trigger_dag("d")
     assert seen.count("POST /api/v2/dags/d/dagRuns") == 6
+
+
+def scripted(answers: list[Any]) -> tuple[AirflowClient, list[str]]:
+    """A client whose requests after the login get ``answers`` in turn: a status, or an exception to raise."""
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/auth/token":
+            return httpx.Response(201, json={"access_token": "t"})
+        seen.append(request.method)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return httpx.Response(answer, json={"dag_id": "d", "is_paused": False})
+
+    client = AirflowClient("http://airflow.test", "admin", "pw")
+    client._http = httpx.Client(transport=httpx.MockTransport(handle), timeout=client._http.timeout)
+    return client, seen
+
+
+def test_an_idempotent_request_that_timed_out_is_sent_again() -> None:
+    """CI of 54bed2e: the API server waited for its SQLite write lock as long as the client waited for it,
+    and PATCH (unpause) failed the test's setup. The client now waits longer than the server's lock wait,
+    and a request it may repeat is sent again after a read timeout."""
+    client, seen = scripted([httpx.ReadTimeout("timed out"), 200])
+    assert client.unpause("d")["is_paused"] is False
+    assert seen == ["PATCH", "PATCH"]
+    from rewind.embedded.airflow_sqlite import CONNECT_ARGS
+    from rewind.runtime.airflow_client import READ_TIMEOUT_S
+
+    assert READ_TIMEOUT_S > float(str(CONNECT_ARGS["timeout"]))
+    assert AirflowClient("http://airflow.test", "a", "b")._http.timeout.read == READ_TIMEOUT_S
+
+
+def test_a_post_that_timed_out_is_not_sent_twice_and_a_refused_connection_fails_at_once() -> None:
+    client, seen = scripted([httpx.ReadTimeout("timed out")])
+    with pytest.raises(AirflowApiError, match="did not answer"):
+        client._send("POST", "/api/v2/dags/d/dagRuns", json={})
+    assert seen == ["POST"]
+    client, seen = scripted([httpx.ConnectError("refused")])
+    with pytest.raises(AirflowApiError, match="not reachable"):
+        client.unpause("d")
+    assert seen == ["PATCH"]
+
+
+def test_a_request_that_keeps_timing_out_gives_up_naming_the_wait() -> None:
+    client, seen = scripted([httpx.ReadTimeout("timed out")] * 6)
+    with pytest.raises(AirflowApiError, match=r"did not answer \(ReadTimeout after 65s"):
+        client.get_dag("d")
+    assert seen == ["GET"] * 6

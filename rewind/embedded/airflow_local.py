@@ -40,7 +40,7 @@ from typing import Any
 from rewind.embedded.airflow_connections import connections_env
 from rewind.embedded.airflow_sqlite import database_settings
 from rewind.embedded.services import PlatformInfo
-from rewind.runtime.airflow_client import AirflowApiError, AirflowClient, AirflowError
+from rewind.runtime.airflow_client import READ_TIMEOUT_S, AirflowApiError, AirflowClient, AirflowError
 from rewind.runtime.processes import ManagedProcess, free_port, log_tail
 
 log = logging.getLogger(__name__)
@@ -370,7 +370,7 @@ class LocalAirflow:
                "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs")}
         return argv, env
 
-    def client(self, timeout: float = 30.0, user: str | None = None) -> "AirflowClient":
+    def client(self, timeout: float = READ_TIMEOUT_S, user: str | None = None) -> "AirflowClient":
         """A REST client logged in as the admin, or as ``user`` (one of ``extra_users``)."""
         if user is not None and user != self.username:
             return AirflowClient(self.url, user, self.password_of(user), timeout=timeout)

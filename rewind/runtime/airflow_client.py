@@ -18,6 +18,12 @@ from urllib.parse import quote
 from rewind.errors import Failed
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
+#: Longer than the embedded Airflow's wait for its SQLite write lock (30 s, rewind/embedded/airflow_sqlite.py):
+#: a request that queues behind a long transaction gets the server's answer (or its 500, retried), not a client
+#: timeout at the same moment (CI of 54bed2e: PATCH of a DAG's pause flag timed out at 30 s).
+READ_TIMEOUT_S = 65.0
+#: A server that is not listening is refused at once; this bounds one that accepts nothing.
+CONNECT_TIMEOUT_S = 10.0
 
 
 class AirflowError(Failed):
@@ -36,14 +42,14 @@ class AirflowApiError(AirflowError):
 class AirflowClient:
     """The parts of Airflow 3's REST API v2 that Rewind uses, authenticated with a JWT."""
 
-    def __init__(self, url: str, username: str, password: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, username: str, password: str, timeout: float = READ_TIMEOUT_S) -> None:
         import httpx  # installed with Airflow; imported here to keep module import light
 
         self.url = url.rstrip("/")
         self.username = username
         self._password = password
         self._token: str | None = None
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)))
 
     def close(self) -> None:
         self._http.close()
@@ -82,6 +88,12 @@ class AirflowClient:
                 headers["Authorization"] = f"Bearer {self.token()}"
             try:
                 resp = self._http.request(method, url, headers=headers, **kwargs)
+            except httpx.TimeoutException as exc:
+                if attempt < tries and not isinstance(exc, httpx.ConnectTimeout):
+                    continue  # the server is slow, not gone: an idempotent request is sent again
+                raise AirflowApiError(f"{method} {url}: Airflow did not answer ({exc.__class__.__name__} after "
+                                      f"{self._http.timeout.read:.0f}s; its log names what it was waiting for)",
+                                      0, url) from exc
             except httpx.HTTPError as exc:
                 raise AirflowApiError(f"{method} {url}: Airflow not reachable ({exc.__class__.__name__}: {exc})",
                                       0, url) from exc
