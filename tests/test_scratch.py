@@ -6,10 +6,12 @@ in use) is in every crash scenario (``tests/harness/crash.py``)."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from harness import hosts
 
 from rewind.driver import scratch
 
@@ -34,11 +36,13 @@ def test_only_this_hosts_ended_drivers_lose_their_directory(root: Path) -> None:
     ended.kill()
     ended.wait()
     me = scratch.own_name()
-    host, pid, start = me.rsplit("-", 2)
-    reused = f"{host}-{pid}-{int(start) - 5000}"  # this pid, another start: a driver before the pid was reused
-    _, ended_pid, ended_start = ended_name.rsplit("-", 2)
-    other_host = f"elsewhere-{ended_pid}-{ended_start}"
-    keep = [me, other_host, f"{host}x-1-1", "notes", f"{host}-abc-1"]  # a pid means nothing on another host
+    host, where, pid, start = me.rsplit("-", 3)
+    reused = f"{host}-{where}-{pid}-{int(start) - 5000}"  # this pid, another start: a driver before the pid was reused
+    _, _, ended_pid, ended_start = ended_name.rsplit("-", 3)
+    other_host = f"elsewhere-0123456789-{ended_pid}-{ended_start}"
+    other_namespace = f"{host}-0123456789-{ended_pid}-{ended_start}"  # same name, other PID namespace or boot
+    before = f"{host}-{ended_pid}-{ended_start}"  # the name's earlier form, which said nothing of the namespace
+    keep = [me, other_host, other_namespace, before, f"{host}x-{where}-1", "notes", f"{host}-{where}-abc-1"]
     for name in [ended_name, reused, *keep]:
         _with_a_file(root / name)
 
@@ -46,6 +50,28 @@ def test_only_this_hosts_ended_drivers_lose_their_directory(root: Path) -> None:
 
     assert sorted(p.name for p in removed) == sorted([ended_name, reused]) and freed == 2000
     assert sorted(p.name for p in root.iterdir()) == sorted(keep)
+
+
+@pytest.mark.skipif(not hosts.available(), reason="needs root, unshare and nsenter (tests/harness/hosts.py)")
+def test_a_driver_in_another_pid_namespace_keeps_its_directory(root: Path) -> None:
+    """Two hosts of the same name sharing a temp dir (containers, ``unshare --pid --mount``): a driver
+    starting in its own PID namespace sees the other's pid as gone, and must leave its directory alone."""
+    running = subprocess.Popen(["sleep", "60"])
+    try:
+        theirs = _with_a_file(root / scratch.own_name(running.pid))
+        code = ("import sys, tempfile; tempfile.tempdir = sys.argv[1]\n"
+                "from rewind.driver import scratch\n"
+                "import psutil; assert not psutil.pid_exists(int(sys.argv[2]))  # their pid means nothing here\n"
+                "print(scratch.driver_local_dir('s', {}, {}))\n")
+        child = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--", sys.executable, "-c", code,
+                                tempfile.gettempdir(), str(running.pid)], capture_output=True, text=True, timeout=60,
+                               cwd=Path(__file__).resolve().parents[1])
+        assert child.returncode == 0, child.stderr[-2000:]
+        assert theirs.is_dir() and (theirs / "spark-x" / "userFiles" / "a.jar").exists(), child.stdout
+        assert Path(child.stdout.strip()).parent == root and Path(child.stdout.strip()).name != theirs.name
+    finally:
+        running.kill()
+        running.wait()
 
 
 def test_a_driver_gets_its_own_directory_unless_the_deployment_chose_one(root: Path) -> None:

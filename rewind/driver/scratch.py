@@ -7,16 +7,18 @@ Measured here: 70 MB a killed demo driver, 17 GB in ``/tmp`` after a few days of
 drivers. A supervisor that relaunches a crash-looping stream all night fills the worker's disk.
 
 So a driver Rewind starts on a local or client-mode host works in
-``<temp dir>/rewind-scratch/<stream>/<host>-<pid>-<start>`` (local disk, where Spark's own would be), and
-each new driver of the stream first removes the directories of its host's drivers that are gone (a pid
-that is not running, or running but started at another time: reused). Left alone: a deployment's own
+``<temp dir>/rewind-scratch/<stream>/<host>-<where>-<pid>-<start>`` (local disk, where Spark's own would be),
+and each new driver of the stream first removes the directories of drivers that ran where it runs and are gone
+(a pid that is not running, or running but started at another time: reused). Left alone: a deployment's own
 ``spark.local.dir``, ``SPARK_LOCAL_DIRS`` (YARN's containers get theirs from the NodeManager, which
-cleans them) and the directories of other hosts (a temp dir is rarely shared, but a pid means nothing
-across hosts).
+cleans them) and the directories of other hosts. ``where`` is what a pid means something in: the host name,
+the PID namespace and the kernel's boot (as the driver lease's holder, ``rewind.control.leases.me``); two
+containers or ``unshare``d hosts with the same name and a shared temp dir see each other's pids as gone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -26,6 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
+
+from rewind.control.leases import me
 
 log = logging.getLogger("rewind.driver")
 
@@ -41,10 +45,16 @@ def _host() -> str:
     return socket.gethostname().split(".")[0] or "host"
 
 
+def _where() -> str:
+    """Which pids this process sees: a digest of its host name, PID namespace and boot."""
+    holder = me()
+    return hashlib.sha256(f"{holder.host}|{holder.pidns}|{holder.boot_id}".encode()).hexdigest()[:10]
+
+
 def own_name(pid: int | None = None) -> str:
-    """``<host>-<pid>-<start in ms>``: unique on this host even when the pid is reused."""
+    """``<host>-<where>-<pid>-<start in ms>``: unique where pids mean something, even when a pid is reused."""
     proc = psutil.Process(pid)
-    return f"{_host()}-{proc.pid}-{int(proc.create_time() * 1000)}"
+    return f"{_host()}-{_where()}-{proc.pid}-{int(proc.create_time() * 1000)}"
 
 
 def _gone(pid: int, start_ms: int) -> bool:
@@ -67,14 +77,15 @@ def _size(path: Path) -> int:
 
 
 def sweep(root: Path) -> tuple[list[Path], int]:
-    """Remove this host's directories under ``root`` whose driver has ended; (removed, bytes freed)."""
+    """Remove the directories under ``root`` of drivers that ran where this one runs and have ended; (removed,
+    bytes freed)."""
     removed, freed = [], 0
-    host = _host()
+    where = _where()
     for entry in sorted(root.iterdir()) if root.is_dir() else []:
-        parts = entry.name.rsplit("-", 2)
-        if len(parts) != 3 or parts[0] != host or not (parts[1].isdigit() and parts[2].isdigit()):
-            continue  # another host's, or not one of ours
-        if not _gone(int(parts[1]), int(parts[2])):
+        parts = entry.name.rsplit("-", 3)
+        if len(parts) != 4 or parts[1] != where or not (parts[2].isdigit() and parts[3].isdigit()):
+            continue  # another host's or PID namespace's, or not one of ours
+        if not _gone(int(parts[2]), int(parts[3])):
             continue
         freed += _size(entry)
         shutil.rmtree(entry, ignore_errors=True)  # a driver starting beside this one may be removing it too
