@@ -226,6 +226,42 @@ ACTIONS = [("savepoint", {"stream": STREAM}),
            ("replay", {"stream": STREAM, "from": "0", "to": "10", "mode": "into-sink", "dry_run": True})]
 
 
+def test_the_api_server_answers_while_another_process_holds_the_metadata_write_lock(stack: dict[str, Any]) -> None:
+    """The API server's audit log writes on its event loop's thread (``rewind.embedded.airflow_sqlite``): a PATCH
+    waiting for a write lock held elsewhere stops every request of that server for as long as it waits. With the
+    30 s of the other components, a read sent during a 12-s lock was answered only once the lock went (and CI of
+    54bed2e timed out on such a PATCH); with the server's own 5 s it is answered while the lock is still held."""
+    import sqlite3
+    import threading
+
+    af = stack["af"]
+    token = stack["admin"].token()
+    holder = sqlite3.connect(af.home / "airflow.db", isolation_level=None, timeout=30)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, as a long transaction of another component holds it
+    held_at = time.monotonic()
+    patched: dict[str, Any] = {}
+
+    def patch() -> None:  # one attempt, no client retry: its audit-log INSERT waits for the lock on the loop
+        with httpx.Client(base_url=af.url, timeout=60) as one:
+            patched["status"] = one.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": True},
+                                          headers={"Authorization": f"Bearer {token}"}).status_code
+    try:
+        sender = threading.Thread(target=patch, daemon=True)
+        sender.start()
+        time.sleep(1.0)  # the PATCH is waiting
+        with httpx.Client(base_url=af.url, timeout=60) as reader:
+            health = reader.get("/api/v2/monitor/health")
+        answered_s = time.monotonic() - held_at
+        assert health.status_code == 200, health.text[:300]
+        assert answered_s < 11.0, f"a read took {answered_s:.1f}s while the write lock was held: the server stalled"
+        time.sleep(max(0.0, 12.0 - (time.monotonic() - held_at)))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    sender.join(timeout=60)
+    assert patched.get("status") == 500, patched  # refused after its own 5 s; clients retry a 500
+
+
 def test_unauthenticated_gets_nothing(stack: dict[str, Any]) -> None:
     http = stack["http"]
     for headers, cookies in (({}, {}), ({"Authorization": "Bearer not-a-jwt"}, {}), ({}, {"_token": "garbage"})):

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.embedded.airflow_connections import connections_env
-from rewind.embedded.airflow_sqlite import database_settings
+from rewind.embedded.airflow_sqlite import component_env, database_settings
 from rewind.embedded.services import PlatformInfo
 from rewind.runtime.airflow_client import READ_TIMEOUT_S, AirflowApiError, AirflowClient, AirflowError
 from rewind.runtime.processes import ManagedProcess, free_port, log_tail
@@ -290,7 +290,8 @@ class LocalAirflow:
             argv.append("--skip-serve-logs")
         # This Airflow's REST API and login, for the Asset watchers that read their own events back.
         api = {"conn_type": "http", "host": self.url, "login": self.username, "password": self.password}
-        env = {**self.environment(), "AIRFLOW_CONN_REWIND_AIRFLOW_API": json.dumps(api)}
+        env = {**self.environment(), **component_env(name, self.database_url),
+               "AIRFLOW_CONN_REWIND_AIRFLOW_API": json.dumps(api)}
         proc = ManagedProcess(f"airflow-{name}", argv, self.log_dir / f"{name}.log", env=env, cwd=self.home)
         proc.start()
         self.processes[name] = proc
