@@ -342,11 +342,22 @@ class Registry(_Strict):
         return self.streams[name]
 
 
+#: What to give for a stream's required key, when it is missing (pydantic says only "Field required").
+REQUIRED: dict[str, str] = {
+    "topics": "the Kafka topics the stream reads, e.g. topics: [orders]",
+    "transform": "the stream's Transform class as module:Class, e.g. transform: orders.transform:OrdersTransform",
+    "sink": 'where its tables go, e.g. sink: {url: "sqlite:///${REWIND_HOME}/sink/orders.db"} (docs/sinks.md)',
+    "checkpoint": "Spark's checkpoint directory or s3a:// URL, e.g. checkpoint: ${REWIND_HOME}/checkpoints/orders",
+    "status_dir": "a local directory for its status, logs and reports, e.g. status_dir: ${REWIND_HOME}/status"}
+
+
 def _format_errors(path: Path, prefix: str, exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         key = ".".join([prefix, *[str(p) for p in err["loc"]]]) if prefix else ".".join(str(p) for p in err["loc"])
         msg = "unknown field (check the spelling)" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "missing" and len(err["loc"]) == 1 and str(err["loc"][0]) in REQUIRED:
+            msg = f"required: {REQUIRED[str(err['loc'][0])]}"
         lines.append(f"{path}: {key}: {msg}")
     return "\n".join(lines)
 

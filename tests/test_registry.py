@@ -49,6 +49,16 @@ def test_missing_topics_is_refused(tmp_path: Path) -> None:
         load_registry(write(tmp_path, GOOD.replace("    topics: [a-topic]\n", "")), env={"REWIND_HOME": "/h"})
 
 
+@pytest.mark.parametrize("key", ["topics", "transform", "sink", "checkpoint", "status_dir"])
+def test_a_missing_required_key_says_what_to_give(tmp_path: Path, key: str) -> None:
+    """Not pydantic's bare "Field required": the key, what it is, and an example line to copy."""
+    text = "".join(line + "\n" for line in GOOD.splitlines() if not line.strip().startswith(f"{key}:"))
+    with pytest.raises(RegistryError) as err:
+        load_registry(write(tmp_path, text), env={"REWIND_HOME": "/h"})
+    assert str(err.value).count("\n") == 0, str(err.value)  # one line
+    assert f"streams.s1.{key}: required: " in str(err.value) and f"e.g. {key}: " in str(err.value), str(err.value)
+
+
 def test_empty_topics_and_bad_names(tmp_path: Path) -> None:
     with pytest.raises(RegistryError, match="topics"):
         load_registry(write(tmp_path, GOOD.replace("[a-topic]", "[]")), env={"REWIND_HOME": "/h"})
