@@ -32,6 +32,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from rewind.api.contract import TransformRefused
 from rewind.api.late import BEHIND_WATERMARK, LATE_CANDIDATE
 from rewind.checkpoints.logs import parse_offsets_file
 from rewind.driver.offset_log import OffsetLog
@@ -160,6 +161,10 @@ def mark_behind(frame: Any, watermark_ms: int | None, kind_column: str = "kind")
         return 0
     late = frame[kind_column] == LATE_CANDIDATE
     n = int(late.sum())
+    if n and "event_time" not in frame.columns:  # the start's check could not read the plan (contract.py)
+        raise TransformRefused(f"{n} late candidates ({LATE_CANDIDATE}) without an 'event_time' column: they cannot "
+                               "be judged against the watermark; give the rows you tag with it your withWatermark "
+                               "column, named event_time")
     if "watermark" not in frame.columns:
         frame["watermark"] = pd.Series(pd.NaT, index=frame.index, dtype="datetime64[us, UTC]")
     if n:
