@@ -69,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{position.describe(spec.name)}: the records below offsets "
               f"{offsets_to_json({TP(*tp): end for tp, end in bounds.items()})}", file=sys.stderr)
     since: Since | None = "cursor" if args.since_last_proof else "time" if args.since else None
-    if spec.dq_suite == "contract":  # any stream: proven from what its transform declares
+    from rewind.proof.suite import suite_of  # lazy: start-up of the CLI
+
+    suite = suite_of(spec)
+    if suite == "contract":  # any stream: proven from what its transform declares
         from rewind.proof.contract_proof import verify_contract_stream  # lazy: start-up of the CLI
 
         report: Any = verify_contract_stream(spec, resolve_bootstrap(args.bootstrap), bounds, since=since,
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{spec.name}: {note}", file=sys.stderr)
     elif since is not None:
         raise VerifyRefused(f"stream {spec.name}: --since-last-proof and --since are for dq_suite 'contract' streams; "
-                            f"its suite {spec.dq_suite!r} proves every record from the beginning")
+                            f"its suite {suite!r} proves every record from the beginning")
     else:
         report = verify_stream(spec, resolve_bootstrap(args.bootstrap), bounds, committed=position)
     return _print(args, spec.name, report.summary())

@@ -60,6 +60,7 @@ from rewind.proof.publish import (
 )
 from rewind.proof.report import ProofResult
 from rewind.proof.scope import committed_position, nothing_to_prove
+from rewind.proof.suite import suite_of
 from rewind.proof.values import rules_for
 from rewind.proof.verify import read_records, with_duplicates
 from rewind.safe_names import check_run_id
@@ -84,6 +85,7 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     if spec.dq_suite not in (SUITE, CONTRACT_SUITE):
         raise ValueError(f"stream {spec.name}: unknown dq_suite {spec.dq_suite!r} (known: {SUITE!r}, "
                          f"{CONTRACT_SUITE!r})")
+    suite_name = suite_of(spec)
     run_id = check_run_id(run_id or new_run_id())  # it names dq/STREAM/RUN_ID in S3: no '..', no '/'
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +115,7 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
         notes.append(f"{position.describe(spec.name)}")
     watermark, wm_batch = position.watermark, last_batch
 
-    if spec.dq_suite == CONTRACT_SUITE:
+    if suite_name == CONTRACT_SUITE:
         frames_of: Any = _contract_frames(spec, bootstrap, bounds, norm, position, seconds, notes)
         suite = (CONTRACT_CHECKS, CONTRACT_SUITE, CONTRACT_FRAME_NOTES)
     else:
@@ -127,7 +129,7 @@ def run_proof(spec: Any, bootstrap: str, *, bounds: Bounds | None = None, run_di
     result = ProofResult(spec.name, run_id, not failures, frames_of.range, frames_of.counts, total, failures,
                          local_paths(run_dir, docs_dir), notes=notes)
     write_validation_result(result, ge_results)
-    if result.ok and spec.dq_suite == CONTRACT_SUITE and bounds is None:
+    if result.ok and suite_name == CONTRACT_SUITE and bounds is None:
 
         write_cursor(spec, frames_of.span, run_id)
 
