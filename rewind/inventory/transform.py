@@ -45,8 +45,8 @@ OUTPUT_COLUMNS = [
     ("updated_at", "timestamp"), ("product_name", "string"), ("category", "string"), ("stock_value", "double"),
     ("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("kafka_timestamp", "timestamp"),
     ("reason", "string"), ("raw_value", "string"), ("watermark", "timestamp"),
-    # The batch writer's late-routing filter reads ``event_time`` (rewind.driver.late_routing.keep_behind);
-    # no row here is a late candidate, so it is only there to resolve.
+    # No row here is a late candidate; ``event_time`` stays in the rows (the batch writer's late-record filter
+    # once needed it to resolve, and no longer does: a transform without it runs, tests/test_smallest_stream.py).
     ("event_time", "timestamp"),
 ]
 #: What ``expect`` returns (``RECORD_COLUMNS`` order is kept: one row per record).
