@@ -549,3 +549,10 @@ def test_registry_copy_moves_every_location_and_keeps_the_settings(tmp_path, mon
     other.write_text((root / "streams.yaml").read_text().replace("dq_suite: exactly_once", "dq_suite: custom"))
     with pytest.raises(ChaosRefused, match="exactly_once"):
         ChaosRun(ChaosOptions("demo", str(other), report_dir=tmp_path / "c2")).write_registry()
+    # left at the default suite, but not the demo's tables: the proof would be the contract one, not the harness's
+    mine = tmp_path / "mine.yaml"
+    mine.write_text((root / "streams.yaml").read_text().replace(
+        "transform: rewind.demo.transform:DemoTransform", "transform: rewind.inventory.transform:InventoryTransform")
+        .replace("    dq_suite: exactly_once\n", ""))
+    with pytest.raises(ChaosRefused, match="'contract'"):
+        ChaosRun(ChaosOptions("demo", str(mine), report_dir=tmp_path / "c3")).write_registry()

@@ -58,7 +58,7 @@ def own_name(pid: int | None = None) -> str:
 
 
 def _gone(pid: int, start_ms: int) -> bool:
-    """Whether the driver that named a directory ``<host>-<pid>-<start>`` on this host has ended."""
+    """Whether the driver that named a directory ``<host>-<where>-<pid>-<start>`` where this one runs has ended."""
     try:
         return int(psutil.Process(pid).create_time() * 1000) != start_ms
     except psutil.NoSuchProcess:
