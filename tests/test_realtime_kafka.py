@@ -24,9 +24,17 @@ import pytest
 import yaml
 
 from rewind.sink.convert import prepare_table
-from rewind.sink.kafka import TransactionalKafkaSink
+from rewind.sink.kafka import TOO_LARGE, TransactionalKafkaSink
 from rewind.sink.kafka_codec import decode_value, encode_table
-from rewind.sink.kafka_realtime import encoded_frame, fence, ledger_topic, read_epochs, transactional_prefix
+from rewind.sink.kafka_realtime import (
+    client_lines,
+    encoded_frame,
+    fence,
+    ledger_topic,
+    read_epochs,
+    record_limit,
+    transactional_prefix,
+)
 from rewind.sink.kafka_target import parse_kafka_sink
 from tests.test_realtime import Producer, RealTimeStream, _wait
 from tests.test_realtime_writer import DEAD, ROWS, SCHEMA, _Kinds
@@ -60,6 +68,42 @@ def test_the_plan_encodes_rows_as_the_micro_batch_sink(spark: Any) -> None:
         row = json.loads(value)
         row["batch_id"] = 3  # the JVM writer adds the epoch
         assert decode_value(spec, json.dumps(row).encode()) == decode_value(spec, want_value)
+
+
+def test_a_record_too_large_for_kafka_is_its_dead_letter_or_fails_naming_the_setting(spark: Any) -> None:
+    """As in the micro-batch sink: the row's dead letter (its coordinates, the reason with the size), keyed byte
+    for byte as that sink keys it; a dead letter itself too large, or a row without coordinates, fails the task."""
+    sink = TransactionalKafkaSink(parse_kafka_sink("kafka://localhost:1/big.", {"kafka.message.max.bytes": "1500"}),
+                                  "rtk", (ROWS, DEAD), table_prefix="s_", dead_letter_table="dead_letter")
+    limit = record_limit(sink)
+    assert 0 < limit < sink.target.max_record_bytes
+    fits, big = "f" * ((limit - 120) // 2), "b" * (limit // 2)  # the id is in the key and in the value
+    values = [(fits, None, None, "in", 0, 0, None, "ok"), (big, None, None, "in", 0, 1, None, "ok"),
+              ("c", None, None, "in", 2, 9, None, "ok")]
+    got = [(r["rewind_topic"], r["rewind_key"].encode(), r["rewind_value"])
+           for r in encoded_frame(spark.createDataFrame(values, SCHEMA), sink, KINDS).collect()]
+    assert [t for t, _, _ in got] == ["big.s_pay", "big.s_dead_letter", "big.s_pay"]
+    assert all(len(k) + len(v.encode()) <= limit for _, k, v in got)
+    dead = json.loads(got[1][2])
+    ((want_key, _),) = encode_table(prepare_table(DEAD, [{"topic": "in", "partition": 0, "offset": 1, "reason": "x"}],
+                                                  sqlite_text=False))
+    assert got[1][1] == want_key and (dead["topic"], dead["partition"], dead["offset"]) == ("in", 0, 1)
+    assert dead["reason"].startswith(f"{TOO_LARGE}: a row of table 'pay' is ") and f"({limit})" in dead["reason"]
+    assert json.loads(got[0][2])["id"] == fits and len(got[0][1]) + len(got[0][2]) > limit - 60
+
+    for bad in [(None, None, None, "in", 1, 7, big * 3, "bad"),  # a dead letter itself too large
+                (big, None, None, None, 0, 3, None, "ok")]:  # no coordinates to dead-letter it by
+        with pytest.raises(Exception, match=r"kafka\.message\.max\.bytes"):
+            encoded_frame(spark.createDataFrame([bad], SCHEMA), sink, KINDS).collect()
+
+
+def test_the_java_client_gets_its_own_name_for_the_record_limit() -> None:
+    sink = _sink("localhost:1", "x.")
+    assert client_lines(sink) == ""
+    sink = TransactionalKafkaSink(parse_kafka_sink("kafka://localhost:1/x.", {"kafka.message.max.bytes": "2000000",
+                                                                                "kafka.linger.ms": "5"}),
+                                  "rtk", (ROWS, DEAD), table_prefix="s_", dead_letter_table="dead_letter")
+    assert sorted(client_lines(sink).splitlines()) == ["linger.ms=5", "max.request.size=2000000"]
 
 
 def _committed(bootstrap: str, topics: list[str]) -> list[tuple[str, bytes, bytes]]:
