@@ -28,8 +28,16 @@ import yaml
 from rewind.api.contract import load_transform
 from rewind.driver.realtime import RealTimeRefused, check_plan, check_stream
 from rewind.registry import StreamSpec
+from tests.harness.dag_runs import migrated_airflow
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def airflow_env() -> Any:
+    """A migrated Airflow home for the supervisor's ``dag.test()`` (tests/harness/dag_runs.py)."""
+    with migrated_airflow() as env:
+        yield env
 
 
 def spec_of(**over: Any) -> StreamSpec:
@@ -211,45 +219,49 @@ class RealTimeStream:
         return {"ledger": ledger}
 
 
-def stop(driver: subprocess.Popen[bytes]) -> None:
+def stop(driver: Any) -> None:
     """A graceful stop, as `rewind stream stop` asks it: SIGTERM to the driver alone (its JVM stops with it)."""
     if driver.poll() is None:
         os.kill(driver.pid, signal.SIGTERM)
         try:
             driver.wait(60)
         except subprocess.TimeoutExpired:
-            os.killpg(driver.pid, signal.SIGKILL)
+            os.killpg(os.getpgid(driver.pid), signal.SIGKILL)
 
 
 @pytest.mark.slow
 def test_a_real_time_stream_loses_and_repeats_nothing_through_three_sigkills_and_two_switches(
-        tmp_path: Path, platform: Any, new_topic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three SIGKILLs mid-epoch under a continuous producer; then `rewind stream upgrade --mode savepoint` switches
-    the stream to micro-batches (``trigger: 1 second``, ``maxOffsetsPerTrigger``) and back, each switch through
-    the pre-flight (its batch run as a micro-batch on a copy of the newest savepoint), a savepoint, a restore and
-    the proof of its first batches; a graceful stop closes the epoch it finds running. Every Kafka offset is then
-    in exactly one of rows and dead letters, `rewind verify` passes, fails on one row lost, and rows lost from the
-    sink come back through `rewind replay run` (a bounded batch, as for any stream)."""
+        tmp_path: Path, platform: Any, new_topic: Any, monkeypatch: pytest.MonkeyPatch,
+        airflow_env: dict[str, str]) -> None:
+    """Three SIGKILLs mid-epoch under a continuous producer, the first seen and healed by the stream's
+    supervisor DAG (its launch, watch, diagnosis, checkpoint recovery, relaunch and proof, as for any stream);
+    then `rewind stream upgrade --mode savepoint` switches the stream to micro-batches (``trigger: 1 second``,
+    ``maxOffsetsPerTrigger``) and back, each switch through the pre-flight (its batch run as a micro-batch on a
+    copy of the newest savepoint), a savepoint, a restore and the proof of its first batches; a graceful stop
+    closes the epoch it finds running. Every Kafka offset is then in exactly one of rows and dead letters,
+    `rewind verify` passes, fails on one row lost, and rows lost from the sink come back through
+    `rewind replay run` (a bounded batch, as for any stream)."""
     from rewind.registry import load_registry
     from rewind.supervision.process_control import stop_stream
 
     stream = RealTimeStream(tmp_path, platform, new_topic(2), monkeypatch)
     producer = Producer(platform.kafka_bootstrap, stream.topic)
     producer.start()
-    driver = stream.launch()
 
     def spec() -> StreamSpec:
         return load_registry(tmp_path / "streams.yaml", env=stream.env).get(stream.name)
 
+    driver: Any = None
     try:
-        for kill in range(3):
+        driver = supervised_first_kill(stream, spec(), monkeypatch)
+        for kill in range(1, 3):
             # an epoch closed by this driver (lease epoch kill + 1), then rows of the next one: killed mid-epoch
             _wait(lambda lease=kill + 1: _closed_by(stream.db, lease), 240, f"an epoch closed by driver {kill + 1}",
                   stream.log, driver)
             before = stream.written()
             _wait(lambda before=before: stream.written() >= before + 300, 60, f"rows of driver {kill + 1}",
                   stream.log, driver)
-            os.killpg(driver.pid, signal.SIGKILL)  # the producer never pauses
+            os.killpg(os.getpgid(driver.pid), signal.SIGKILL)  # the producer never pauses
             driver.wait(30)
             driver = stream.launch()
         _wait(lambda: _closed_by(stream.db, 4), 240, "an epoch closed by driver 4", stream.log, driver)
@@ -275,7 +287,8 @@ def test_a_real_time_stream_loses_and_repeats_nothing_through_three_sigkills_and
         assert time.monotonic() - asked < 20, "the stop waited past the epoch's close"
     finally:
         producer.stop.set()
-        stop(driver)
+        if driver is not None:
+            stop(driver)
         stop_stream(spec(), timeout=60)
     ledger = stream.check_exactly_once(producer)["ledger"]
     assert {1, 2, 3, 4} <= {row[2] for row in ledger}, ledger  # every killed driver closed epochs under its lease
@@ -301,6 +314,92 @@ def test_a_real_time_stream_loses_and_repeats_nothing_through_three_sigkills_and
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     stream.check_exactly_once(producer)
     assert stream.verify()["ok"] is True
+
+
+class Adopted:
+    """A driver the test did not start itself (the supervisor did), with what the test asks of a Popen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        from rewind.runtime.processes import pid_alive
+
+        if self.returncode is None and not pid_alive(self.pid):
+            self.returncode = -1  # not its parent: the code is unknown, the process gone
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.1)
+        return -1
+
+
+def supervised_first_kill(stream: RealTimeStream, spec: StreamSpec, monkeypatch: pytest.MonkeyPatch) -> Adopted:
+    """The stream's supervisor DAG (``dag.test()``: the tasks, trigger and launch Airflow runs) launches driver 1;
+    it is SIGKILLed mid-epoch (after an epoch closed and 300 rows more) while the watch looks; the supervisor
+    records the death, recovers the checkpoint, relaunches and proves. Driver 2, which it launched."""
+    from rewind.control.status import read_status
+    from rewind.paths import status_file
+    from rewind.supervision.failures import read_failures
+    from rewind_airflow.dags.factory import build_dags
+    from tests.harness.dag_runs import states
+
+    for k, v in {**{k: v for k, v in stream.env.items() if os.environ.get(k) != v},
+                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                 "AIRFLOW_CONN_REWIND_KAFKA": json.dumps({"conn_type": "generic",
+                                                          "extra": {"bootstrap": stream.platform.kafka_bootstrap}})
+                 }.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(stream.cwd)
+    dag = build_dags(str(stream.cwd / "streams.yaml"))[f"rewind_{stream.name}_supervisor"]
+    log = Path(stream.env["REWIND_HOME"]) / "logs" / f"stream-{stream.name}.log"
+    killed: dict[str, Any] = {}
+
+    def killer() -> None:
+        try:
+            deadline = time.monotonic() + 300
+            while not (_closed_by(stream.db, 1) and _watching(dag.dag_id)):
+                assert time.monotonic() < deadline, "driver 1 closed no epoch under a watching supervisor"
+                time.sleep(0.2)
+            before = stream.written()
+            while stream.written() < before + 300:
+                assert time.monotonic() < deadline, "driver 1 wrote no rows after its first epoch"
+                time.sleep(0.1)
+            st = read_status(status_file(spec))
+            assert st is not None and st.state == "running"
+            killed.update(pid=st.pid, at=time.time())
+            os.killpg(os.getpgid(st.pid), signal.SIGKILL)  # spark-submit's group: the driver is its child
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            killed["error"] = repr(exc)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    run = dag.test(run_conf={"chain": False, "watch_s": 300})
+    thread.join(10)
+    tasks = states(run)
+    text = log.read_text() if log.exists() else "(no driver log)"
+    assert "error" not in killed and "pid" in killed, f"{killed}; tasks {tasks}; driver log:\n{text[-3000:]}"
+    assert (tasks["relaunch"], tasks["prove"]) == ("success", "success"), f"{tasks}; driver log:\n{text[-3000:]}"
+    failures = read_failures(spec)["failures"]
+    assert failures and failures[-1]["cause"] == "process_gone" and failures[-1]["at"] >= killed["at"], failures
+    st = read_status(status_file(spec))
+    assert st is not None and st.pid != killed["pid"] and st.state == "running", st
+    return Adopted(st.pid)
+
+
+def _watching(dag_id: str) -> bool:
+    """Whether the supervisor run's ``watch`` task is under way (under ``dag.test()`` it shows as queued)."""
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.query(TaskInstance).filter(
+            TaskInstance.dag_id == dag_id, TaskInstance.task_id == "watch",
+            TaskInstance.state.in_(("queued", "running", "deferred"))).count() > 0
 
 
 def upgrade(stream: RealTimeStream, trigger: Any, pace: bool) -> str:
