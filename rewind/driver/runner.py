@@ -36,7 +36,7 @@ from rewind.kafka.group_offsets import GroupOffsets, consumer_group
 from rewind.lineage.config import Lineage
 from rewind.registry import StreamSpec
 from rewind.runtime.processes import free_port
-from rewind.sink.delta_target import is_delta_url
+from rewind.sink.delta_target import needs_delta_spark
 from rewind.sink.errors import SinkFenced
 from rewind.sink.kafka_target import is_kafka_url
 from rewind.storage.location import open_storage
@@ -159,7 +159,7 @@ def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
 def delta_session(spec: StreamSpec) -> bool:
     """Whether the stream's session needs delta-spark (``build_session(delta=...)``): a Delta sink written
     from the executors (``DeltaBatchWriter``); delta-rs writes it otherwise."""
-    return spec.sink.write_from == "executors" and is_delta_url(spec.sink.url)
+    return needs_delta_spark(spec.sink.url, spec.sink.write_from)
 
 
 def group_offsets_for(spec: StreamSpec, bootstrap: str) -> Any:

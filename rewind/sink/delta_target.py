@@ -43,6 +43,12 @@ def is_delta_url(url: str) -> bool:
     return url.strip().lower().startswith("delta:")
 
 
+def needs_delta_spark(url: str, write_from: str) -> bool:
+    """Whether a sink's driver needs delta-spark's jars and session extension: a Delta sink written from the
+    executors (``rewind.driver.delta_writer``); delta-rs writes it from the driver otherwise."""
+    return write_from == "executors" and is_delta_url(url)
+
+
 def parse_delta_sink(url: str, options: Mapping[str, str] | None = None) -> DeltaSinkTarget:
     """The target of a ``delta://`` sink URL with its options, or SinkRefused naming what to change."""
     parts = urlsplit(url.strip())

@@ -253,12 +253,11 @@ class RewindStreamHook(BaseHook):
         ``--driver-class-path`` (under spark-submit the JVM's class path is fixed before the session's conf is
         read), inside a task its OpenLineage parent (``rewind_airflow.lineage``), the stream job and its
         arguments."""
-        from rewind.runtime.jvm import submit_jars
         from rewind_airflow.lineage import parent_spark_conf
         from spark_jobs import STREAM_JOB
 
         command = self.get_conn().command(str(STREAM_JOB), self.application_args(), name=f"rewind-{self.stream}",
-                                          jars=",".join(submit_jars()),
+                                          jars=stream_jars(self.stream, self.registry),
                                           driver_class_path=s3a_driver_class_path(self.stream, self.registry),
                                           conf=parent_spark_conf())
         self.log.info("spark-submit command: %s", " ".join(command))
@@ -294,14 +293,14 @@ class RewindStreamHook(BaseHook):
         """Hand one cluster-mode submit (``rewind.runtime.cluster_submit``) to ``SparkSubmitHook.submit``, S3's
         keys in a 0600 properties file that lives while spark-submit runs."""
         from rewind.runtime.cluster_submit import write_properties
-        from rewind.runtime.jvm import submit_jars
         from rewind_airflow.lineage import parent_spark_conf
 
         with tempfile.TemporaryDirectory(prefix="rewind-submit-") as private:  # mode 0700
             props = write_properties(Path(private) / "spark.properties", submit.secret_conf,
                                      os.environ.get("SPARK_CONF_DIR"))
             hook = SparkSubmitHook(conf={**submit.conf, **parent_spark_conf()}, conn_id=self.conn_id,
-                                   files=submit.files, archives=submit.archives, jars=",".join(submit_jars()),
+                                   files=submit.files, archives=submit.archives,
+                                   jars=stream_jars(self.stream, registry),
                                    driver_class_path=s3a_driver_class_path(self.stream, registry),
                                    properties_file=str(props), name=submit.name,
                                    application_args=submit.application_args)
@@ -369,16 +368,31 @@ class RewindStreamHook(BaseHook):
         return killed
 
 
-def s3a_driver_class_path(stream: str, registry: str | None) -> str | None:
-    """The S3A jars as a class path when the stream's checkpoint is ``s3a://``, else None (also when the
-    registry cannot be read here: the stream job then reports that itself)."""
+def _spec_here(stream: str, registry: str | None) -> Any:
+    """The stream's registry entry, or None when the registry cannot be read here (the stream job then reports
+    that itself)."""
     from rewind.errors import Refused
     from rewind.registry import load_registry
+
+    try:
+        return load_registry(registry).get(stream)
+    except (Refused, OSError):
+        return None
+
+
+def s3a_driver_class_path(stream: str, registry: str | None) -> str | None:
+    """The S3A jars as a class path when the stream's checkpoint is ``s3a://``, else None."""
     from rewind.runtime.jars import s3a_jars
     from rewind.runtime.s3a import is_s3a
 
-    try:
-        checkpoint = load_registry(registry).get(stream).checkpoint
-    except (Refused, OSError):
-        return None
-    return ":".join(s3a_jars()) if is_s3a(checkpoint) else None
+    spec = _spec_here(stream, registry)
+    return ":".join(s3a_jars()) if spec is not None and is_s3a(spec.checkpoint) else None
+
+
+def stream_jars(stream: str, registry: str | None) -> str:
+    """``--jars`` of the stream's driver: ``submit_jars``, with delta-spark's only where its sink needs them."""
+    from rewind.runtime.jvm import submit_jars
+    from rewind.sink.delta_target import needs_delta_spark
+
+    spec = _spec_here(stream, registry)
+    return ",".join(submit_jars(delta=spec is not None and needs_delta_spark(spec.sink.url, spec.sink.write_from)))
