@@ -165,3 +165,33 @@ def test_rows_an_older_checkpoint_committed_are_judged_whatever_their_batch_ids(
     ids = pd.Series([None, 0, 2, 3, 7], dtype="Int64")
     assert written_later(ids, 2, frozenset({3})).tolist() == [False, False, False, True, False]
     assert written_later(ids, 2, None).tolist() == [False, False, False, True, True]
+
+
+def test_a_row_too_large_for_a_kafka_sink_lands_in_its_dead_letter_and_only_there() -> None:
+    """A Kafka sink dead-letters a valid record whose row is above kafka.message.max.bytes (reason
+    too_large_for_kafka...): the record is not lost. Any other sink writing that reason, another reason at a
+    valid record, or the record also kept as a row, is still a problem."""
+    from rewind.sink.errors import TOO_LARGE
+
+    exp = kafka(60)
+    base = sink_of(exp, latest=False)
+    big = exp[exp["reason"].isna()].iloc[[5]]
+    rows = base["rows"][base["rows"]["id"] != big["id"].iloc[0]]
+    why = f"{TOO_LARGE}: a row of table 'rows' is 1000112 bytes, above kafka.message.max.bytes less overhead (999488)"
+    dead = pd.concat([base["dead_letter"], big[["topic", "partition", "offset"]].assign(reason=why)],
+                     ignore_index=True)
+    ident = Identity("rows", ("id",))
+    keys = {"rows": ("id",), "dead_letter": ("topic", "partition", "offset")}
+
+    def frames_of(rows: pd.DataFrame, dead: pd.DataFrame, reason: str | None) -> Any:
+        return build_contract_frames(exp, {"rows": rows, "dead_letter": dead}, identity=ident, keys=keys,
+                                     dead_letter_table="dead_letter", too_large_reason=reason)
+
+    kafka_sink = frames_of(rows, dead, TOO_LARGE)
+    assert problems(kafka_sink) == {"too_large": 1}  # a class of its own, not a problem
+    assert kafka_sink.counts["landed_too_large"] == 1 and kafka_sink.counts["landed_missing"] == 0
+    assert problems(frames_of(rows, dead, None)) == {"missing": 1, "unexpected": 1}  # not a Kafka sink
+    kept_too = problems(frames_of(base["rows"], dead, TOO_LARGE))
+    assert kept_too.get("row+dead_letter") == 1
+    other = dead.assign(reason=dead["reason"].where(dead["reason"] != why, "malformed"))
+    assert problems(frames_of(rows, other, TOO_LARGE)) == {"missing": 1, "unexpected": 1}

@@ -78,14 +78,16 @@ def test_trigger_is_a_duration_or_real_time() -> None:
 # --------------------------------------------------------------------------- slow: the real platform
 
 class Producer(threading.Thread):
-    """Records {"id", "value", "ts"} at about `rate`/s, one in 97 malformed; remembers each id's value."""
+    """Records {"id", "value", "ts"} at about `rate`/s, one in 97 malformed; remembers each id's value. With
+    `big_every`, one valid record in that many has an id of `big_size` characters (its ids in `big`)."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int = 400) -> None:
+    def __init__(self, bootstrap: str, topic: str, rate: int = 400, big_every: int = 0, big_size: int = 3000) -> None:
         super().__init__(daemon=True)
         from confluent_kafka import Producer as KafkaProducer
 
         self.producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         self.topic, self.rate, self.sent, self.values = topic, rate, 0, {}
+        self.big_every, self.big_size, self.big = big_every, big_size, set()
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -97,8 +99,12 @@ class Producer(threading.Thread):
                     value = b"{not json"
                 else:
                     number = n * 1.5 + 0.1
-                    self.values[f"r{n}"] = number
-                    value = json.dumps({"id": f"r{n}", "value": number, "ts": "2026-11-29T12:00:00.000+00:00"}).encode()
+                    ident = f"r{n}"
+                    if self.big_every and n % self.big_every == self.big_every // 2:
+                        ident = f"r{n}-" + "x" * self.big_size
+                        self.big.add(ident)
+                    self.values[ident] = number
+                    value = json.dumps({"id": ident, "value": number, "ts": "2026-11-29T12:00:00.000+00:00"}).encode()
                 self.producer.produce(self.topic, key=str(n).encode(), value=value)
                 self.sent += 1
             self.producer.poll(0)

@@ -189,7 +189,9 @@ class KafkaSinkStream(RealTimeStream):
         super().__init__(*args, **kwargs)
         registry = yaml.safe_load((self.cwd / "streams.yaml").read_text())
         self.prefix = f"{self.topic}.out."
-        registry["streams"][self.name]["sink"] = {"url": f"kafka:///{self.prefix}"}
+        # rows of a 3,000-character id are above this: dead letters too_large_for_kafka, which the proof accepts
+        registry["streams"][self.name]["sink"] = {"url": f"kafka:///{self.prefix}",
+                                                  "options": {"kafka.message.max.bytes": "6000"}}
         (self.cwd / "streams.yaml").write_text(yaml.safe_dump(registry))
         self.sink = TransactionalKafkaSink(parse_kafka_sink(f"kafka://{self.platform.kafka_bootstrap}/{self.prefix}"),
                                            self.name, (ROWS,))  # only its names are used
@@ -222,7 +224,11 @@ class KafkaSinkStream(RealTimeStream):
         assert set(coords) == expected, (f"missing {sorted(expected - set(coords))[:10]}, "
                                          f"unexpected {sorted(set(coords) - expected)[:10]}")
         rows = {v["id"]: v["value"] for (topic, _, _), v in zip(records, values) if topic == self.topics[0]}
-        assert rows == producer.values
+        assert rows == {k: v for k, v in producer.values.items() if k not in producer.big}
+        dead = [v for (topic, _, _), v in zip(records, values) if topic == self.topics[1]]
+        too_large = [v for v in dead if v["reason"].startswith("too_large_for_kafka")]
+        assert producer.big and len(too_large) == len(producer.big), (len(producer.big), too_large[:2])
+        assert {v["reason"] for v in dead} - {v["reason"] for v in too_large} == {"malformed"}
         epochs = read_epochs(self.sink)
         print(json.dumps({"records": producer.sent, "rows": len(rows), "dead": len(values) - len(rows),
                           "ledger": len(epochs)}))
@@ -234,7 +240,7 @@ def test_a_real_time_stream_into_kafka_loses_and_repeats_nothing_through_sigkill
         tmp_path: Path, platform: Any, new_topic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     t0 = time.monotonic()
     stream = KafkaSinkStream(tmp_path, platform, new_topic(2), monkeypatch)
-    producer = Producer(platform.kafka_bootstrap, stream.topic)
+    producer = Producer(platform.kafka_bootstrap, stream.topic, big_every=251)
     producer.start()
     driver = stream.launch()
     kills = 2
@@ -258,4 +264,5 @@ def test_a_real_time_stream_into_kafka_loses_and_repeats_nothing_through_sigkill
     proved = stream.verify()
     assert proved["ok"] is True and proved["records_in_range"] >= 3_000, proved
     assert proved["rows_ok"] == proved["records_in_range"] and proved["landed_missing"] == 0, proved
+    assert proved["landed_too_large"] > 0, proved  # the oversized records, proven as dead letters
     print(f"wall {time.monotonic() - t0:.1f}s")

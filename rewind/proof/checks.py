@@ -106,7 +106,7 @@ CHECKS: tuple[Check, ...] = (
 CONTRACT_SUITE = "contract"
 CONTRACT_FRAME_NOTES = {
     "coverage": "One row per Kafka record in the range; landed_in says where it is: its identity's row, its dead "
-                "letter, or behind the watermark.",
+                "letter, behind the watermark, or too large for a Kafka sink (a dead letter saying so).",
     "rows": "One row per sink row of every declared table; row_check says whether its key is unique and whether its "
             "identity, version and values are what the transform recomputes from Kafka (its expect(), or its "
             "build() run as a bounded batch over the proved offsets).",
@@ -119,7 +119,8 @@ CONTRACT_CHECKS: tuple[Check, ...] = (
           "'latest' table, at its version or a later one), or is in the dead-letter table."),
     Check("each_kafka_record_lands_once", "coverage", "ExpectColumnValuesToBeInSet",
           {"column": "landed_in", "value_set": ["row", "duplicate_send", "superseded", "dead_letter",
-                                                "behind_watermark", "filtered", "missing", "dead_letter_missing"]},
+                                                "behind_watermark", "filtered", "too_large", "missing",
+                                                "dead_letter_missing"]},
           "Each Kafka record is in one place: never both a row and a dead letter, and a record dead-lettered as "
           "behind_watermark has an event time at or behind the watermark recorded with it."),
     Check("declared_keys_unique", "rows", "ExpectColumnValuesToNotBeInSet",

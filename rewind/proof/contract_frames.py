@@ -52,7 +52,8 @@ NOT_RECONCILED = frozenset(("batch_id", "watermark"))
 #: The reason ``rewind.proof.contract_proof`` gives a record ``build`` wrote nothing for (no expect()).
 FILTERED = "filtered_by_build"
 #: Where a Kafka record of the range can land (``landed_in``), the problems last.
-LANDED_CLASSES = ("row", "duplicate_send", "superseded", "dead_letter", "behind_watermark", "filtered", "missing",
+LANDED_CLASSES = ("row", "duplicate_send", "superseded", "dead_letter", "behind_watermark", "filtered", "too_large",
+                  "missing",
                   "dead_letter_missing", "row+dead_letter", "not_behind_watermark")
 
 
@@ -74,6 +75,7 @@ class ContractFrames:
 def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFrame], *, identity: Any,
                           keys: Mapping[str, Sequence[str]], dead_letter_table: str,
                           judged: np.ndarray | None = None, late_reason: str = "behind_watermark",
+                          too_large_reason: str | None = None,
                           row_scope: Mapping[tuple[str, int], tuple[int, int]] | None = None,
                           not_reconciled: Collection[str] = (),
                           records_in: Mapping[tuple[str, int], tuple[int, int]] | None = None,
@@ -88,7 +90,9 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     ``row_scope``: a bounded proof's span: the sink holds only the rows its records touch, and only
     identity rows at coordinates in the span are judged (they stand for records read); other
     tables are left to a full proof. ``not_reconciled``: more columns whose values are not compared.
-    ``records_in``: ranges every offset of which is a Kafka record read, whether or not ``expected``
+    ``too_large_reason``: a Kafka sink's reason for a row above its record limit (``TOO_LARGE``; None for other
+    sinks, where such a dead letter at a valid record is unexpected). ``records_in``: ranges every offset of
+    which is a Kafka record read, whether or not ``expected``
     lists it: a ``behind_watermark`` dead letter there is not unexpected. ``rules``: per table, each
     column's comparison rule (``rewind.proof.values.rules_for``; default: by value type).
     ``last_batch``: the stream's last committed batch when the proof began: rows a later batch wrote
@@ -103,7 +107,9 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     too), ``superseded`` (a ``latest`` record whose entity's row holds a newer version),
     ``dead_letter`` (refused, at its coordinates; ``dead_letters_by_reason`` splits them),
     ``behind_watermark`` (valid, routed as late), ``filtered`` (a record ``build`` writes nothing
-    for, no expect(): its own rule), or a problem: ``missing``, ``dead_letter_missing``,
+    for, no expect(): its own rule), ``too_large`` (valid, dead-lettered by a Kafka sink because its
+    row is above ``kafka.message.max.bytes``: its reason begins ``too_large_for_kafka``), or a problem:
+    ``missing``, ``dead_letter_missing``,
     ``row+dead_letter``, ``not_behind_watermark``.
     """
     rules = rules or {}
@@ -135,6 +141,10 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     et = d["_coord"].map(lambda c: by_coord.at[c, "event_time"] if c in by_coord.index else pd.NaT)
     et = pd.to_datetime(et, utc=True)
     is_late = (reason == late_reason).to_numpy(dtype=bool) & kafka_valid.to_numpy(dtype=bool)
+    # a valid record the Kafka sink could not write (above kafka.message.max.bytes): its dead letter holds it
+    too_large = reason.map(lambda r: bool(too_large_reason) and isinstance(r, str) and r.startswith(
+        str(too_large_reason))).to_numpy(dtype=bool) & kafka_valid.to_numpy(dtype=bool)
+    too_large_coords = set(d["_coord"][too_large])
     behind_ok = is_late & (et <= wm).fillna(False).to_numpy(dtype=bool)
     behind_coords = set(d["_coord"][behind_ok])
     late_bad_coords = set(d["_coord"][is_late & ~behind_ok])
@@ -164,10 +174,12 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     stands_for = _stands_for(exp, holders, row_coord)
     landed = np.select(
         [behind, valid & exp["_coord"].isin(late_bad_coords).to_numpy(),
-         valid & row_at_coord & in_dead, holders & stands_for, holders, valid & has_row & newer, valid,
+         valid & row_at_coord & in_dead, holders & stands_for, holders, valid & has_row & newer,
+         valid & exp["_coord"].isin(too_large_coords).to_numpy(), valid,
          ~valid & in_dead & row_at_coord, ~valid & in_dead, filtered, ~valid],
         ["behind_watermark", "not_behind_watermark", "row+dead_letter", "row", "duplicate_send", "superseded",
-         "missing", "row+dead_letter", "dead_letter", "filtered", "dead_letter_missing"], default="missing")
+         "too_large", "missing", "row+dead_letter", "dead_letter", "filtered", "dead_letter_missing"],
+        default="missing")
     coverage = exp[[*COORDS, *ids, "reason", "event_time"]].copy()
     if version:
         coverage[version] = exp[version]
@@ -181,7 +193,7 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
         keep = _in_scope(rows, row_scope) | written_past_end(judged_rows, past_scope or row_scope, last_batch)
         rows = rows[keep].reset_index(drop=True)
     dead_rows = _judge_dead_letters(d, by_coord, kafka_valid.to_numpy(dtype=bool), kafka_known.to_numpy(dtype=bool),
-                                    is_late, dead_letter_table)
+                                    is_late | too_large, dead_letter_table)
     others = [] if row_scope is not None else [
         _key_rows(name, _committed(frame, last_batch, later), keys[name], rules.get(name, {}))
         for name, frame in sink.items() if name not in (identity.table, dead_letter_table) and name in keys]
@@ -246,8 +258,9 @@ def _stands_for(exp: pd.DataFrame, holders: np.ndarray, row_coord: Mapping[Any, 
 
 def _judge_dead_letters(d: pd.DataFrame, by_coord: pd.DataFrame, kafka_valid: np.ndarray, kafka_known: np.ndarray,
                         is_late: np.ndarray, table: str) -> pd.DataFrame:
-    """Each dead letter: a duplicate key, unexpected (Kafka holds no refused record there, nor a late
-    one), a reason other than the recomputed one (``value_mismatch``), or ok."""
+    """Each dead letter: a duplicate key, unexpected (Kafka holds no refused record there, nor a valid one
+    routed by Rewind: ``is_late``, late or too large for a Kafka sink), a reason other than the recomputed
+    one (``value_mismatch``), or ok."""
     cols = [*COORDS, "reason"]
     if not len(d):
         return pd.DataFrame(columns=[*cols, "table", "row_check", "disagrees"])

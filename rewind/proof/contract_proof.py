@@ -54,6 +54,8 @@ from rewind.proof.scope import Committed, committed_position
 from rewind.proof.values import rules_for
 from rewind.proof.verify import read_records, records_frame, with_duplicates
 from rewind.sink.dialects import coordinates_in
+from rewind.sink.errors import TOO_LARGE
+from rewind.sink.kafka_target import is_kafka_url
 
 #: How many example rows a report shows per problem.
 EXAMPLES = 5
@@ -170,6 +172,7 @@ def contract_frames(spec: Any, bootstrap: str, span: Span | None = None, transfo
         sink.dispose()
     frames = build_contract_frames(exp, tables, identity=ident, keys={t.name: t.key for t in transform.tables},
                                    dead_letter_table=transform.dead_letter_table, late_reason=BEHIND_WATERMARK,
+                                   too_large_reason=TOO_LARGE if is_kafka_url(spec.sink.url) else None,
                                    row_scope=span, judged=judged, rules=rules, last_batch=last_batch, later=later,
                                    past_scope=None if span is None else past_scope)
     frames.aggregates = aggregates.frame

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from rewind.errors import Failed, Refused, SinkRefused
 
-__all__ = ["SinkConnectionError", "SinkError", "SinkFenced", "SinkRefused", "SinkWriteError"]
+__all__ = ["TOO_LARGE", "SinkConnectionError", "SinkError", "SinkFenced", "SinkRefused", "SinkWriteError"]
+
+#: The reason a Kafka sink gives the dead letter of a row too large for Kafka (its record is not lost: the proofs
+#: count it as landed there, ``too_large``).
+TOO_LARGE = "too_large_for_kafka"
 
 
 

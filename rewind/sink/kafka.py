@@ -46,7 +46,7 @@ from rewind.kafka.topics import ensure_topic
 from rewind.settings import resolve_bootstrap
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id, check_sink_tables
 from rewind.sink.convert import PreparedTable, prepare_rows, prepare_table
-from rewind.sink.errors import SinkRefused
+from rewind.sink.errors import TOO_LARGE, SinkRefused
 from rewind.sink.kafka_codec import encode_table
 from rewind.sink.kafka_ledger import LedgerEntry, ledger_frame, read_ledger
 from rewind.sink.kafka_mirror import TopicMirror
@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TransactionalKafkaSink"]
 
-TOO_LARGE = "too_large_for_kafka"
 #: The ledger decides whether a re-run batch is skipped, so it must outlive any retention: compacted
 #: (one record per (stream, batch id) key, the last one counts) and never deleted by time.
 LEDGER_TOPIC_CONFIG = {"cleanup.policy": "compact", "retention.ms": "-1"}
