@@ -53,8 +53,7 @@ NOT_RECONCILED = frozenset(("batch_id", "watermark"))
 FILTERED = "filtered_by_build"
 #: Where a Kafka record of the range can land (``landed_in``), the problems last.
 LANDED_CLASSES = ("row", "duplicate_send", "superseded", "dead_letter", "behind_watermark", "filtered", "too_large",
-                  "missing",
-                  "dead_letter_missing", "row+dead_letter", "not_behind_watermark")
+                  "missing", "dead_letter_missing", "row+dead_letter", "not_behind_watermark")
 
 
 @dataclass
@@ -92,8 +91,8 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     tables are left to a full proof. ``not_reconciled``: more columns whose values are not compared.
     ``too_large_reason``: a Kafka sink's reason for a row above its record limit (``TOO_LARGE``; None for other
     sinks, where such a dead letter at a valid record is unexpected). ``records_in``: ranges every offset of
-    which is a Kafka record read, whether or not ``expected``
-    lists it: a ``behind_watermark`` dead letter there is not unexpected. ``rules``: per table, each
+    which is a Kafka record read, whether or not ``expected`` lists it: a ``behind_watermark`` dead letter there
+    is not unexpected. ``rules``: per table, each
     column's comparison rule (``rewind.proof.values.rules_for``; default: by value type).
     ``last_batch``: the stream's last committed batch when the proof began: rows a later batch wrote
     still count as holding a record (a ``latest`` row at a newer version), but are not judged (they
@@ -109,8 +108,7 @@ def build_contract_frames(expected: pd.DataFrame, sink: Mapping[str, pd.DataFram
     ``behind_watermark`` (valid, routed as late), ``filtered`` (a record ``build`` writes nothing
     for, no expect(): its own rule), ``too_large`` (valid, dead-lettered by a Kafka sink because its
     row is above ``kafka.message.max.bytes``: its reason begins ``too_large_for_kafka``), or a problem:
-    ``missing``, ``dead_letter_missing``,
-    ``row+dead_letter``, ``not_behind_watermark``.
+    ``missing``, ``dead_letter_missing``, ``row+dead_letter``, ``not_behind_watermark``.
     """
     rules = rules or {}
     exp = expected.reset_index(drop=True).copy()

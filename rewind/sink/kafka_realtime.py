@@ -27,8 +27,8 @@ from rewind.api.tables import decimal_of
 from rewind.kafka.client_config import base_consumer_config, librdkafka_config
 from rewind.kafka.reader import read_to_end
 from rewind.kafka.topics import ensure_topic
-from rewind.sink.errors import SinkRefused
-from rewind.sink.kafka import LEDGER_TOPIC_CONFIG, TOO_LARGE
+from rewind.sink.errors import TOO_LARGE, SinkRefused
+from rewind.sink.kafka import LEDGER_TOPIC_CONFIG
 from rewind.sink.kafka_mirror import settled_ends
 from rewind.sink.kafka_txn import Record, Transactions
 
