@@ -41,6 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from common import SteadyProducer, keep_stdout_for_json  # noqa: E402
 
+from tests.harness.dag_runs import watching  # noqa: E402
+
 
 def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
     from rewind.control.status import read_status
@@ -54,24 +56,6 @@ def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
         time.sleep(0.1)
 
 
-def watching(dag_id: str) -> bool:
-    """True once a run of the supervisor has launched and its ``watch`` task is under way (under
-    ``dag.test()`` a watch on its trigger shows as queued, not deferred).
-
-    Why: a kill before that is not what the bench measures (the watch's detection and relaunch). The
-    run's ``launch`` task would find the driver dead instead. Until 2026-11-25 it then started a new
-    one with no failure recorded, and the watch waited out its 900 s (run 2 of 3 killed the driver
-    while its DAG run was still starting); it now records the death ("found gone at launch",
-    ``rewind.supervision.reconcile.recover_unseen_death``), a path this bench does not time."""
-    from airflow.models import TaskInstance
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        return session.query(TaskInstance).filter(
-            TaskInstance.dag_id == dag_id, TaskInstance.task_id == "watch",
-            TaskInstance.state.in_(("queued", "running", "deferred"))).count() > 0
-
-
 def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any], dag_id: str) -> None:
     """Wait for progress past `after_batch` and for the supervisor to watch, SIGKILL the driver, then
     time the recovery."""
@@ -82,6 +66,8 @@ def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any], dag_i
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         st = read_status(path)
+        # under the watch only: a kill before it meets the run's `launch`, which records a death it finds
+        # ("found gone at launch") but is not the path this bench times
         if st and st.state == "running" and st.last_batch_id is not None and \
                 (after_batch is None or st.last_batch_id >= after_batch + 2) and watching(dag_id):
             break

@@ -215,3 +215,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
     finally:
         drop_database(server, name)
+
+
+@pytest.fixture(scope="module")
+def airflow_env() -> Iterator[dict[str, str]]:
+    """The process's throwaway AIRFLOW_HOME (set above, before Airflow is first imported, whichever module imports
+    it) with a migrated SQLite DB, for the DAGs' ``dag.test()`` (test_dags, test_realtime's supervisor)."""
+    from tests.harness.dag_runs import migrated_airflow
+
+    if str(ROOT / "dags") not in sys.path:
+        sys.path.insert(0, str(ROOT / "dags"))
+    with migrated_airflow() as env:
+        yield env

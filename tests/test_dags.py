@@ -10,25 +10,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.dag_runs import migrated_airflow
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_FILE = ROOT / "dags" / "rewind_streams.py"
-
-
-@pytest.fixture(scope="module")
-def airflow_env() -> Iterator[dict[str, str]]:
-    """The process's throwaway AIRFLOW_HOME (conftest.py sets it before Airflow is first imported,
-    whichever module imports it) with a migrated SQLite DB."""
-    if str(ROOT / "dags") not in sys.path:
-        sys.path.insert(0, str(ROOT / "dags"))
-    with migrated_airflow() as env:
-        yield env
 
 
 def _load(registry: Path | None = None) -> dict[str, Any]:

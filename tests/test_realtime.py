@@ -28,16 +28,8 @@ import yaml
 from rewind.api.contract import load_transform
 from rewind.driver.realtime import RealTimeRefused, check_plan, check_stream
 from rewind.registry import StreamSpec
-from tests.harness.dag_runs import migrated_airflow
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def airflow_env() -> Any:
-    """A migrated Airflow home for the supervisor's ``dag.test()`` (tests/harness/dag_runs.py)."""
-    with migrated_airflow() as env:
-        yield env
 
 
 def spec_of(**over: Any) -> StreamSpec:
@@ -352,7 +344,7 @@ def supervised_first_kill(stream: RealTimeStream, spec: StreamSpec, monkeypatch:
     from rewind.paths import status_file
     from rewind.supervision.failures import read_failures
     from rewind_airflow.dags.factory import build_dags
-    from tests.harness.dag_runs import states
+    from tests.harness.dag_runs import states, watching
 
     for k, v in {**{k: v for k, v in stream.env.items() if os.environ.get(k) != v},
                  "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
@@ -368,7 +360,7 @@ def supervised_first_kill(stream: RealTimeStream, spec: StreamSpec, monkeypatch:
     def killer() -> None:
         try:
             deadline = time.monotonic() + 300
-            while not (_closed_by(stream.db, 1) and _watching(dag.dag_id)):
+            while not (_closed_by(stream.db, 1) and watching(dag.dag_id)):
                 assert time.monotonic() < deadline, "driver 1 closed no epoch under a watching supervisor"
                 time.sleep(0.2)
             before = stream.written()
@@ -395,17 +387,6 @@ def supervised_first_kill(stream: RealTimeStream, spec: StreamSpec, monkeypatch:
     st = read_status(status_file(spec))
     assert st is not None and st.pid != killed["pid"] and st.state == "running", st
     return Adopted(st.pid)
-
-
-def _watching(dag_id: str) -> bool:
-    """Whether the supervisor run's ``watch`` task is under way (under ``dag.test()`` it shows as queued)."""
-    from airflow.models import TaskInstance
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        return session.query(TaskInstance).filter(
-            TaskInstance.dag_id == dag_id, TaskInstance.task_id == "watch",
-            TaskInstance.state.in_(("queued", "running", "deferred"))).count() > 0
 
 
 def upgrade(stream: RealTimeStream, trigger: Any, pace: bool) -> str:

@@ -56,3 +56,15 @@ def xcom(run: Any, task_id: str) -> Any:
     """What a task of a finished ``dag.test()`` run returned."""
     ti = next(t for t in run.get_task_instances() if t.task_id == task_id)
     return ti.xcom_pull(task_ids=task_id)
+
+
+def watching(dag_id: str) -> bool:
+    """Whether a run of the supervisor ``dag_id`` has its ``watch`` task under way (under ``dag.test()`` a watch
+    on its trigger shows as queued, not deferred): a kill before that meets the run's ``launch``, not its watch."""
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return session.query(TaskInstance).filter(
+            TaskInstance.dag_id == dag_id, TaskInstance.task_id == "watch",
+            TaskInstance.state.in_(("queued", "running", "deferred"))).count() > 0
