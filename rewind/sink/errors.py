@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from rewind.errors import Failed, Refused, SinkRefused
 
-__all__ = ["TOO_LARGE", "SinkConnectionError", "SinkError", "SinkFenced", "SinkRefused", "SinkWriteError"]
+__all__ = ["TOO_LARGE", "TOO_LARGE_FIX", "SinkConnectionError", "SinkError", "SinkFenced", "SinkRefused",
+           "SinkWriteError"]
 
 #: The reason a Kafka sink gives the dead letter of a row too large for Kafka (its record is not lost: the proofs
 #: count it as landed there, ``too_large``).
 TOO_LARGE = "too_large_for_kafka"
+#: What a Kafka sink says after the reason when such a row cannot be a dead letter (nothing is written).
+TOO_LARGE_FIX = ("; the row carries no Kafka coordinates to dead-letter it by, so nothing was written. Raise the sink "
+                 "option kafka.message.max.bytes (and the topic's max.message.bytes) or make the row smaller")
 
 
 

@@ -46,7 +46,7 @@ from rewind.kafka.topics import ensure_topic
 from rewind.settings import resolve_bootstrap
 from rewind.sink.contract import BatchResult, Rows, Sink, check_batch_id, check_sink_tables
 from rewind.sink.convert import PreparedTable, prepare_rows, prepare_table
-from rewind.sink.errors import TOO_LARGE, SinkRefused
+from rewind.sink.errors import TOO_LARGE, TOO_LARGE_FIX, SinkRefused
 from rewind.sink.kafka_codec import encode_table
 from rewind.sink.kafka_ledger import LedgerEntry, ledger_frame, read_ledger
 from rewind.sink.kafka_mirror import TopicMirror
@@ -250,9 +250,7 @@ class TransactionalKafkaSink(Sink):
         why = (f"{TOO_LARGE}: a row of table {name!r} is {size} bytes, above kafka.message.max.bytes less "
                f"overhead ({limit})")
         if self.dead_letter_table is None or name == self.dead_letter_table or any(row.get(c) is None for c in coords):
-            raise SinkRefused(f"stream {self.stream}: {why}; the row carries no Kafka coordinates to dead-letter it "
-                              "by, so nothing was written. Raise the sink option kafka.message.max.bytes (and the "
-                              "topic's max.message.bytes) or make the row smaller")
+            raise SinkRefused(f"stream {self.stream}: {why}{TOO_LARGE_FIX}")
         columns = self.specs[self.dead_letter_table].column_names
         dead = {c: row[c] for c in coords}
         dead.update({"reason": why} if "reason" in columns else {})

@@ -27,7 +27,7 @@ from rewind.api.tables import decimal_of
 from rewind.kafka.client_config import base_consumer_config, librdkafka_config
 from rewind.kafka.reader import read_to_end
 from rewind.kafka.topics import ensure_topic
-from rewind.sink.errors import TOO_LARGE, SinkRefused
+from rewind.sink.errors import TOO_LARGE, TOO_LARGE_FIX, SinkRefused
 from rewind.sink.kafka import LEDGER_TOPIC_CONFIG
 from rewind.sink.kafka_mirror import settled_ends
 from rewind.sink.kafka_txn import Record, Transactions
@@ -179,9 +179,7 @@ def _too_large_as_dead_letters(frame: Any, sink: Any, record: Any) -> Any:
                    size.cast("string"), F.lit(f" bytes, above kafka.message.max.bytes less overhead ({limit})"))
     coords = ("topic", "partition", "offset")
     dead_name = sink.dead_letter_table
-    refused = F.concat(F.lit(f"stream {sink.stream}: "), why, F.lit(
-        "; the row carries no Kafka coordinates to dead-letter it by, so nothing was written. Raise the sink "
-        "option kafka.message.max.bytes (and the topic's max.message.bytes) or make the row smaller"))
+    refused = F.concat(F.lit(f"stream {sink.stream}: "), why, F.lit(TOO_LARGE_FIX))
     if dead_name is None or any(c not in frame.columns for c in coords):
         return frame.withColumn("rewind_topic", F.when(over, F.raise_error(refused)).otherwise(F.col("rewind_topic"))
                                 ).drop("rewind_table")
