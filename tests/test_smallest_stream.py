@@ -93,3 +93,29 @@ def test_the_smallest_stream_the_docs_allow_runs_and_is_proven_and_a_cent_off_fa
     damaged = rewind("verify", "tiny", "--bootstrap", platform.kafka_bootstrap, "--json")
     assert damaged.returncode == 4, damaged.stdout[-3000:] + damaged.stderr[-3000:]
     assert big[0][0] in damaged.stdout and "9999999999999999.98" in damaged.stdout, damaged.stdout[-3000:]
+
+    # The same topic read by a second stream the docs let start mid-topic (explicit offsets): its proof starts
+    # where it did (its checkpoint's initial offsets, kept as its origin), not at the records it never read,
+    # and still fails on a row lost above that start. (Before, every record below its start was "missing".)
+    start = {topic: {str(p): 30 for p in range(3)}}
+    with registry.open("a") as entry:
+        entry.write(f"  mid:\n    topics: [{topic}]\n    transform: minis.t:Tiny\n"
+                    f"    sink: {{url: \"sqlite:///{home}/mid.db\"}}\n    checkpoint: {home}/checkpoints/mid\n"
+                    f"    status_dir: {home}/status\n    source:\n"
+                    f"      options: {{startingOffsets: '{json.dumps(start)}'}}\n")
+    run = rewind("stream", "run", "mid", "--bootstrap", platform.kafka_bootstrap, "--available-now")
+    assert run.returncode == 0, run.stderr[-4000:]
+    from rewind.proof.verify import read_records
+
+    above = read_records(platform.kafka_bootstrap, [topic], lower={(topic, p): 30 for p in range(3)})
+    assert 0 < len(above) < committed
+    verify = rewind("verify", "mid", "--bootstrap", platform.kafka_bootstrap, "--json")
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+    summary = json.loads(verify.stdout.strip().splitlines()[-1])
+    assert summary["ok"] and summary["records_in_range"] == len(above), (summary, len(above))
+    with sqlite3.connect(home / "mid.db") as db:
+        assert db.execute("select min(offset) from rows").fetchone()[0] >= 30
+        lost = db.execute("select id from rows order by offset desc limit 1").fetchone()[0]
+        db.execute("delete from rows where id = ?", (lost,))
+    damaged = rewind("verify", "mid", "--bootstrap", platform.kafka_bootstrap, "--json")
+    assert damaged.returncode == 4 and lost in damaged.stdout, damaged.stdout[-3000:] + damaged.stderr[-3000:]

@@ -40,6 +40,7 @@ from rewind.proof.aggregates import (
     value_columns,
 )
 from rewind.proof.checks import COORDS
+from rewind.proof.origin import floor, stream_origin
 from rewind.proof.values import rules_for
 from rewind.proof.verify import with_duplicates
 
@@ -163,6 +164,7 @@ def _recompute_by_build(spec: Any, transform: Any, bootstrap: str, span: Mapping
 
     spark = spark or spark_for(spec)
     earliest, ends = partitions_of(spec, bootstrap)
+    earliest = floor(earliest, stream_origin(spec))  # a stream started mid-topic: from its start
     tps_span = None if span is None else {TP(t, int(p)): r for (t, p), r in span.items()}
     upper = None if tps_span is None else {tp: e for tp, (_, e) in tps_span.items()}
     whole = whole_span(earliest, ends, upper)

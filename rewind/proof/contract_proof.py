@@ -50,6 +50,7 @@ from rewind.proof.contract_frames import (
 )
 from rewind.proof.cursor import Since, Span, resolve_span, write_cursor
 from rewind.proof.frames import range_mask
+from rewind.proof.origin import floor, stream_origin
 from rewind.proof.scope import Committed, committed_position
 from rewind.proof.values import rules_for
 from rewind.proof.verify import read_records, records_frame, with_duplicates
@@ -200,6 +201,7 @@ def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: 
     """
 
     earliest, ends = partitions_of(spec, bootstrap)
+    earliest = floor(earliest, stream_origin(spec))  # a stream started mid-topic: from its start
     if span is None:
         ranges = whole_span(earliest, ends)
     else:  # exactly the span (what retention left of it)

@@ -24,6 +24,7 @@ from rewind.control.store import update
 from rewind.kafka.client_config import stream_consumer_config
 from rewind.kafka.lookups import KafkaOffsetClient
 from rewind.paths import control_dir
+from rewind.proof.origin import floor, stream_origin
 
 Span = dict[tuple[str, int], tuple[int, int]]
 Since = Literal["cursor", "beginning", "time"]
@@ -98,7 +99,8 @@ def resolve_span(spec: Any, bootstrap: str, *, since: Since = "cursor", since_ti
     config = stream_consumer_config(spec.source.options, bootstrap, "rewind-proof-range")
     with KafkaOffsetClient(config) as client:
         tps = client.partitions(spec.topics)
-        earliest = {(tp.topic, tp.partition): o for tp, o in client.earliest_offsets(tps).items()}
+        earliest = floor({(tp.topic, tp.partition): o for tp, o in client.earliest_offsets(tps).items()},
+                         stream_origin(spec))  # a stream started mid-topic: from its start
         ends = {(tp.topic, tp.partition): o for tp, o in client.end_offsets(tps).items()}
         at_time = None
         if since == "time":

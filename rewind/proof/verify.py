@@ -33,6 +33,7 @@ from rewind.kafka.lookups import check_reachable
 from rewind.kafka.reader import read_to_end
 from rewind.kafka.types import TP
 from rewind.proof.aggregates import closing_horizon, judge_groups, recompute_measures
+from rewind.proof.origin import stream_origin
 from rewind.proof.scope import committed_position
 from rewind.proof.values import rules_for
 
@@ -310,7 +311,8 @@ def verify_stream(spec, bootstrap: str,  # type: ignore[no-untyped-def]
     sink = open_sink(spec, transform)
     try:
         d = spec.durations()
-        records = read_records(bootstrap, spec.topics, source_options=spec.source.options, upper=bounds)
+        records = read_records(bootstrap, spec.topics, source_options=spec.source.options, upper=bounds,
+                               lower=stream_origin(spec) or None)  # a stream started mid-topic: from its start
         expected = transform.expect(records_frame(records), spec)
         events, dead = sink.read_table("events"), sink.read_table("dead_letter")
         events = with_duplicates(sink, "events", events)

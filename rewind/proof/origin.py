@@ -1,0 +1,96 @@
+"""Where a stream's records begin for its proofs, when its registry entry starts it mid-topic.
+
+Why: a proof answers for every retained record below the stream's committed end. A stream whose entry
+gives a start (``startingOffsets: latest``, a timestamp, explicit offsets) never read the records before
+it, so they counted as missing: a false FAIL on every proof of such a stream. Its origin bounds them.
+
+What the origin is: the offsets of its first batch's start, per partition, as Spark's Kafka connector
+records them once in the checkpoint (``sources/0/0``: a zero byte or none, ``v1``, the offsets JSON). The
+first proof that finds them keeps them in the stream's control store (``origin``, created once, never
+overwritten), because a later checkpoint does not start where the stream did: an upgrade in stateless
+mode writes a new checkpoint's ``sources/0/0`` at the upgrade's offsets. A stream that starts at
+``earliest`` (Rewind's default) has no origin: its proofs start at the earliest retained record, as
+before. Nor has a stream on Rewind's Python source (it keeps no initial offsets; docs/limitations.md).
+
+A partition the origin does not name (added to the topic later) starts at its earliest retained record:
+Spark's connector reads a new partition from its beginning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from rewind.checkpoints.pointer import open_active_checkpoint
+from rewind.control.location import control_store
+from rewind.driver.source import START_KEYS
+
+__all__ = ["ORIGIN", "floor", "gives_a_start", "parse_initial_offsets", "stream_origin"]
+
+log = logging.getLogger(__name__)
+
+#: The control-store document that keeps the stream's origin.
+ORIGIN = "origin"
+
+K = TypeVar("K")
+
+
+def gives_a_start(options: Mapping[str, Any]) -> bool:
+    """Pure: the entry's source options start a new stream somewhere other than ``earliest``."""
+    given = {k.lower(): str(v).strip().lower() for k, v in options.items()}
+    if any(k in given for k in START_KEYS[1:]):  # a timestamp wins over startingOffsets
+        return True
+    return "startingoffsets" in given and given["startingoffsets"] != "earliest"
+
+
+def parse_initial_offsets(data: bytes) -> dict[tuple[str, int], int]:
+    """Pure: Spark's Kafka connector's ``sources/0/0`` (an optional zero byte, ``v1``, then the offsets JSON
+    ``{"topic": {"0": 42}}``) as offsets per (topic, partition). Refused (ValueError) when it is not that."""
+    text = data.decode("utf-8").lstrip("\x00")
+    version, _, body = text.partition("\n")
+    if version.strip() != "v1":
+        raise ValueError(f"not Spark's Kafka initial offsets (version line {version.strip()[:20]!r})")
+    doc = json.loads(body)
+    return {(str(t), int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+
+
+def _as_doc(offsets: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+    out: dict[str, dict[str, int]] = {}
+    for (topic, part), off in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(part)] = off
+    return {"offsets": out}
+
+
+def stream_origin(spec: Any) -> dict[tuple[str, int], int]:
+    """The stream's origin per (topic, partition), {} when it has none (see the module): the control store's,
+    else its active checkpoint's initial offsets, which are then kept there."""
+    if not gives_a_start(spec.source.options):
+        return {}
+    store = control_store(spec)
+    kept = store.read(ORIGIN)
+    if kept is not None and kept.doc.get("offsets"):
+        return {(t, int(p)): int(o) for t, parts in kept.doc["offsets"].items() for p, o in parts.items()}
+    checkpoint = open_active_checkpoint(spec)
+    if not checkpoint.size("sources/0/0"):
+        return {}  # not started yet, or a source that keeps no initial offsets
+    try:
+        origin = parse_initial_offsets(checkpoint.read_bytes("sources/0/0"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        log.warning("%s: %s is not Spark's Kafka initial offsets (%s); its proofs start at the earliest retained "
+                    "records", spec.name, checkpoint.url("sources/0/0"), exc)
+        return {}
+    if store.create(ORIGIN, _as_doc(origin)) is None:  # another proof kept one first: that one counts
+        again = store.read(ORIGIN)
+        if again is not None and again.doc.get("offsets"):
+            return {(t, int(p)): int(o) for t, parts in again.doc["offsets"].items() for p, o in parts.items()}
+    log.info("%s starts mid-topic (its entry gives a start): its proofs begin at its first batch's start %s",
+             spec.name, json.dumps(_as_doc(origin)["offsets"], sort_keys=True))
+    return origin
+
+
+def floor(earliest: Mapping[K, int], origin: Mapping[tuple[str, int], int]) -> dict[K, int]:
+    """Pure: per partition, where a proof starts: the earliest retained offset, or the stream's origin when
+    that is later. ``earliest``'s keys may be ``TP`` or (topic, partition) tuples (equal either way)."""
+    return {tp: max(first, origin.get(tp, first)) for tp, first in earliest.items()}  # type: ignore[call-overload]
