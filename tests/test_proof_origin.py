@@ -11,7 +11,7 @@ import pytest
 
 from rewind.control.location import control_store
 from rewind.kafka.types import TP
-from rewind.proof.origin import ORIGIN, floor, gives_a_start, parse_initial_offsets, stream_origin
+from rewind.proof.origin import ORIGIN, floor, gives_a_start, origin_text, parse_initial_offsets, stream_origin
 from rewind.registry import load_registry
 
 
@@ -47,6 +47,7 @@ def test_a_proof_starts_at_the_later_of_retention_and_the_origin() -> None:
     assert floor(earliest, origin) == {TP("pay", 0): 20, TP("pay", 1): 50, TP("pay", 2): 0}
     assert floor(earliest, {}) == earliest
     assert floor({("pay", 0): 3}, origin) == {("pay", 0): 20}  # tuple keys too
+    assert origin_text(origin) == "pay[0] 20, pay[1] 10"
 
 
 def _spec(tmp_path: Path, options: str) -> object:

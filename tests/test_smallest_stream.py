@@ -113,6 +113,8 @@ def test_the_smallest_stream_the_docs_allow_runs_and_is_proven_and_a_cent_off_fa
     assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
     summary = json.loads(verify.stdout.strip().splitlines()[-1])
     assert summary["ok"] and summary["records_in_range"] == len(above), (summary, len(above))
+    assert any(f"from the stream's start (its entry gives one; per partition: {topic}[0] 30," in note
+               for note in summary["notes"]), summary["notes"]
     with sqlite3.connect(home / "mid.db") as db:
         assert db.execute("select min(offset) from rows").fetchone()[0] >= 30
         lost = db.execute("select id from rows order by offset desc limit 1").fetchone()[0]

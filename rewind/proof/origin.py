@@ -27,7 +27,7 @@ from rewind.checkpoints.pointer import open_active_checkpoint
 from rewind.control.location import control_store
 from rewind.driver.source import START_KEYS
 
-__all__ = ["ORIGIN", "floor", "gives_a_start", "parse_initial_offsets", "stream_origin"]
+__all__ = ["ORIGIN", "floor", "gives_a_start", "origin_text", "parse_initial_offsets", "stream_origin"]
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,8 @@ def stream_origin(spec: Any) -> dict[tuple[str, int], int]:
         again = store.read(ORIGIN)
         if again is not None and again.doc.get("offsets"):
             return {(t, int(p)): int(o) for t, parts in again.doc["offsets"].items() for p, o in parts.items()}
-    log.info("%s starts mid-topic (its entry gives a start): its proofs begin at its first batch's start %s",
-             spec.name, json.dumps(_as_doc(origin)["offsets"], sort_keys=True))
+    log.info("%s starts mid-topic (its entry gives a start): its proofs begin at its first batch's start (%s)",
+             spec.name, origin_text(origin))
     return origin
 
 
@@ -94,3 +94,8 @@ def floor(earliest: Mapping[K, int], origin: Mapping[tuple[str, int], int]) -> d
     """Pure: per partition, where a proof starts: the earliest retained offset, or the stream's origin when
     that is later. ``earliest``'s keys may be ``TP`` or (topic, partition) tuples (equal either way)."""
     return {tp: max(first, origin.get(tp, first)) for tp, first in earliest.items()}  # type: ignore[call-overload]
+
+
+def origin_text(origin: Mapping[tuple[str, int], int]) -> str:
+    """Pure: ``topic[partition] offset`` per partition, for a proof's notes and the log."""
+    return ", ".join(f"{topic}[{part}] {off}" for (topic, part), off in sorted(origin.items()))
