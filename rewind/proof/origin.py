@@ -63,6 +63,10 @@ def _as_doc(offsets: Mapping[tuple[str, int], int]) -> dict[str, Any]:
     return {"offsets": out}
 
 
+def _from_doc(doc: Mapping[str, Any]) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, parts in doc.get("offsets", {}).items() for p, o in parts.items()}
+
+
 def stream_origin(spec: Any) -> dict[tuple[str, int], int]:
     """The stream's origin per (topic, partition), {} when it has none (see the module): the control store's,
     else its active checkpoint's initial offsets, which are then kept there."""
@@ -71,7 +75,7 @@ def stream_origin(spec: Any) -> dict[tuple[str, int], int]:
     store = control_store(spec)
     kept = store.read(ORIGIN)
     if kept is not None and kept.doc.get("offsets"):
-        return {(t, int(p)): int(o) for t, parts in kept.doc["offsets"].items() for p, o in parts.items()}
+        return _from_doc(kept.doc)
     checkpoint = open_active_checkpoint(spec)
     if not checkpoint.size("sources/0/0"):
         return {}  # not started yet, or a source that keeps no initial offsets
@@ -84,7 +88,7 @@ def stream_origin(spec: Any) -> dict[tuple[str, int], int]:
     if store.create(ORIGIN, _as_doc(origin)) is None:  # another proof kept one first: that one counts
         again = store.read(ORIGIN)
         if again is not None and again.doc.get("offsets"):
-            return {(t, int(p)): int(o) for t, parts in again.doc["offsets"].items() for p, o in parts.items()}
+            return _from_doc(again.doc)
     log.info("%s starts mid-topic (its entry gives a start): its proofs begin at its first batch's start (%s)",
              spec.name, origin_text(origin))
     return origin
