@@ -11,7 +11,15 @@ import pytest
 
 from rewind.control.location import control_store
 from rewind.kafka.types import TP
-from rewind.proof.origin import ORIGIN, floor, gives_a_start, origin_text, parse_initial_offsets, stream_origin
+from rewind.proof.origin import (
+    ORIGIN,
+    floor,
+    gives_a_start,
+    origin_text,
+    parse_initial_offsets,
+    stream_origin,
+    unknown_origin_note,
+)
 from rewind.registry import load_registry
 
 
@@ -90,3 +98,14 @@ def test_an_unreadable_initial_offsets_file_proves_from_retention_and_keeps_noth
     (folder / "0").write_bytes(b"something else")
     assert stream_origin(spec) == {}
     assert control_store(spec).read(ORIGIN) is None
+
+
+def test_a_python_source_stream_started_mid_topic_is_told_why_records_before_its_start_are_judged(
+        tmp_path: Path) -> None:
+    python = _spec(tmp_path, "    source:\n      format: rewind_kafka\n      options: {startingOffsets: latest}\n")
+    note = unknown_origin_note(python, stream_origin(python))
+    assert note and "Python source keeps no initial offsets" in note and "limitations.md" in note
+    assert unknown_origin_note(python, {("pay", 0): 4}) is None  # an origin known: nothing to say
+    assert unknown_origin_note(_spec(tmp_path, "    source:\n      format: rewind_kafka\n"), {}) is None  # earliest
+    connector = _spec(tmp_path, "    source:\n      options: {startingOffsets: latest}\n")
+    assert unknown_origin_note(connector, {}) is None  # before its first batch: nothing wrong yet

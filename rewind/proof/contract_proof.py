@@ -50,7 +50,7 @@ from rewind.proof.contract_frames import (
 )
 from rewind.proof.cursor import Since, Span, resolve_span, write_cursor
 from rewind.proof.frames import range_mask
-from rewind.proof.origin import floor, origin_text, stream_origin
+from rewind.proof.origin import floor, origin_text, stream_origin, unknown_origin_note
 from rewind.proof.scope import Committed, committed_position
 from rewind.proof.values import rules_for
 from rewind.proof.verify import read_records, records_frame, with_duplicates
@@ -349,6 +349,7 @@ def verify_contract_stream(spec: Any, bootstrap: str, bounds: dict[tuple[str, in
         report.notes.append("proved every record Kafka holds" + (
             f" from the stream's start (its entry gives one; per partition: {origin_text(origin)})" if origin else "")
             + (f" below the end of batch {last_batch}, the last committed when the proof began" if bounds else ""))
+        report.notes.extend(n for n in [unknown_origin_note(spec, origin)] if n)
         return report
     span, notes = resolve_span(spec, bootstrap, since=since, since_time=since_time, committed=bounds)
     report = report_of(spec.name, contract_frames(spec, bootstrap, span, last_batch=last_batch, watermark=watermark,

@@ -27,7 +27,8 @@ from rewind.checkpoints.pointer import open_active_checkpoint
 from rewind.control.location import control_store
 from rewind.driver.source import START_KEYS
 
-__all__ = ["ORIGIN", "floor", "gives_a_start", "origin_text", "parse_initial_offsets", "stream_origin"]
+__all__ = ["ORIGIN", "floor", "gives_a_start", "origin_text", "parse_initial_offsets", "stream_origin",
+           "unknown_origin_note"]
 
 log = logging.getLogger(__name__)
 
@@ -103,3 +104,13 @@ def floor(earliest: Mapping[K, int], origin: Mapping[tuple[str, int], int]) -> d
 def origin_text(origin: Mapping[tuple[str, int], int]) -> str:
     """Pure: ``topic[partition] offset`` per partition, for a proof's notes and the log."""
     return ", ".join(f"{topic}[{part}] {off}" for (topic, part), off in sorted(origin.items()))
+
+
+def unknown_origin_note(spec: Any, origin: Mapping[tuple[str, int], int]) -> str | None:
+    """A proof's note when the stream was started mid-topic but its origin is unknown (Rewind's Python source
+    keeps no initial offsets): records before its start are judged too, so a FAIL may name them as missing."""
+    if origin or not gives_a_start(spec.source.options) or spec.source.format != "rewind_kafka":
+        return None
+    return ("this stream's entry gives a start other than earliest, but Rewind's Python source keeps no initial "
+            "offsets: records before its start are judged too and count as missing (docs/limitations.md); on "
+            "Spark's connector (source format: kafka) its proofs start where it did")
