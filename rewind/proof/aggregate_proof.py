@@ -27,7 +27,7 @@ import pandas as pd
 from rewind.api.contract import identity_of
 from rewind.api.late import BEHIND_WATERMARK
 from rewind.checkpoints.watermark import planned_after, stream_watermark
-from rewind.driver.bounded import build_batch, partitions_of, whole_span
+from rewind.driver.bounded import build_batch, whole_span
 from rewind.driver.outputs import spark_for
 from rewind.kafka.types import TP
 from rewind.proof.aggregates import (
@@ -40,7 +40,7 @@ from rewind.proof.aggregates import (
     value_columns,
 )
 from rewind.proof.checks import COORDS
-from rewind.proof.origin import floor, stream_origin
+from rewind.proof.origin import proved_partitions
 from rewind.proof.values import rules_for
 from rewind.proof.verify import with_duplicates
 
@@ -163,8 +163,7 @@ def _recompute_by_build(spec: Any, transform: Any, bootstrap: str, span: Mapping
     """(recomputed rows per aggregate table over the whole span, the groups the proved span touches)."""
 
     spark = spark or spark_for(spec)
-    earliest, ends = partitions_of(spec, bootstrap)
-    earliest = floor(earliest, stream_origin(spec))  # a stream started mid-topic: from its start
+    earliest, ends = proved_partitions(spec, bootstrap)  # a stream started mid-topic: from its start
     tps_span = None if span is None else {TP(t, int(p)): r for (t, p), r in span.items()}
     upper = None if tps_span is None else {tp: e for tp, (_, e) in tps_span.items()}
     whole = whole_span(earliest, ends, upper)

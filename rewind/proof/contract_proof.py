@@ -34,7 +34,7 @@ import pandas as pd
 from rewind.api.contract import Transform, has_expect, identity_of, load_transform
 from rewind.api.late import BEHIND_WATERMARK
 from rewind.checkpoints.watermark import planned_after
-from rewind.driver.bounded import build_batch, build_records, partitions_of, whole_span
+from rewind.driver.bounded import build_batch, build_records, whole_span
 from rewind.driver.outputs import spark_for
 from rewind.driver.runner import open_sink
 from rewind.errors import Refused
@@ -50,7 +50,7 @@ from rewind.proof.contract_frames import (
 )
 from rewind.proof.cursor import Since, Span, resolve_span, write_cursor
 from rewind.proof.frames import range_mask
-from rewind.proof.origin import floor, origin_text, stream_origin, unknown_origin_note
+from rewind.proof.origin import origin_text, proved_partitions, stream_origin, unknown_origin_note
 from rewind.proof.scope import Committed, committed_position
 from rewind.proof.values import rules_for
 from rewind.proof.verify import read_records, records_frame, with_duplicates
@@ -200,8 +200,7 @@ def expected_from_build(spark: Any, spec: Any, transform: Transform, bootstrap: 
     it: those are ``filtered`` (its own rule drops them).
     """
 
-    earliest, ends = partitions_of(spec, bootstrap)
-    earliest = floor(earliest, stream_origin(spec))  # a stream started mid-topic: from its start
+    earliest, ends = proved_partitions(spec, bootstrap)  # a stream started mid-topic: from its start
     if span is None:
         ranges = whole_span(earliest, ends)
     else:  # exactly the span (what retention left of it)

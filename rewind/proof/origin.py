@@ -25,10 +25,12 @@ from typing import Any, TypeVar
 
 from rewind.checkpoints.pointer import open_active_checkpoint
 from rewind.control.location import control_store
+from rewind.driver.bounded import partitions_of
 from rewind.driver.source import START_KEYS
+from rewind.kafka.types import TP
 
-__all__ = ["ORIGIN", "floor", "gives_a_start", "origin_text", "parse_initial_offsets", "stream_origin",
-           "unknown_origin_note"]
+__all__ = ["ORIGIN", "floor", "gives_a_start", "origin_text", "parse_initial_offsets", "proved_partitions",
+           "stream_origin", "unknown_origin_note"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,14 @@ def floor(earliest: Mapping[K, int], origin: Mapping[tuple[str, int], int]) -> d
     """Pure: per partition, where a proof starts: the earliest retained offset, or the stream's origin when
     that is later. ``earliest``'s keys may be ``TP`` or (topic, partition) tuples (equal either way)."""
     return {tp: max(first, origin.get(tp, first)) for tp, first in earliest.items()}  # type: ignore[call-overload]
+
+
+def proved_partitions(spec: Any, bootstrap: str) -> tuple[dict[TP, int], dict[TP, int]]:
+    """(where a proof of the stream starts, end offset) per partition of its topics: ``partitions_of``'s
+    earliest retained offsets raised to the stream's origin (``floor``). The one place the proofs that run
+    ``build`` over a span get their partitions, so none proves records the stream never read."""
+    earliest, ends = partitions_of(spec, bootstrap)
+    return floor(earliest, stream_origin(spec)), ends
 
 
 def origin_text(origin: Mapping[tuple[str, int], int]) -> str:
