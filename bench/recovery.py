@@ -154,7 +154,7 @@ def main() -> None:
                 k = timing["killed_at"]
                 first = round(timing["first_batch_at"] - k, 2)
                 steps = timing.get("startup") or {}
-                runs.append({"batch": timing["batch"], "detect_s": round(detected - k, 2),
+                runs.append({"batch": timing["batch"], "killed_at": round(k, 2), "detect_s": round(detected - k, 2),
                              "relaunch_s": round(timing["relaunched_at"] - k, 2), "first_batch_s": first,
                              # SIGKILL -> the new driver's spark-submit JVM: detection, restart delay, the launch
                              "split_s": {"to_spark_submit": round(first - sum(steps.values()), 2), **steps},

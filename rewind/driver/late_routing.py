@@ -78,15 +78,22 @@ def empty_stream(spark: Any) -> Any:
 def streaming_candidates(transform: Any, spark: Any, spec: Any) -> list[tuple[str, str]] | None:
     """The columns (name, Spark type) of the late candidates ``build`` outputs in a streaming query, or
     None when it outputs none (or the plan cannot be read): ``build`` planned over ``empty_stream``
-    (Spark analyses the plan; nothing runs). A dict from ``build`` has them under ``LATE_CANDIDATE``; a
-    single tagged DataFrame has them when its plan holds the kind ``LATE_CANDIDATE`` (the columns are
-    then the frame's own: every kind shares them)."""
+    (Spark analyses the plan; nothing runs). A stream's driver reads them from the output it runs
+    instead (``late_candidate_fields``): one plan less to analyse before its first batch."""
     try:
         out = transform.build(empty_stream(spark), spec)
     except Exception as exc:  # noqa: BLE001 - a check, not the stream: its own start reports a plan error
         log.warning("%s: build() could not be planned on an empty streaming source (%s); its late candidates "
                     "are checked when it runs", type(transform).__name__, exc)
         return None
+    return late_candidate_fields(out)
+
+
+def late_candidate_fields(out: Any) -> list[tuple[str, str]] | None:
+    """The late candidates' columns (name, Spark type) in ``build``'s streaming output ``out``, or None when
+    it has none (or the plan cannot be read). A dict from ``build`` has them under ``LATE_CANDIDATE``; a
+    single tagged DataFrame has them when its plan holds the kind ``LATE_CANDIDATE`` (the columns are
+    then the frame's own: every kind shares them)."""
     if isinstance(out, Mapping):
         frame = out.get(LATE_CANDIDATE)
     else:

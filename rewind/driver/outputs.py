@@ -23,7 +23,8 @@ from rewind.driver.late_routing import streaming_candidates
 from rewind.driver.spark_session import build_session
 from rewind.errors import Refused
 
-__all__ = ["KIND", "output_frame", "output_table", "resolved_tables", "route_by_kind", "spark_for"]
+__all__ = ["KIND", "output_frame", "output_table", "resolve_from_output", "resolved_tables", "route_by_kind",
+           "spark_for", "tagged"]
 
 #: Spark SQL type names (``DataType.typeName()``) -> the sink's portable column types; ``decimal``
 #: keeps Spark's precision and scale (``decimal(P,S)``, from ``spark_type_name``), never a double.
@@ -44,7 +45,11 @@ def spark_type_name(data_type: Any) -> str:
 def output_frame(transform: Transform, source: Any, spec: Any) -> Any:
     """``build``'s output as one DataFrame with a ``kind`` column: a dict ``{table: frame}`` is tagged
     (kind = the table's name, or ``late_candidate``) and unioned by column name."""
-    out = transform.build(source, spec)
+    return tagged(transform, transform.build(source, spec))
+
+
+def tagged(transform: Transform, out: Any) -> Any:
+    """``build``'s output ``out`` as one DataFrame (``output_frame``, for a caller that already built it)."""
     if not isinstance(out, Mapping):
         return out
     from pyspark.sql import functions as F
@@ -72,7 +77,11 @@ def _empty_source(spark: Any) -> Any:
 
 def output_schemas(transform: Transform, spark: Any, spec: Any) -> dict[str, list[tuple[str, str]]]:
     """Per table (or ``*`` for a single tagged DataFrame), ``build``'s output columns as (name, Spark type)."""
-    out = transform.build(_empty_source(spark), spec)
+    return schemas_of(transform.build(_empty_source(spark), spec))
+
+
+def schemas_of(out: Any) -> dict[str, list[tuple[str, str]]]:
+    """``output_schemas`` of ``build``'s output ``out``."""
     frames = out if isinstance(out, Mapping) else {"*": out}
     return {str(k): [(f.name, spark_type_name(f.dataType)) for f in frame.schema.fields if f.name != KIND]
             for k, frame in frames.items()}
@@ -119,11 +128,27 @@ def resolved_tables(transform: Transform, spec: Any, spark: Any = None) -> tuple
         return tables
     if transform.__dict__.get("_resolved_tables"):
         return transform.__dict__["_resolved_tables"]
-    where = f"stream {spec.name}: transform {spec.transform!r}"
     spark = spark or spark_for(spec)
-    schemas = output_schemas(transform, spark, spec)
+    return _resolve(transform, spec, output_schemas(transform, spark, spec),
+                    streaming_candidates(transform, spark, spec))
+
+
+def resolve_from_output(transform: Transform, spec: Any, out: Any,
+                        late: list[tuple[str, str]] | None) -> tuple[TableSpec, ...]:
+    """``resolved_tables`` from the output a stream's driver built over its own source (``out``, its late
+    candidates ``late``: ``late_routing.late_candidate_fields``): the same columns and checks, without
+    planning ``build`` twice more over empty sources."""
+    tables = tuple(transform.tables)
+    if all(t.resolved for t in tables):
+        return tables
+    return _resolve(transform, spec, schemas_of(out), late)
+
+
+def _resolve(transform: Transform, spec: Any, schemas: dict[str, list[tuple[str, str]]],
+             late: list[tuple[str, str]] | None) -> tuple[TableSpec, ...]:
+    where = f"stream {spec.name}: transform {spec.transform!r}"
     out = []
-    for table in tables:
+    for table in transform.tables:
         if table.resolved:
             out.append(table)
             continue
@@ -139,7 +164,6 @@ def resolved_tables(transform: Transform, spec: Any, spark: Any = None) -> tuple
             raise TransformRefused(f"{where}: {exc}; its columns are what build() outputs for it: cast or rename the "
                                    "column there, or declare the table's columns") from exc
     check_declarations(transform, where, out)
-    late = streaming_candidates(transform, spark, spec)
     if late is not None:
         check_late_candidates(transform, out, late, where)
     transform.__dict__["_resolved_tables"] = tuple(out)  # the default split routes to these columns

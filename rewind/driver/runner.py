@@ -23,8 +23,8 @@ from rewind.driver.batch_writer import BatchWriter, arrow_to_pandas
 from rewind.driver.delta_writer import DeltaBatchWriter
 from rewind.driver.interruption import stop_aware
 from rewind.driver.lag_probe import LagProbe
-from rewind.driver.late_routing import check_progress, streaming_candidates
-from rewind.driver.outputs import output_frame
+from rewind.driver.late_routing import check_progress, late_candidate_fields
+from rewind.driver.outputs import output_frame, resolve_from_output, tagged
 from rewind.driver.scratch import driver_local_dir
 from rewind.driver.sink_factory import open_sink
 from rewind.driver.source import check_source, source_options
@@ -60,18 +60,21 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     lineage = lineage or Lineage()
     if spec.real_time is not None:
         return _real_time_query(spark, spec, transform, bootstrap, checkpoint or spec.checkpoint, lease, lineage)
+    checkpoint = checkpoint or spec.checkpoint
+    # build() runs once, over the stream's own source: its output gives the tables' columns, the late
+    # candidates' check and the query (Spark analyses each plan it is given: cold, about 0.7 s a plan)
+    built = transform.build(_source(spark, spec, bootstrap, checkpoint), spec)
+    late_fields = late_candidate_fields(built)
+    resolve_from_output(transform, spec, built, late_fields)  # columns left to the output, and their checks
     sink = open_sink(spec, transform, spark)
     lineage.outputs(sink.specs.values())
-    if all(t.resolved for t in transform.tables):  # else resolved_tables (in open_sink) checked them
-
-        late_fields = streaming_candidates(transform, spark, spec)
-        if late_fields is not None:  # refused before the first batch, not when a late record arrives
-            check_late_candidates(transform, tuple(sink.specs.values()), late_fields,
-                                  f"stream {spec.name}: transform {spec.transform!r}")
+    if all(t.resolved for t in transform.tables) and late_fields is not None:
+        # refused before the first batch, not when a late record arrives
+        check_late_candidates(transform, tuple(sink.specs.values()), late_fields,
+                              f"stream {spec.name}: transform {spec.transform!r}")
     sink.create_tables()
     if lease is not None:
         fence_sink(sink, lease)
-    checkpoint = checkpoint or spec.checkpoint
     writer: BatchWriter
     if delta_session(spec):
 
@@ -90,7 +93,7 @@ def build_query(spark: Any, spec: StreamSpec, bootstrap: str, *, available_now: 
     if lease is not None:
         writer.lease_check = lease.check
         lease.check("the stream's first batch")  # the new driver plans nothing while it is not the holder
-    out = _output(spark, spec, transform, bootstrap, checkpoint)
+    out = tagged(transform, built)
     ws = (out.writeStream.foreachBatch(stop_aware(writer)).outputMode("append").queryName(spec.name)
           .option("checkpointLocation", checkpoint))
     ws = ws.trigger(availableNow=True) if available_now else ws.trigger(
@@ -118,10 +121,14 @@ def _real_time_query(spark: Any, spec: StreamSpec, transform: Any, bootstrap: st
 
 def _output(spark: Any, spec: StreamSpec, transform: Any, bootstrap: str, checkpoint: str) -> Any:
     """The stream's Kafka source read through the transform (the checkpoint written through Rewind's manager)."""
+    return output_frame(transform, _source(spark, spec, bootstrap, checkpoint), spec)
+
+
+def _source(spark: Any, spec: StreamSpec, bootstrap: str, checkpoint: str) -> Any:
+    """The stream's Kafka source as a streaming DataFrame (the checkpoint written through Rewind's manager)."""
     use_checkpoint_file_manager(spark, checkpoint)
     ensure_source(spark, spec.source.format)
-    source = spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
-    return output_frame(transform, source, spec)
+    return spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
 
 
 def fence_sink(sink: Any, lease: LeaseKeeper) -> None:
