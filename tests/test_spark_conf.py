@@ -81,9 +81,10 @@ def test_spark_defaults_conf_wins_over_rewinds_defaults_in_a_real_session(tmp_pa
              "    import os, sys, psutil, pyarrow as pa\n"
              "    daemon = ' '.join(psutil.Process(os.getppid()).cmdline())\n"
              "    for _ in batches:\n"
-             "        yield pa.RecordBatch.from_pylist([{'daemon': daemon, 'pandas': 'pandas' in sys.modules}])\n"
+             "        yield pa.RecordBatch.from_pylist([{'daemon': daemon, 'api': 'rewind.api' in sys.modules,"
+             " 'pandas': 'pandas' in sys.modules}])\n"
              "got['workers'] = sorted({tuple(r) for r in s.range(4, numPartitions=2).mapInArrow("
-             "worker, 'daemon string, pandas boolean').collect()})\n"
+             "worker, 'daemon string, api boolean, pandas boolean').collect()})\n"
              "print(json.dumps(got))\n"
              "s.stop()\n")
     env = {**os.environ, "SPARK_CONF_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
@@ -91,9 +92,11 @@ def test_spark_defaults_conf_wins_over_rewinds_defaults_in_a_real_session(tmp_pa
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    # local[2]: the workers are forked from Rewind's daemon, with pandas already imported before their first task
+    # local[2]: the workers are forked from Rewind's daemon, with the contract imported before their first task,
+    # and no pandas: an Arrow function's workers never need it (rewind.api imports it only where it is used)
     workers = got.pop("workers")
-    assert workers and all("rewind.driver.python_daemon" in d and pre for d, pre in workers), workers
+    assert workers and all("rewind.driver.python_daemon" in d and api and not pandas
+                           for d, api, pandas in workers), workers
     assert got == {"spark.sql.shuffle.partitions": "5", "spark.driver.memory": "768m",
                    "spark.default.parallelism": "3", "spark.sql.streaming.metricsEnabled": "true",
                    "spark.ui.enabled": "false"}, got
@@ -102,10 +105,25 @@ def test_spark_defaults_conf_wins_over_rewinds_defaults_in_a_real_session(tmp_pa
 def test_the_preloading_python_daemon_is_a_default_of_local_masters_only() -> None:
     """Only a local master's executors surely run this interpreter, where Rewind is installed; a cluster's keep
     Spark's daemon unless the deployment names Rewind's (then ``effective`` keeps the deployment's)."""
-    from rewind.driver.python_daemon import preload
+    from rewind.driver.python_daemon import PRELOAD, modules_to_preload, preload
 
     key = "spark.python.daemon.module"
     assert master_defaults("local[2]") == {key: "rewind.driver.python_daemon"} == master_defaults("local")
     assert master_defaults("yarn") == {} == master_defaults("spark://h:7077") == master_defaults("")
     assert key not in effective({key: "pyspark.daemon"}, {}, {**DEFAULTS, **master_defaults("local[*]")})
     assert preload(("json", "no_such_module_here")) == ["no_such_module_here"]  # skipped: the worker reports it
+    # the driver names its transform's module (spark.executorEnv.REWIND_PRELOAD): imported once, after the rest
+    assert modules_to_preload({}) == PRELOAD
+    assert modules_to_preload({"REWIND_PRELOAD": " my.transform ,pyarrow,, other"}) == (*PRELOAD, "my.transform",
+                                                                                       "other")
+
+
+def test_a_stream_driver_names_its_transform_module_for_the_daemon_to_import(tmp_path: Path) -> None:
+    """The transform's module, not pandas, is what a stream's workers unpickle their functions from."""
+    from rewind.driver.runner import driver_defaults_for
+    from rewind.registry import load_registry
+    from tests.harness.registry_templates import demo_stream, write_registry
+
+    reg = write_registry(tmp_path / "streams.yaml", demo_stream("pre", "t", tmp_path))
+    defaults = driver_defaults_for(load_registry(reg).get("pre"))
+    assert defaults["spark.executorEnv.REWIND_PRELOAD"] == "rewind.demo.transform"

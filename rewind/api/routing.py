@@ -8,11 +8,12 @@ replay and the proofs split collected batches in plain Python, and the contract'
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from rewind.api.late import LATE_CANDIDATE
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["KIND", "route_by_kind"]
 
@@ -24,7 +25,10 @@ def route_by_kind(frame: pd.DataFrame, tables: Sequence[Any], batch_id: int | No
                   kinds: Mapping[str, str] | None = None,
                   dead_letter_table: str = "dead_letter") -> dict[str, pd.DataFrame]:
     """The default ``split``: each row to the table its ``kind`` names (or ``kinds`` maps it to), late
-    candidates to the dead-letter table; each table's frame has its columns and ``batch_id`` (pure)."""
+    candidates to the dead-letter table; each table's frame has its columns and ``batch_id`` (pure).
+    pandas is imported here, not with the contract: Spark's Python workers import the contract (they unpickle
+    a transform's functions) and need no pandas for an Arrow or SQL transform."""
+    import pandas as pd
 
     routes = {**{t.name: t.name for t in tables}, LATE_CANDIDATE: dead_letter_table, **(kinds or {})}
     kind = frame[KIND] if KIND in frame.columns else pd.Series([None] * len(frame), index=frame.index)

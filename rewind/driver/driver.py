@@ -99,7 +99,7 @@ def run_stream(spec: StreamSpec, bootstrap: str, *, available_now: bool = False,
     try:
         spark = build_session(f"rewind-{spec.name}", master, conf={**s3a_conf(spec.checkpoint), **spec.spark_conf},
                               sources=False, defaults=driver_defaults_for(spec),
-                              delta=delta_session(spec))
+                              delta=delta_session(spec), jdbc=spec.real_time is not None)
         apply_credentials(spark, spec.checkpoint)  # S3 keys on the Hadoop conf, never on a command line
         spans.mark("session")
         if keeper is None:

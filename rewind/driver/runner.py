@@ -19,6 +19,7 @@ from rewind.api.contract import check_late_candidates, load_transform
 from rewind.checkpoints.inspection import CheckpointError, NotACheckpoint, inspect_checkpoint
 from rewind.control.leases import LeaseKeeper
 from rewind.control.status import StatusChannel, StreamStatus
+from rewind.driver import python_daemon
 from rewind.driver.batch_writer import BatchWriter, arrow_to_pandas
 from rewind.driver.delta_writer import DeltaBatchWriter
 from rewind.driver.interruption import stop_aware
@@ -148,12 +149,15 @@ def fence_sink(sink: Any, lease: LeaseKeeper) -> None:
 
 
 def driver_defaults_for(spec: StreamSpec) -> dict[str, str]:
-    """A stream driver's Spark defaults: its UI on a free port, its own scratch space (``rewind.driver.scratch``)
-    and, where the deployment or the registry turned the event log on without a directory, that directory
-    beside the checkpoint (``rewind.driver.spark_conf.driver_defaults``; the deployment's settings win)."""
+    """A stream driver's Spark defaults: its UI on a free port, its own scratch space (``rewind.driver.scratch``),
+    its transform's module for the Python daemon to import (``rewind.driver.python_daemon``) and, where the
+    deployment or the registry turned the event log on without a directory, that directory beside the
+    checkpoint (``rewind.driver.spark_conf.driver_defaults``; the deployment's settings win)."""
 
     asked = {**deployment_conf(), **spec.spark_conf}
     defaults = driver_defaults(spec.checkpoint, free_port(), asked)
+    # Rewind's Python daemon (local masters) imports the transform's module before it forks the workers
+    defaults[f"spark.executorEnv.{python_daemon.ENV}"] = spec.transform.partition(":")[0]
     local_dir = driver_local_dir(spec.name, asked)  # swept when the next driver starts: a SIGKILL leaves it
     if local_dir:
         defaults["spark.local.dir"] = local_dir

@@ -42,7 +42,8 @@ def _active_context() -> bool:
 
 
 def build_session(app_name: str, master: str | None = None, conf: dict[str, Any] | None = None, *,
-                  sources: bool = True, defaults: dict[str, str] | None = None, delta: bool = False):
+                  sources: bool = True, defaults: dict[str, str] | None = None, delta: bool = False,
+                  jdbc: bool = True):
     """A local-by-default session with RocksDB state, Spark's Kafka connector on the classpath
     (``format("kafka")``) and, with ``sources``, the Rewind Kafka source registered
     (``format("rewind_kafka")``; a stream or replay passes False and calls ``ensure_source``).
@@ -54,6 +55,9 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     The connector jars go in ``spark.jars`` (after the deployment's own), which works when this
     process starts the JVM (plain ``python``); under ``spark-submit`` the JVM is already running and
     they must come with ``--jars`` (``connector_jars()``; the Airflow hooks pass them).
+
+    ``jdbc``: sqlite-jdbc and PostgreSQL's driver (``jdbc_jars``), which only the real-time sink's JVM writer
+    uses; a stream's driver passes them only then.
 
     ``delta``: the session of a Delta sink written from the executors (``rewind.driver.delta_writer``):
     delta-spark's jars, SQL extension and catalog. Every other session goes without: the extension's
@@ -83,7 +87,7 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     # runs and the submit brought it with --jars (``rewind.runtime.jvm.submit_jars``); in a YARN container there
     # is neither a JDK to compile it with nor Spark's jars beside pyspark's zip.
     under_submit = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
-    jars = [*connector_jars(required=False, delta=delta), *([] if under_submit else [rewind_jar()])]
+    jars = [*connector_jars(required=False, delta=delta, jdbc=jdbc), *([] if under_submit else [rewind_jar()])]
     if jars:
         own = [j for j in (given.get("spark.jars") or preset.get("spark.jars") or "").split(",") if j]
         builder = builder.config("spark.jars", ",".join(dict.fromkeys([*own, *jars])))

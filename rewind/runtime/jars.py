@@ -72,9 +72,9 @@ def kafka_tools_classpath() -> str:
     return f"{broker_classpath()}:{folder / '*'}"
 
 
-def connector_jars(required: bool = True, delta: bool = True) -> list[str]:
-    """Spark's Kafka connector jars (``.jars/spark/*.jar``) and, with ``delta``, ``delta_jars()``; ``[]`` when
-    the connector is absent and not ``required``."""
+def connector_jars(required: bool = True, delta: bool = True, jdbc: bool = True) -> list[str]:
+    """Spark's Kafka connector jars (``.jars/spark/*.jar``) and, with ``jdbc``, ``jdbc_jars()``, with ``delta``,
+    ``delta_jars()``; ``[]`` when the connector is absent and not ``required``."""
     folder = jars_dir() / "spark"
     jars = sorted(str(p) for p in folder.glob("*.jar"))
     missing = [a for a in CONNECTOR_ARTIFACTS if not any(Path(j).name.startswith(a) for j in jars)]
@@ -83,7 +83,7 @@ def connector_jars(required: bool = True, delta: bool = True) -> list[str]:
             return []
         raise JarsMissing(f"Spark's Kafka connector (format \"kafka\") is not in {folder} "
                           f"(missing {', '.join(m.rstrip('-_') for m in missing)}): {FETCH_HINT}")
-    return jars + jdbc_jars() + (delta_jars() if delta else [])
+    return jars + (jdbc_jars() if jdbc else []) + (delta_jars() if delta else [])
 
 
 def jdbc_jars() -> list[str]:

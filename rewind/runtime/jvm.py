@@ -59,15 +59,17 @@ def _fingerprint(sources: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def submit_jars(delta: bool = False) -> list[str]:
+def submit_jars(delta: bool = False, jdbc: bool = True) -> list[str]:
     """What a spark-submit of a stream passes with ``--jars``: Spark's Kafka connector (when fetched) and
-    Rewind's own classes, and delta-spark's jars only for a ``delta`` session (``needs_delta_spark``). Under
-    spark-submit the JVM starts before the session's ``spark.jars`` is read.
+    Rewind's own classes, the JDBC drivers with ``jdbc`` (the real-time sink's JVM writer) and delta-spark's
+    jars only for a ``delta`` session (``needs_delta_spark``). Under spark-submit the JVM starts before the
+    session's ``spark.jars`` is read.
 
-    Why not delta-spark always: each of its jars is copied into the driver's scratch space at start, and Spark
-    loads every ``DataSourceRegister`` on the class path to resolve ``format("kafka")``."""
+    Why not all of them always: in a local master's executor each jar is fetched and copied into the
+    driver's scratch space at start (sqlite-jdbc alone is 13 MB), and Spark loads every
+    ``DataSourceRegister`` on the class path to resolve ``format("kafka")``."""
 
-    return [*connector_jars(required=False, delta=delta), rewind_jar()]
+    return [*connector_jars(required=False, delta=delta, jdbc=jdbc), rewind_jar()]
 
 
 def _kafka_clients() -> list[str]:

@@ -390,9 +390,11 @@ def s3a_driver_class_path(stream: str, registry: str | None) -> str | None:
 
 
 def stream_jars(stream: str, registry: str | None) -> str:
-    """``--jars`` of the stream's driver: ``submit_jars``, with delta-spark's only where its sink needs them."""
+    """``--jars`` of the stream's driver: ``submit_jars``, with delta-spark's only where its sink needs them and the
+    JDBC drivers only for a real-time stream (or one whose entry this worker cannot read)."""
     from rewind.runtime.jvm import submit_jars
     from rewind.sink.delta_target import needs_delta_spark
 
     spec = _spec_here(stream, registry)
-    return ",".join(submit_jars(delta=spec is not None and needs_delta_spark(spec.sink.url, spec.sink.write_from)))
+    return ",".join(submit_jars(delta=spec is not None and needs_delta_spark(spec.sink.url, spec.sink.write_from),
+                                jdbc=spec is None or spec.real_time is not None))
