@@ -16,8 +16,10 @@ new batches, and reads the times from the facts the platform records:
 ``REWIND_CLASS_SHARING=off`` in the environment turns the class-data archive off for an A/B run (the JSON's
 ``driver``).
 
-Reference measured in the same run: the cold start of the same stream (launch -> first batch),
-which bounds what a restart can cost. At the end every Kafka record is checked against the sink.
+References measured in the same run: the cold start of the same stream (launch -> first batch), and
+the same plan as a plain PySpark job SIGKILLed and restarted at once (``bench/plain_restart.py``, after the
+stream is stopped: what Spark itself needs to come back on this machine). At the end every Kafka record is
+checked against the sink.
 Airflow's own log goes to ``<work>/bench.log``; stdout holds only the JSON.
 """
 
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import SteadyProducer, keep_stdout_for_json  # noqa: E402
+from plain_restart import plain_restarts  # noqa: E402
 
 from tests.harness.dag_runs import watching  # noqa: E402
 
@@ -97,6 +100,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="kills (the median is reported)")
     ap.add_argument("--rate", type=int, default=500, help="events/s produced during the runs")
     ap.add_argument("--poll-s", type=float, default=2.0, help="the trigger's poll interval (registry default 2)")
+    ap.add_argument("--plain-runs", type=int, default=3,
+                    help="kills of the same plan as a plain PySpark job, restarted at once (0: none)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="rewind-bench-recovery-"))
@@ -165,6 +170,19 @@ def main() -> None:
         wait_caught_up(spec, info.kafka_bootstrap, timeout=600)
         stop_stream(spec, timeout=90)
         report = verify_stream(spec, info.kafka_bootstrap)
+        plain: dict[str, Any] | None = None
+        if args.plain_runs:  # Spark's own restart, alone on the machine: the stream is stopped
+            plain_topic = "recovery-plain"
+            produce(info.kafka_bootstrap, ProduceSpec(topic=plain_topic, count=2000, partitions=2, id_prefix="pseed"))
+            feeder = SteadyProducer(info.kafka_bootstrap, plain_topic, args.rate, partitions=2, id_prefix="plain",
+                                    first_seq=1_000_000)
+            feeder.start()
+            try:
+                plain = plain_restarts(info.kafka_bootstrap, plain_topic, reg, work / "plain", args.plain_runs,
+                                       max_offsets=5000)
+            finally:
+                feeder.stop.set()
+                feeder.join(timeout=60)
 
     def med(key: str) -> float:
         return round(statistics.median(r[key] for r in runs), 2)
@@ -178,6 +196,7 @@ def main() -> None:
         "median_s": {"sigkill_to_detected": med("detect_s"), "sigkill_to_relaunched": med("relaunch_s"),
                      "sigkill_to_first_new_batch": med("first_batch_s")},
         "reference_cold_start_to_first_batch_s": round(cold["first_batch"] - t0, 2) if cold else None,
+        "reference_plain_pyspark_restart": plain,
         "per_run": [{k: v for k, v in r.items() if k != "tasks"} for r in runs],
         "median_split_s": {k: round(statistics.median(r["split_s"].get(k, 0.0) for r in runs), 2)
                            for k in runs[0]["split_s"]} if runs else {},
