@@ -65,3 +65,35 @@ def conf_pairs(ap: argparse.ArgumentParser, items: list[str]) -> dict[str, str]:
     if bad:
         ap.error(f"--conf takes KEY=VALUE, got {bad[0]!r}")
     return dict(c.split("=", 1) for c in items)
+
+
+class MachineLoad(threading.Thread):
+    """The machine's busy cores every ``interval_s`` (``psutil.cpu_times``), so a bench can say how loaded each
+    step it times was: a step on busy cores is cut only by doing less, one beside an idle core also by overlap."""
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        def busy_idle() -> tuple[float, float]:
+            t = psutil.cpu_times()
+            idle = t.idle + getattr(t, "iowait", 0.0)
+            return sum(t) - idle, idle
+
+        cores = psutil.cpu_count() or 1
+        last = busy_idle()
+        while not self.stop.wait(self.interval_s):
+            now = busy_idle()
+            busy, idle = now[0] - last[0], now[1] - last[1]
+            self.samples.append((time.time(), cores * busy / max(busy + idle, 1e-9)))
+            last = now
+
+    def mean_busy(self, start: float, end: float) -> float | None:
+        """Mean busy cores over the samples that end within [start, end]; None when none does."""
+        got = [b for t, b in self.samples if start < t <= end + self.interval_s / 2]
+        return round(sum(got) / len(got), 2) if got else None

@@ -8,6 +8,7 @@ new batches, and reads the times from the facts the platform records:
 - detected: the failure the supervisor recorded (``<stream>.failures.json``, the trigger's time);
 - relaunched: the new driver's ``started_at`` in the status file;
 - first new batch: the first status of the new driver with a batch past the one at the kill;
+- how busy the machine was in each step (``busy_cores`` per kill, ``median_busy_cores``, of ``machine.cores``);
 - the split of that time (``split_s`` per kill, ``median_split_s``): ``to_spark_submit`` (the kill to the
   new driver's spark-submit JVM: detection, the restart delay, the relaunch task) and the new driver's own
   start-up steps from its status (``rewind.driver.startup``: jvm, python, checks, lease, session, query,
@@ -41,7 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import SteadyProducer, keep_stdout_for_json  # noqa: E402
+from common import MachineLoad, SteadyProducer, keep_stdout_for_json  # noqa: E402
 from plain_restart import plain_restarts  # noqa: E402
 
 from tests.harness.dag_runs import watching  # noqa: E402
@@ -57,6 +58,21 @@ def watch_cold_start(spec: Any, t0: float, out: dict[str, float]) -> None:
             out["first_batch"] = time.time()
             return
         time.sleep(0.1)
+
+
+#: A relaunch's steps in the order they happen (``split_s``).
+STEPS = ("to_spark_submit", "jvm", "python", "checks", "lease", "session", "query", "first_batch")
+
+
+def busy_by_step(load: MachineLoad, killed_at: float, split: dict[str, float]) -> dict[str, float | None]:
+    """The machine's mean busy cores during each step of one relaunch (the steps laid end to end from the kill)."""
+    out: dict[str, float | None] = {}
+    at = killed_at
+    for step in STEPS:
+        if step in split:
+            out[step] = load.mean_busy(at, at + max(split[step], 0.0))
+            at += max(split[step], 0.0)
+    return out
 
 
 def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any], dag_id: str) -> None:
@@ -142,6 +158,8 @@ def main() -> None:
         cold: dict[str, float] = {}
         t0 = time.time()
         threading.Thread(target=watch_cold_start, args=(spec, t0, cold), daemon=True).start()
+        load = MachineLoad()
+        load.start()
         try:
             for i in range(args.runs):
                 timing: dict[str, Any] = {}
@@ -164,7 +182,9 @@ def main() -> None:
                              # SIGKILL -> the new driver's spark-submit JVM: detection, restart delay, the launch
                              "split_s": {"to_spark_submit": round(first - sum(steps.values()), 2), **steps},
                              "tasks": states})
+                runs[-1]["busy_cores"] = busy_by_step(load, k, runs[-1]["split_s"])
         finally:
+            load.stop.set()
             producer.stop.set()
             producer.join(timeout=60)
         wait_caught_up(spec, info.kafka_bootstrap, timeout=600)
@@ -199,7 +219,10 @@ def main() -> None:
         "reference_plain_pyspark_restart": plain,
         "per_run": [{k: v for k, v in r.items() if k != "tasks"} for r in runs],
         "median_split_s": {k: round(statistics.median(r["split_s"].get(k, 0.0) for r in runs), 2)
-                           for k in runs[0]["split_s"]} if runs else {},
+                           for k in STEPS if runs and k in runs[0]["split_s"]},
+        # the machine's busy cores (of machine.cores) during each step: steps on busy cores are cut only by less work
+        "median_busy_cores": {k: statistics.median(b) for k in STEPS
+                              if (b := [r["busy_cores"][k] for r in runs if r["busy_cores"].get(k) is not None])},
         "exactly_once": {"ok": report.ok, "kafka_records": report.kafka_records},
         "log": str(work / "bench.log"),
     }
