@@ -13,6 +13,7 @@ from rewind.kafka.options import SOURCE_NAME
 from rewind.runtime.class_sharing import submit_env as class_sharing_env
 from rewind.runtime.jars import connector_jars
 from rewind.runtime.jvm import rewind_jar
+from rewind.runtime.native_libs import library_env
 
 
 def python_env() -> dict[str, str]:
@@ -67,8 +68,9 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
-    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the JVM: from the class-data archive
-        os.environ.update(class_sharing_env())
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the JVM: from the class-data archive,
+        os.environ.update(class_sharing_env())  # with the native libraries unpacked once, not into /tmp
+        os.environ.update(library_env())
 
     preset = deployment_conf()
     builder = SparkSession.builder.appName(app_name)

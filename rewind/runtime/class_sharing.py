@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from rewind.errors import Failed, RewindError
-from rewind.runtime.jars import java_binary
+from rewind.runtime.jars import java_binary, spark_home
 from rewind.settings import class_sharing_enabled, jvm_cache_dir
 
 __all__ = ["archive", "build", "prune", "submit_env", "submit_opts"]
@@ -68,19 +68,12 @@ spark.stop()
 """
 
 
-def _spark_home() -> Path:
-    import pyspark
-
-    given = os.environ.get("SPARK_HOME")
-    return Path(given) if given and (Path(given) / "jars").is_dir() else Path(pyspark.__file__).resolve().parent
-
-
 def archive(env: dict[str, str] | None = None) -> Path:
     """Where the archive for this JDK, Spark installation and class path lives (it may not exist yet)."""
     env = dict(os.environ if env is None else env)
     java = Path(os.path.realpath(java_binary()))
     release = java.parent.parent / "release"
-    home = _spark_home()
+    home = spark_home()
     jars = sorted(f"{p.name}:{st.st_size}:{st.st_mtime_ns}" for p in (home / "jars").glob("*.jar")
                   for st in [p.stat()])
     conf = [env.get(k, "") for k in ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR")]
@@ -125,7 +118,7 @@ def build(timeout_s: float = 600.0, jvm_opts: str | None = None) -> Path:
         base = " ".join(o for o in given.split() if "SharedArchiveFile" not in o and o != QUIET)
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
                "SPARK_SUBMIT_OPTS": f"{base} -XX:ArchiveClassesAtExit={partial} {QUIET}".strip()}
-        submit = _spark_home() / "bin" / "spark-submit"
+        submit = spark_home() / "bin" / "spark-submit"
         try:
             run = subprocess.run([str(submit), "--master", "local[2]", str(job)], env=env, capture_output=True,
                                  text=True, timeout=timeout_s)

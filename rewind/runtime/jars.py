@@ -130,3 +130,11 @@ def yarn_classpath() -> str:
         if not any(folder.glob(f"{artifact}*.jar")):
             raise JarsMissing(f"Hadoop YARN's {artifact.rstrip('-')} jar is not in {folder}: {FETCH_HINT}")
     return str(folder / "*")
+
+
+def spark_home() -> Path:
+    """The Spark installation spark-submit runs from: ``SPARK_HOME`` when it has jars, else pyspark's own."""
+    import pyspark
+
+    given = os.environ.get("SPARK_HOME")
+    return Path(given) if given and (Path(given) / "jars").is_dir() else Path(pyspark.__file__).resolve().parent

@@ -74,22 +74,21 @@ def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
     - with the driver on this worker (local, standalone or YARN client mode): ``PYSPARK_PYTHON`` and
       ``PYSPARK_DRIVER_PYTHON`` this interpreter (it has pyarrow and Rewind), and, from a checkout, the
       checkout first on ``PYTHONPATH``;
-    - with the driver on this worker, ``SPARK_SUBMIT_OPTS`` with the class-data archive when the machine has
-      one (``rewind.runtime.class_sharing``: the driver's JVM starts with less CPU);
+    - with the driver on this worker, ``SPARK_SUBMIT_OPTS`` with the class-data archive (``class_sharing``)
+      and ``LD_LIBRARY_PATH`` with Spark's native libraries unpacked once (``native_libs``), when they apply;
     - with the driver in a YARN container: nothing more; `WORKER_ONLY` is left out of the worker's.
 
     The replay task passes it as ``SparkSubmitHook(env_vars=...)``; the launches start spark-submit in the
     worker's environment with it on top (`_spark_submit_environ`).
     """
     from rewind.runtime.class_sharing import submit_env as class_sharing_env
+    from rewind.runtime.native_libs import library_env as native_env
     from rewind.settings import python_path
 
     python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable} if driver_on_worker else {}
     env = {**python, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    if driver_on_worker and python_path():
-        env["PYTHONPATH"] = python_path()
-    if driver_on_worker:  # the driver's JVM maps the class-data archive when this machine has one
-        env.update(class_sharing_env())
+    if driver_on_worker:  # and the driver's JVM maps the class-data archive when this machine has one
+        env.update({**({"PYTHONPATH": python_path()} if python_path() else {}), **class_sharing_env(), **native_env()})
     return env
 
 
