@@ -100,11 +100,11 @@ def test_an_unreadable_initial_offsets_file_proves_from_retention_and_keeps_noth
     assert control_store(spec).read(ORIGIN) is None
 
 
-def test_a_python_source_stream_started_mid_topic_is_told_why_records_before_its_start_are_judged(
+def test_a_python_source_stream_without_a_kept_start_is_told_why_records_before_it_are_judged(
         tmp_path: Path) -> None:
     python = _spec(tmp_path, "    source:\n      format: rewind_kafka\n      options: {startingOffsets: latest}\n")
     note = unknown_origin_note(python, stream_origin(python))
-    assert note and "Python source keeps no initial offsets" in note and "limitations.md" in note
+    assert note and "has no record of where it started" in note and "limitations.md" in note
     assert unknown_origin_note(python, {("pay", 0): 4}) is None  # an origin known: nothing to say
     assert unknown_origin_note(_spec(tmp_path, "    source:\n      format: rewind_kafka\n"), {}) is None  # earliest
     connector = _spec(tmp_path, "    source:\n      options: {startingOffsets: latest}\n")

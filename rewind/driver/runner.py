@@ -22,6 +22,7 @@ from rewind.control.status import StatusChannel, StreamStatus
 from rewind.driver import python_daemon
 from rewind.driver.batch_writer import BatchWriter, arrow_to_pandas
 from rewind.driver.delta_writer import DeltaBatchWriter
+from rewind.driver.initial_offsets import pinned_options
 from rewind.driver.interruption import stop_aware
 from rewind.driver.lag_probe import LagProbe
 from rewind.driver.late_routing import check_progress, late_candidate_fields
@@ -129,7 +130,8 @@ def _source(spark: Any, spec: StreamSpec, bootstrap: str, checkpoint: str) -> An
     """The stream's Kafka source as a streaming DataFrame (the checkpoint written through Rewind's manager)."""
     use_checkpoint_file_manager(spark, checkpoint)
     ensure_source(spark, spec.source.format)
-    return spark.readStream.format(spec.source.format).options(**source_options(spec, bootstrap)).load()
+    options = pinned_options(spec.name, spec.source.format, source_options(spec, bootstrap), checkpoint)
+    return spark.readStream.format(spec.source.format).options(**options).load()
 
 
 def fence_sink(sink: Any, lease: LeaseKeeper) -> None:

@@ -10,7 +10,8 @@ first proof that finds them keeps them in the stream's control store (``origin``
 overwritten), because a later checkpoint does not start where the stream did: an upgrade in stateless
 mode writes a new checkpoint's ``sources/0/0`` at the upgrade's offsets. A stream that starts at
 ``earliest`` (Rewind's default) has no origin: its proofs start at the earliest retained record, as
-before. Nor has a stream on Rewind's Python source (it keeps no initial offsets; docs/limitations.md).
+before. A stream on Rewind's Python source has the same file, written by its driver
+(``rewind.driver.initial_offsets``), unless its checkpoint began before Rewind kept it.
 
 A partition the origin does not name (added to the topic later) starts at its earliest retained record:
 Spark's connector reads a new partition from its beginning.
@@ -18,7 +19,6 @@ Spark's connector reads a new partition from its beginning.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from rewind.checkpoints.pointer import open_active_checkpoint
 from rewind.control.location import control_store
 from rewind.driver.bounded import partitions_of
-from rewind.driver.source import START_KEYS
+from rewind.driver.initial_offsets import INITIAL, gives_a_start, parse_initial_offsets
 from rewind.kafka.types import TP
 
 __all__ = ["ORIGIN", "floor", "gives_a_start", "origin_text", "parse_initial_offsets", "proved_partitions",
@@ -38,25 +38,6 @@ log = logging.getLogger(__name__)
 ORIGIN = "origin"
 
 K = TypeVar("K")
-
-
-def gives_a_start(options: Mapping[str, Any]) -> bool:
-    """Pure: the entry's source options start a new stream somewhere other than ``earliest``."""
-    given = {k.lower(): str(v).strip().lower() for k, v in options.items()}
-    if any(k in given for k in START_KEYS[1:]):  # a timestamp wins over startingOffsets
-        return True
-    return "startingoffsets" in given and given["startingoffsets"] != "earliest"
-
-
-def parse_initial_offsets(data: bytes) -> dict[tuple[str, int], int]:
-    """Pure: Spark's Kafka connector's ``sources/0/0`` (an optional zero byte, ``v1``, then the offsets JSON
-    ``{"topic": {"0": 42}}``) as offsets per (topic, partition). Refused (ValueError) when it is not that."""
-    text = data.decode("utf-8").lstrip("\x00")
-    version, _, body = text.partition("\n")
-    if version.strip() != "v1":
-        raise ValueError(f"not Spark's Kafka initial offsets (version line {version.strip()[:20]!r})")
-    doc = json.loads(body)
-    return {(str(t), int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
 
 
 def _as_doc(offsets: Mapping[tuple[str, int], int]) -> dict[str, Any]:
@@ -80,13 +61,13 @@ def stream_origin(spec: Any) -> dict[tuple[str, int], int]:
     if kept is not None and kept.doc.get("offsets"):
         return _from_doc(kept.doc)
     checkpoint = open_active_checkpoint(spec)
-    if not checkpoint.size("sources/0/0"):
+    if not checkpoint.size(INITIAL):
         return {}  # not started yet, or a source that keeps no initial offsets
     try:
-        origin = parse_initial_offsets(checkpoint.read_bytes("sources/0/0"))
+        origin = parse_initial_offsets(checkpoint.read_bytes(INITIAL))
     except (ValueError, UnicodeDecodeError) as exc:
         log.warning("%s: %s is not Spark's Kafka initial offsets (%s); its proofs start at the earliest retained "
-                    "records", spec.name, checkpoint.url("sources/0/0"), exc)
+                    "records", spec.name, checkpoint.url(INITIAL), exc)
         return {}
     if store.create(ORIGIN, _as_doc(origin)) is None:  # another proof kept one first: that one counts
         again = store.read(ORIGIN)
@@ -117,10 +98,11 @@ def origin_text(origin: Mapping[tuple[str, int], int]) -> str:
 
 
 def unknown_origin_note(spec: Any, origin: Mapping[tuple[str, int], int]) -> str | None:
-    """A proof's note when the stream was started mid-topic but its origin is unknown (Rewind's Python source
-    keeps no initial offsets): records before its start are judged too, so a FAIL may name them as missing."""
+    """A proof's note when the stream was started mid-topic on Rewind's Python source but its checkpoint has no
+    record of where (it began before Rewind kept one): records before its start are judged too, so a FAIL may
+    name them as missing."""
     if origin or not gives_a_start(spec.source.options) or spec.source.format != "rewind_kafka":
         return None
-    return ("this stream's entry gives a start other than earliest, but Rewind's Python source keeps no initial "
-            "offsets: records before its start are judged too and count as missing (docs/limitations.md); on "
-            "Spark's connector (source format: kafka) its proofs start where it did")
+    return ("this stream's entry gives a start other than earliest, but its checkpoint has no record of where it "
+            "started (it began before Rewind's Python source kept one, or has not started): records before its "
+            "start are judged too and count as missing (docs/limitations.md)")

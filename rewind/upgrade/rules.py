@@ -12,8 +12,8 @@ The modes (as the Flink Kubernetes Operator names them, ``UpgradeMode``):
 - ``stateless``: stop, start the new version on a new checkpoint that begins at the committed
   offsets, state dropped. Refused for a stream whose checkpoint holds state (its deduplications and
   windows would start empty: windows open at the switch would be emitted from half their rows),
-  unless forced; and for Rewind's Python source, which cannot see the new checkpoint's starting
-  offsets (Spark's connector reads them from ``sources/0/0``).
+  unless forced. The new checkpoint holds only its starting offsets (``sources/0/0``), which Spark's
+  connector reads itself and a driver hands Rewind's Python source (``rewind.driver.initial_offsets``).
 
 The output tables (``table_changes``): a table or a nullable column added is fine (a sink adds
 columns, old rows read NULL); a key, a type, an ``on_conflict``, a version column, a column's
@@ -88,9 +88,6 @@ def refusals(f: Facts) -> list[str]:
             out.append(f"mode stateless drops the state of {len(f.stateful_operators)} stateful operator(s) "
                        f"({', '.join(f.stateful_operators)}): their deduplications and windows would start empty; "
                        "use last-state or savepoint, or --force to drop it")
-        if f.new.source.format != "kafka":
-            out.append("mode stateless starts a new checkpoint at the committed offsets, which only Spark's Kafka "
-                       "connector (source format kafka) reads from its checkpoint; use last-state or savepoint")
     return out
 
 

@@ -1,0 +1,108 @@
+"""Where a stream starts, kept once in its checkpoint (``sources/0/0``), for Rewind's Python source too.
+
+Why: an entry may start a stream somewhere other than ``earliest`` (``startingOffsets: latest``, a timestamp,
+explicit offsets). Spark's Kafka connector resolves that start once and writes it in the checkpoint
+(``sources/0/0``: ``v1`` and the offsets JSON); a restart before the first batch committed reads it back, and
+proofs start there (``rewind.proof.origin``). A Python data source cannot see its checkpoint, so Rewind's
+(``format: rewind_kafka``) resolved the start again at each such restart: "latest" had moved, and the records
+between the two were never read; and its proofs, with no origin, counted every record before the start as
+missing (a false FAIL).
+
+So the driver does for it what the connector does for itself: on a new checkpoint it resolves the start
+with the source's own rules (``KafkaStreamReader.initialOffset``), writes it in the connector's format
+before the query starts, and from then on hands the source the offsets that file holds (``startingOffsets``,
+the entry's other start options dropped), whoever wrote it (a stateless upgrade's new checkpoint too). A
+checkpoint that already has batches but no such file (a stream
+started before Rewind kept it) is left as it was: its real start is unknown, and a guess would make its
+proofs skip records.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from rewind.driver.source import START_KEYS
+from rewind.kafka.options import SOURCE_NAME
+from rewind.storage.location import open_storage
+
+__all__ = ["INITIAL", "gives_a_start", "initial_offsets_bytes", "parse_initial_offsets", "pinned_options"]
+
+log = logging.getLogger(__name__)
+
+#: Spark's Kafka connector's file of a checkpoint's initial offsets.
+INITIAL = "sources/0/0"
+
+
+def gives_a_start(options: Mapping[str, Any]) -> bool:
+    """Pure: the entry's source options start a new stream somewhere other than ``earliest``."""
+    given = {k.lower(): str(v).strip().lower() for k, v in options.items()}
+    if any(k in given for k in START_KEYS[1:]):  # a timestamp wins over startingOffsets
+        return True
+    return "startingoffsets" in given and given["startingoffsets"] != "earliest"
+
+
+def parse_initial_offsets(data: bytes) -> dict[tuple[str, int], int]:
+    """Pure: Spark's Kafka connector's ``sources/0/0`` (an optional zero byte, ``v1``, then the offsets JSON
+    ``{"topic": {"0": 42}}``) as offsets per (topic, partition). Refused (ValueError) when it is not that."""
+    text = data.decode("utf-8").lstrip("\x00")
+    version, _, body = text.partition("\n")
+    if version.strip() != "v1":
+        raise ValueError(f"not Spark's Kafka initial offsets (version line {version.strip()[:20]!r})")
+    doc = json.loads(body)
+    return {(str(t), int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+
+
+def initial_offsets_bytes(offsets: Mapping[tuple[str, int], int]) -> bytes:
+    """Pure: the file ``parse_initial_offsets`` reads (the connector's format, so either source reads it)."""
+    doc: dict[str, dict[str, int]] = {}
+    for (topic, part), off in sorted(offsets.items()):
+        doc.setdefault(topic, {})[str(part)] = int(off)
+    return b"v1\n" + json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _with_start(options: Mapping[str, str], offsets: Mapping[tuple[str, int], int]) -> dict[str, str]:
+    kept = {k: v for k, v in options.items() if k.lower() not in START_KEYS}
+    return {**kept, "startingOffsets": initial_offsets_bytes(offsets).split(b"\n", 1)[1].decode()}
+
+
+def _resolve(options: Mapping[str, str]) -> dict[tuple[str, int], int]:
+    """The start the source itself would take now (its ``initialOffset``: the same rules, the same broker)."""
+    from rewind.kafka.options import parse_options  # lazy: only streams on the Python source resolve a start
+    from rewind.kafka.source import KafkaStreamReader  # lazy: its data source classes, only here
+
+    reader = KafkaStreamReader(parse_options(options, streaming=True))
+    try:
+        doc = reader.initialOffset()
+    finally:
+        reader.close_lookup()
+    return {(str(t), int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+
+
+def pinned_options(stream: str, source_format: str, options: Mapping[str, str], checkpoint: str) -> dict[str, str]:
+    """The source options a driver reads with. For Rewind's Python source: the start kept in the checkpoint when
+    there is one (as Spark's connector reads it instead of ``startingOffsets`` ever after), resolved and kept
+    first on a new checkpoint whose entry gives a start; else ``options`` unchanged."""
+    if source_format != SOURCE_NAME:
+        return dict(options)
+    store = open_storage(checkpoint)
+    if store.size(INITIAL):
+        try:
+            return _with_start(options, parse_initial_offsets(store.read_bytes(INITIAL)))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"stream {stream}: {store.url(INITIAL)} is not a record of where the stream started "
+                             f"({exc}); restore the checkpoint from a savepoint (`rewind savepoint restore`)") from exc
+    if not gives_a_start(options):
+        return dict(options)
+    if any(name.isdigit() for name in store.list_dir("offsets")[1]):
+        log.warning("stream %s: its checkpoint %s has batches but no record of where it started (it began before "
+                    "Rewind kept one); a restart before its first commit resolves the start again", stream,
+                    store.url())
+        return dict(options)
+    offsets = _resolve(options)
+    store.write_bytes(INITIAL, initial_offsets_bytes(offsets))
+    log.info("stream %s starts at %s (kept in %s)", stream,
+             ", ".join(f"{t}[{p}] {o}" for (t, p), o in sorted(offsets.items())), store.url(INITIAL))
+    return _with_start(options, offsets)
