@@ -25,6 +25,7 @@ import hashlib
 import os
 import platform
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -88,11 +89,17 @@ def library_dir(jars_dir: Path) -> Path | None:
 
 
 def _unpack(jar: Path, entry: str, target: Path) -> None:
-    partial = target.with_name(f".{target.name}.{os.getpid()}")
-    with zipfile.ZipFile(jar) as z, z.open(entry) as src, open(partial, "wb") as dst:
-        while chunk := src.read(1 << 20):
-            dst.write(chunk)
-    os.replace(partial, target)
+    """Into a file of its own (unique even across PID namespaces sharing the cache), then renamed."""
+    fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with zipfile.ZipFile(jar) as z, z.open(entry) as src, os.fdopen(fd, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+        os.chmod(partial, 0o755)
+        os.replace(partial, target)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
 
 
 def library_env(jars_dir: Path | None = None, env: dict[str, str] | None = None) -> dict[str, str]:
