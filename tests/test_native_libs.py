@@ -92,3 +92,17 @@ def test_a_session_rewind_starts_loads_rocksdb_and_lz4_from_the_folder(spark) ->
     assert folder is not None
     assert maps == {str(p) for p in folder.iterdir()}, maps
     assert not any(m.startswith(tmp) for m in maps)
+
+
+def test_the_folder_is_on_the_path_only_while_a_jvm_starts(tmp_path: Path, cache: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    home = _jars(tmp_path / "spark" / "jars").parent
+    monkeypatch.setattr(native_libs, "spark_home", lambda: home)
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    with native_libs.jvm_library_path():
+        inside = os.environ["LD_LIBRARY_PATH"]
+    assert inside == str(library_dir(tmp_path / "spark" / "jars")) and "LD_LIBRARY_PATH" not in os.environ
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/theirs")
+    with native_libs.jvm_library_path():
+        assert os.environ["LD_LIBRARY_PATH"] == f"{inside}{os.pathsep}/opt/theirs"
+    assert os.environ["LD_LIBRARY_PATH"] == "/opt/theirs"

@@ -13,7 +13,7 @@ from rewind.kafka.options import SOURCE_NAME
 from rewind.runtime.class_sharing import submit_env as class_sharing_env
 from rewind.runtime.jars import connector_jars
 from rewind.runtime.jvm import rewind_jar
-from rewind.runtime.native_libs import library_env
+from rewind.runtime.native_libs import jvm_library_path
 
 
 def python_env() -> dict[str, str]:
@@ -68,9 +68,8 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
-    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the JVM: from the class-data archive,
-        os.environ.update(class_sharing_env())  # with the native libraries unpacked once, not into /tmp
-        os.environ.update(library_env())
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the JVM: from the class-data archive
+        os.environ.update(class_sharing_env())
 
     preset = deployment_conf()
     builder = SparkSession.builder.appName(app_name)
@@ -101,7 +100,8 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
         builder = (builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
                    .config("spark.databricks.delta.snapshotPartitions", "2"))
-    spark = builder.getOrCreate()
+    with jvm_library_path():  # a JVM started here loads Spark's native libraries unpacked once, not into /tmp
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level())
     if sources:
         register_sources(spark)

@@ -27,12 +27,14 @@ import platform
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rewind.runtime.jars import spark_home
 from rewind.settings import jvm_cache_dir
 
-__all__ = ["library_dir", "library_env", "wanted"]
+__all__ = ["jvm_library_path", "library_dir", "library_env", "wanted"]
 
 #: ``uname -m`` -> (RocksDB's platform name, LZ4's architecture folder), for glibc Linux.
 PLATFORMS = {
@@ -115,3 +117,19 @@ def library_env(jars_dir: Path | None = None, env: dict[str, str] | None = None)
     if str(folder) in current.split(os.pathsep):
         return {}
     return {"LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(folder), current) if p)}
+
+
+@contextmanager
+def jvm_library_path() -> Iterator[None]:
+    """``library_env`` in this process's environment while it starts a JVM (pyspark's ``getOrCreate``), then
+    as it was: the JVM keeps what it started with, and this process's later children (a Kafka Streams app
+    with another RocksDB, say) do not inherit the folder."""
+    before = os.environ.get("LD_LIBRARY_PATH")
+    os.environ.update(library_env())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("LD_LIBRARY_PATH", None)
+        else:
+            os.environ["LD_LIBRARY_PATH"] = before
