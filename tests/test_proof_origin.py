@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rewind.control.location import control_store
+from rewind.driver.initial_offsets import initial_offsets_bytes
 from rewind.kafka.types import TP
 from rewind.proof.origin import (
     ORIGIN,
@@ -47,6 +48,16 @@ def test_sparks_initial_offsets_file_is_read_with_or_without_its_zero_byte() -> 
         parse_initial_offsets(b"v2\n" + body.encode())
     with pytest.raises(ValueError):
         parse_initial_offsets(b"v1\nnot json")
+
+
+def test_a_kept_start_is_written_as_sparks_connector_writes_its_own() -> None:
+    """rewind.driver.initial_offsets writes the Python source's start in the connector's file format: its reader
+    (KafkaSourceInitialOffsetWriter) skips the first byte unread and then wants ``v1``, so a checkpoint moved to
+    the connector reads the same start."""
+    data = initial_offsets_bytes({("pay", 2): 4, ("pay", 0): 17, ("other", 1): 0})
+    assert data[:1] == b"\x00" and data[1:].startswith(b"v1\n")
+    assert json.loads(data[4:]) == {"other": {"1": 0}, "pay": {"0": 17, "2": 4}}
+    assert parse_initial_offsets(data) == {("pay", 0): 17, ("pay", 2): 4, ("other", 1): 0}
 
 
 def test_a_proof_starts_at_the_later_of_retention_and_the_origin() -> None:

@@ -56,16 +56,21 @@ def parse_initial_offsets(data: bytes) -> dict[tuple[str, int], int]:
 
 
 def initial_offsets_bytes(offsets: Mapping[tuple[str, int], int]) -> bytes:
-    """Pure: the file ``parse_initial_offsets`` reads (the connector's format, so either source reads it)."""
+    """Pure: the file ``parse_initial_offsets`` reads, byte for byte the connector's format (a zero byte, ``v1``,
+    the JSON: its reader skips the first byte unread), so either source reads it."""
+    return b"\x00v1\n" + _offsets_json(offsets).encode()
+
+
+def _offsets_json(offsets: Mapping[tuple[str, int], int]) -> str:
     doc: dict[str, dict[str, int]] = {}
     for (topic, part), off in sorted(offsets.items()):
         doc.setdefault(topic, {})[str(part)] = int(off)
-    return b"v1\n" + json.dumps(doc, separators=(",", ":")).encode()
+    return json.dumps(doc, separators=(",", ":"))
 
 
 def _with_start(options: Mapping[str, str], offsets: Mapping[tuple[str, int], int]) -> dict[str, str]:
     kept = {k: v for k, v in options.items() if k.lower() not in START_KEYS}
-    return {**kept, "startingOffsets": initial_offsets_bytes(offsets).split(b"\n", 1)[1].decode()}
+    return {**kept, "startingOffsets": _offsets_json(offsets)}
 
 
 def _resolve(options: Mapping[str, str]) -> dict[tuple[str, int], int]:
