@@ -126,6 +126,11 @@ def class_sharing_enabled() -> bool:
     return os.environ.get("REWIND_CLASS_SHARING", "on").strip().lower() not in ("off", "0", "false", "no")
 
 
+def native_libs_enabled() -> bool:
+    """Whether drivers Rewind starts load Spark's native libraries from one folder (``runtime.native_libs``)."""
+    return os.environ.get("REWIND_NATIVE_LIBS", "on").strip().lower() not in ("off", "0", "false", "no")
+
+
 def jvm_cache_dir() -> Path:
     given = os.environ.get("REWIND_JVM_CACHE")
     if given:

@@ -12,9 +12,8 @@ So the driver does for it what the connector does for itself: on a new checkpoin
 with the source's own rules (``KafkaStreamReader.initialOffset``), writes it in the connector's format
 before the query starts, and from then on hands the source the offsets that file holds (``startingOffsets``,
 the entry's other start options dropped), whoever wrote it (a stateless upgrade's new checkpoint too). A
-checkpoint that already has batches but no such file (a stream
-started before Rewind kept it) is left as it was: its real start is unknown, and a guess would make its
-proofs skip records.
+checkpoint that already has batches but no such file (a stream started before Rewind kept it) is left as
+it was: its real start is unknown, and a guess would make its proofs skip records.
 """
 
 from __future__ import annotations

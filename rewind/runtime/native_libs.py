@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rewind.runtime.jars import spark_home
-from rewind.settings import jvm_cache_dir
+from rewind.settings import jvm_cache_dir, native_libs_enabled
 
 __all__ = ["jvm_library_path", "library_dir", "library_env", "wanted"]
 
@@ -63,9 +63,13 @@ def wanted(jar_names: list[str], machine: str | None = None) -> dict[str, tuple[
 
 
 def _applies() -> bool:
-    if os.environ.get("REWIND_NATIVE_LIBS", "on").lower() in ("off", "0", "false", "no"):
+    """On, on Linux with glibc (``confstr`` answers at once; ``platform.libc_ver`` reads the interpreter's binary)."""
+    if not native_libs_enabled() or not sys.platform.startswith("linux"):
         return False
-    return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError):  # musl and others have no such name
+        return False
 
 
 def library_dir(jars_dir: Path) -> Path | None:
