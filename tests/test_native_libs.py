@@ -106,3 +106,16 @@ def test_the_folder_is_on_the_path_only_while_a_jvm_starts(tmp_path: Path, cache
     with native_libs.jvm_library_path():
         assert os.environ["LD_LIBRARY_PATH"] == f"{inside}{os.pathsep}/opt/theirs"
     assert os.environ["LD_LIBRARY_PATH"] == "/opt/theirs"
+
+
+def test_a_spark_submit_rewind_runs_gets_the_folder_only_for_a_driver_on_this_worker() -> None:
+    """The Airflow launch's environment (``rewind_airflow.hooks.stream.submit_env``): a driver on this worker
+    finds the libraries there; a driver in a YARN container gets nothing of this worker's."""
+    from rewind_airflow.hooks.stream import submit_env
+
+    if not native_libs._applies():
+        pytest.skip("not a glibc Linux machine")
+    folder = library_dir(native_libs.spark_home() / "jars")
+    assert folder is not None
+    assert submit_env(driver_on_worker=True)["LD_LIBRARY_PATH"].split(os.pathsep)[0] == str(folder)
+    assert "LD_LIBRARY_PATH" not in submit_env(driver_on_worker=False)
