@@ -41,8 +41,12 @@ def submit_job(job: Path, args: list[str], name: str, conn_id: str, *, stream: s
             return None
         from rewind_airflow.lineage import parent_spark_conf
 
+        # without the native libraries' folder: on YARN the provider hands env_vars to the application master's
+        # container too (spark.yarn.appMasterEnv.*), where this worker's path means nothing; a bounded batch job
+        # keeps no RocksDB state, and is not what a supervisor kills and relaunches
         hook = SparkSubmitHook(conn_id=conn_id, application_args=args, name=name, conf=parent_spark_conf() or None,
-                               jars=",".join(connector_jars(required=False)) or None, env_vars=submit_env())
+                               jars=",".join(connector_jars(required=False)) or None,
+                               env_vars=submit_env(native=False))
         hook.submit(str(job))
     except Exception as exc:  # noqa: BLE001 - handed to the caller, which reads the job's report
         return exc

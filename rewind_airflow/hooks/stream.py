@@ -66,7 +66,7 @@ LINEAGE_KNOBS = ("OPENLINEAGE_URL", "OPENLINEAGE_ENDPOINT", "OPENLINEAGE_NAMESPA
 WORKER_ONLY = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 
 
-def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
+def submit_env(*, driver_on_worker: bool = True, native: bool = True) -> dict[str, str]:
     """What Rewind sets in the environment of every spark-submit it runs, over the worker's own:
 
     - this interpreter's folder first on ``PATH``: its ``spark-submit`` (pyspark's, when the worker has it;
@@ -75,7 +75,7 @@ def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
       ``PYSPARK_DRIVER_PYTHON`` this interpreter (it has pyarrow and Rewind), and, from a checkout, the
       checkout first on ``PYTHONPATH``;
     - with the driver on this worker, ``SPARK_SUBMIT_OPTS`` with the class-data archive (``class_sharing``)
-      and ``LD_LIBRARY_PATH`` with Spark's native libraries unpacked once (``native_libs``), when they apply;
+      and (``native``) ``LD_LIBRARY_PATH`` with Spark's native libraries unpacked once (``native_libs``);
     - with the driver in a YARN container: nothing more; `WORKER_ONLY` is left out of the worker's.
 
     The replay task passes it as ``SparkSubmitHook(env_vars=...)``; the launches start spark-submit in the
@@ -88,7 +88,8 @@ def submit_env(*, driver_on_worker: bool = True) -> dict[str, str]:
     python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable} if driver_on_worker else {}
     env = {**python, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     if driver_on_worker:  # and the driver's JVM maps the class-data archive when this machine has one
-        env.update({**({"PYTHONPATH": python_path()} if python_path() else {}), **class_sharing_env(), **native_env()})
+        env.update({**({"PYTHONPATH": python_path()} if python_path() else {}), **class_sharing_env(),
+                    **(native_env() if native else {})})
     return env
 
 
