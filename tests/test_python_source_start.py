@@ -16,31 +16,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from harness.tiny_transform import TRANSFORM
 
 from rewind.driver.initial_offsets import parse_initial_offsets, pinned_options
 from rewind.registry import load_registry
 
 pytestmark = pytest.mark.slow
-
-TRANSFORM = '''
-from pyspark.sql import functions as F
-from rewind.api import Transform, output_table
-
-
-class Rows(Transform):
-    tables = (output_table("rows", key=("id",)),
-              output_table("dead_letter", key=("topic", "partition", "offset")))
-
-    def build(self, source, spec):
-        text = F.col("value").cast("string")
-        parsed = source.select(F.get_json_object(text, "$.id").alias("id"),
-                               F.get_json_object(text, "$.amount").cast("decimal(18,2)").alias("amount"),
-                               "topic", "partition", "offset")
-        ok = F.col("id").isNotNull() & F.col("amount").isNotNull()
-        return {"rows": parsed.filter(ok),
-                "dead_letter": parsed.filter(~ok).select("topic", "partition", "offset",
-                                                         F.lit("malformed").alias("reason"))}
-'''
 
 
 def _send(bootstrap: str, topic: str, prefix: str, n: int) -> list[str]:
@@ -66,7 +47,7 @@ def test_a_python_source_stream_from_latest_reads_from_where_it_began_and_is_pro
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("REWIND_HOME", str(tmp_path / "home"))
     registry = tmp_path / "streams.yaml"
-    registry.write_text(f"streams:\n  ps:\n    topics: [{topic}]\n    transform: pystart_mod:Rows\n"
+    registry.write_text(f"streams:\n  ps:\n    topics: [{topic}]\n    transform: pystart_mod:Tiny\n"
                         f"    sink: {{url: \"sqlite:///{tmp_path}/ps.db\"}}\n    checkpoint: {tmp_path}/cp\n"
                         f"    status_dir: {tmp_path}/status\n    source:\n      format: rewind_kafka\n"
                         f"      options: {{startingOffsets: latest}}\n")

@@ -21,29 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.tiny_transform import TRANSFORM
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-
-TRANSFORM = '''
-from pyspark.sql import functions as F
-from rewind.api import Transform, output_table
-
-
-class Tiny(Transform):
-    tables = (output_table("rows", key=("id",)),
-              output_table("dead_letter", key=("topic", "partition", "offset")))
-
-    def build(self, source, spec):
-        text = F.col("value").cast("string")
-        parsed = source.select(F.get_json_object(text, "$.id").alias("id"),
-                               F.get_json_object(text, "$.amount").cast("decimal(18,2)").alias("amount"),
-                               "topic", "partition", "offset")
-        ok = F.col("id").isNotNull() & F.col("amount").isNotNull()
-        return {"rows": parsed.filter(ok),
-                "dead_letter": parsed.filter(~ok).select("topic", "partition", "offset",
-                                                         F.lit("malformed").alias("reason"))}
-'''
 
 
 def java_produce(bootstrap: str, topic: str, transactions: int) -> tuple[int, int]:
