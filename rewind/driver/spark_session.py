@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import nullcontext
 from typing import Any
 
 from rewind import settings
@@ -100,7 +101,8 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
         builder = (builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
                    .config("spark.databricks.delta.snapshotPartitions", "2"))
-    with jvm_library_path():  # a JVM started here loads Spark's native libraries unpacked once, not into /tmp
+    # a JVM this process starts loads Spark's native libraries unpacked once, not into /tmp (spark-submit's has its own)
+    with nullcontext() if under_submit else jvm_library_path():
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level())
     if sources:

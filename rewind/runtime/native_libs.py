@@ -81,7 +81,7 @@ def library_dir(jars_dir: Path) -> Path | None:
     libs = wanted(sorted(jars))
     if not libs:
         return None
-    stamp = sorted(f"{jar}:{jars[jar].stat().st_size}:{jars[jar].stat().st_mtime_ns}" for jar, _ in libs.values())
+    stamp = sorted(f"{jar}:{st.st_size}:{st.st_mtime_ns}" for jar, _ in libs.values() for st in [jars[jar].stat()])
     key = hashlib.sha256("\n".join([platform.machine(), *stamp]).encode()).hexdigest()[:16]
     folder = jvm_cache_dir() / "native" / key
     try:

@@ -72,8 +72,7 @@ def submit_env(*, driver_on_worker: bool = True, native: bool = True) -> dict[st
     - this interpreter's folder first on ``PATH``: its ``spark-submit`` (pyspark's, when the worker has it;
       else a Spark installation's on ``PATH``);
     - with the driver on this worker (local, standalone or YARN client mode): ``PYSPARK_PYTHON`` and
-      ``PYSPARK_DRIVER_PYTHON`` this interpreter (it has pyarrow and Rewind), and, from a checkout, the
-      checkout first on ``PYTHONPATH``;
+      ``PYSPARK_DRIVER_PYTHON`` this interpreter (it has pyarrow and Rewind), a checkout first on ``PYTHONPATH``;
     - with the driver on this worker, ``SPARK_SUBMIT_OPTS`` with the class-data archive (``class_sharing``)
       and (``native``) ``LD_LIBRARY_PATH`` with Spark's native libraries unpacked once (``native_libs``);
     - with the driver in a YARN container: nothing more; `WORKER_ONLY` is left out of the worker's.
@@ -87,9 +86,9 @@ def submit_env(*, driver_on_worker: bool = True, native: bool = True) -> dict[st
 
     python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable} if driver_on_worker else {}
     env = {**python, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    if driver_on_worker:  # and the driver's JVM maps the class-data archive when this machine has one
-        env.update({**({"PYTHONPATH": python_path()} if python_path() else {}), **class_sharing_env(),
-                    **(native_env() if native else {})})
+    if driver_on_worker:  # a checkout's code; the driver's JVM maps the class-data archive and the libraries' folder
+        env.update({"PYTHONPATH": python_path()} if python_path() else {})
+        env.update({**class_sharing_env(), **(native_env() if native else {})})
     return env
 
 
