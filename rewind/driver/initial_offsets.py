@@ -50,7 +50,11 @@ def parse_initial_offsets(data: bytes) -> dict[tuple[str, int], int]:
     version, _, body = text.partition("\n")
     if version.strip() != "v1":
         raise ValueError(f"not Spark's Kafka initial offsets (version line {version.strip()[:20]!r})")
-    doc = json.loads(body)
+    return _per_partition(json.loads(body))
+
+
+def _per_partition(doc: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, int], int]:
+    """``{"topic": {"0": 42}}`` (Spark's offsets JSON) as offsets per (topic, partition)."""
     return {(str(t), int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
 
 
@@ -79,10 +83,9 @@ def _resolve(options: Mapping[str, str]) -> dict[tuple[str, int], int]:
 
     reader = KafkaStreamReader(parse_options(options, streaming=True))
     try:
-        doc = reader.initialOffset()
+        return _per_partition(reader.initialOffset())
     finally:
         reader.close_lookup()
-    return {(str(t), int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
 
 
 def pinned_options(stream: str, source_format: str, options: Mapping[str, str], checkpoint: str) -> dict[str, str]:
