@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rewind.control.location import control_store
-from rewind.driver.initial_offsets import initial_offsets_bytes
+from rewind.driver.initial_offsets import initial_offsets_bytes, match_partitions
 from rewind.kafka.types import TP
 from rewind.proof.origin import (
     ORIGIN,
@@ -58,6 +58,16 @@ def test_a_kept_start_is_written_as_sparks_connector_writes_its_own() -> None:
     assert data[:1] == b"\x00" and data[1:].startswith(b"v1\n")
     assert json.loads(data[4:]) == {"other": {"1": 0}, "pay": {"0": 17, "2": 4}}
     assert parse_initial_offsets(data) == {("pay", 0): 17, ("pay", 2): 4, ("other", 1): 0}
+
+
+def test_a_kept_start_meets_the_partitions_there_are_now_as_the_connectors_planning_does() -> None:
+    kept = {("t", 0): 10, ("t", 1): 12}
+    assert match_partitions(kept, [TP("t", 0), TP("t", 1)]) == (kept, [], [])
+    # a partition added after the start was kept: read from its earliest (-2), not refused for going unnamed
+    assert match_partitions(kept, [TP("t", 1), TP("t", 2), TP("t", 0)]) == (
+        {("t", 0): 10, ("t", 1): 12, ("t", 2): -2}, [("t", 2)], [])
+    # a topic deleted and made again with fewer partitions: the one gone is named, the rest kept
+    assert match_partitions({**kept, ("u", 0): 3}, [TP("t", 0), TP("t", 1)]) == (kept, [], [("u", 0)])
 
 
 def test_a_proof_starts_at_the_later_of_retention_and_the_origin() -> None:

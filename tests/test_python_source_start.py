@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
 from harness.tiny_transform import TRANSFORM
 
 from rewind.driver.initial_offsets import parse_initial_offsets, pinned_options
@@ -24,11 +25,11 @@ from rewind.registry import load_registry
 pytestmark = pytest.mark.slow
 
 
-def _send(bootstrap: str, topic: str, prefix: str, n: int) -> list[str]:
+def _send(bootstrap: str, topic: str, prefix: str, n: int, partitions: int = 3) -> list[str]:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     ids = [f"{prefix}-{i}" for i in range(n)]
     for i, rid in enumerate(ids):
-        producer.produce(topic, json.dumps({"id": rid, "amount": f"{i}.25"}).encode(), partition=i % 3)
+        producer.produce(topic, json.dumps({"id": rid, "amount": f"{i}.25"}).encode(), partition=i % partitions)
     assert producer.flush(30) == 0
     return ids
 
@@ -78,8 +79,24 @@ def test_a_python_source_stream_from_latest_reads_from_where_it_began_and_is_pro
     # An upgrade in stateless mode gives the stream a new checkpoint holding only where to start (the committed
     # offsets, in the connector's file): the Python source starts there too, not at its entry's "latest".
     fresh = stateless_checkpoint(spec, "t1", {topic: {str(p): 20 for p in range(3)}})
-    later = _send(bootstrap, topic, "later", 30)
+    # A fourth partition before that checkpoint's first commit: its start does not name it, and the source
+    # refuses a `startingOffsets` that does not name every partition; it starts at its earliest, as the
+    # connector reads a partition its kept start does not name.
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until its answer: a dropped client cancels
+    assert admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30) is None
+    later = _send(bootstrap, topic, "later", 40, partitions=4)
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "latest"}
+    assert json.loads(pinned_options("ps", "rewind_kafka", options, fresh)["startingOffsets"]) == {
+        topic: {"0": 20, "1": 20, "2": 20, "3": -2}}
     build_query(spark, spec, bootstrap, available_now=True, checkpoint=fresh).awaitTermination(180)
     with sqlite3.connect(tmp_path / "ps.db") as db:
         assert sorted(r[0] for r in db.execute("select id from rows where id like 'later-%'")) == sorted(later)
         assert db.execute("select count(*) from rows where id like 'after-%'").fetchone()[0] == 29  # none re-read
+
+    # A start naming a partition that is gone (the topic made again with fewer): refused naming it and the
+    # setting, or with failOnDataLoss: false started without it.
+    gone = stateless_checkpoint(spec, "t2", {topic: {"0": 0, "1": 0, "2": 0, "3": 0, "7": 5}})
+    with pytest.raises(ValueError, match=rf"partition\(s\) {topic}\[7\] of its start .* failOnDataLoss: false"):
+        pinned_options("ps", "rewind_kafka", options, gone)
+    assert json.loads(pinned_options("ps", "rewind_kafka", {**options, "failOnDataLoss": "false"}, gone)
+                      ["startingOffsets"]) == {topic: {"0": 0, "1": 0, "2": 0, "3": 0}}

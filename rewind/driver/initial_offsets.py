@@ -14,20 +14,27 @@ before the query starts, and from then on hands the source the offsets that file
 the entry's other start options dropped), whoever wrote it (a stateless upgrade's new checkpoint too). A
 checkpoint that already has batches but no such file (a stream started before Rewind kept it) is left as
 it was: its real start is unknown, and a guess would make its proofs skip records.
+
+Until the first commit the kept start is also matched to the topics' partitions now, as the connector's
+planning does: a partition added since it was kept starts at its earliest offset (``startingOffsets`` must
+name every partition, so the source would otherwise refuse to start); one that is gone (its topic deleted)
+fails the start naming it, or with ``failOnDataLoss: false`` is dropped with a warning.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rewind.driver.source import START_KEYS
 from rewind.kafka.options import SOURCE_NAME
+from rewind.kafka.types import EARLIEST
 from rewind.storage.location import open_storage
 
-__all__ = ["INITIAL", "gives_a_start", "initial_offsets_bytes", "parse_initial_offsets", "pinned_options"]
+__all__ = ["INITIAL", "gives_a_start", "initial_offsets_bytes", "match_partitions", "parse_initial_offsets",
+           "pinned_options"]
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +83,57 @@ def _with_start(options: Mapping[str, str], offsets: Mapping[tuple[str, int], in
     return {**kept, "startingOffsets": _offsets_json(offsets)}
 
 
-def _resolve(options: Mapping[str, str]) -> dict[tuple[str, int], int]:
-    """The start the source itself would take now (its ``initialOffset``: the same rules, the same broker)."""
-    from rewind.kafka.options import parse_options  # lazy: only streams on the Python source resolve a start
+def match_partitions(kept: Mapping[tuple[str, int], int], now: Iterable[tuple[str, int]]
+                     ) -> tuple[dict[tuple[str, int], int], list[tuple[str, int]], list[tuple[str, int]]]:
+    """Pure: the kept start over the partitions there are ``now`` (a new one at ``EARLIEST``, as Spark's connector
+    reads a partition its start does not name), with the partitions added and those gone, both sorted."""
+    current = set(now)
+    added = sorted(current - set(kept))
+    gone = sorted(set(kept) - current)
+    matched = {tp: off for tp, off in kept.items() if tp in current}
+    matched.update(dict.fromkeys(added, EARLIEST))
+    return matched, added, gone
+
+
+def _reader(options: Mapping[str, str]) -> Any:
+    from rewind.kafka.options import parse_options  # lazy: only streams on the Python source look up a start
     from rewind.kafka.source import KafkaStreamReader  # lazy: its data source classes, only here
 
-    reader = KafkaStreamReader(parse_options(options, streaming=True))
+    return KafkaStreamReader(parse_options(options, streaming=True))
+
+
+def _resolve(options: Mapping[str, str]) -> dict[tuple[str, int], int]:
+    """The start the source itself would take now (its ``initialOffset``: the same rules, the same broker)."""
+    reader = _reader(options)
     try:
         return _per_partition(reader.initialOffset())
     finally:
         reader.close_lookup()
+
+
+def _matched(stream: str, kept: dict[tuple[str, int], int], options: Mapping[str, str], where: str
+             ) -> dict[tuple[str, int], int]:
+    """``kept`` over the topics' partitions now (``match_partitions``), saying what changed since it was kept."""
+    reader = _reader(options)
+    try:
+        matched, added, gone = match_partitions(kept, reader.lookup().partitions(reader.opts.topics))
+    finally:
+        reader.close_lookup()
+    if added:
+        log.info("stream %s: partition(s) %s appeared after its start was kept in %s; they start at their earliest "
+                 "offset", stream, _names(added), where)
+    if gone and reader.opts.fail_on_data_loss:
+        raise ValueError(f"stream {stream}: partition(s) {_names(gone)} of its start ({where}) no longer exist (topic "
+                         f"deleted?); their records cannot be read. Recreate the topic, or set the source option "
+                         f"failOnDataLoss: false to start without them")
+    if gone:
+        log.warning("stream %s: partition(s) %s of its start (%s) no longer exist; starting without them "
+                    "(failOnDataLoss: false)", stream, _names(gone), where)
+    return matched
+
+
+def _names(tps: Iterable[tuple[str, int]]) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in tps)
 
 
 def pinned_options(stream: str, source_format: str, options: Mapping[str, str], checkpoint: str) -> dict[str, str]:
@@ -97,10 +145,13 @@ def pinned_options(stream: str, source_format: str, options: Mapping[str, str], 
     store = open_storage(checkpoint)
     if store.size(INITIAL):
         try:
-            return _with_start(options, parse_initial_offsets(store.read_bytes(INITIAL)))
+            kept = parse_initial_offsets(store.read_bytes(INITIAL))
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"stream {stream}: {store.url(INITIAL)} is not a record of where the stream started "
                              f"({exc}); restore the checkpoint from a savepoint (`rewind savepoint restore`)") from exc
+        if not any(name.isdigit() for name in store.list_dir("commits")[1]):  # the source still starts from it
+            kept = _matched(stream, kept, options, store.url(INITIAL))
+        return _with_start(options, kept)
     if not gives_a_start(options):
         return dict(options)
     if any(name.isdigit() for name in store.list_dir("offsets")[1]):
