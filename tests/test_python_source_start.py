@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,9 @@ def test_a_python_source_stream_from_latest_reads_from_where_it_began_and_is_pro
     # connector reads a partition its kept start does not name.
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until its answer: a dropped client cancels
     assert admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30) is None
+    time.sleep(0.01)
+    later_at = int(time.time() * 1000)  # Kafka stamps a record with its producer's clock: this one's
+    time.sleep(0.01)
     later = _send(bootstrap, topic, "later", 40, partitions=4)
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "latest"}
     assert json.loads(pinned_options("ps", "rewind_kafka", options, fresh)["startingOffsets"]) == {
@@ -100,3 +104,14 @@ def test_a_python_source_stream_from_latest_reads_from_where_it_began_and_is_pro
         pinned_options("ps", "rewind_kafka", options, gone)
     assert json.loads(pinned_options("ps", "rewind_kafka", {**options, "failOnDataLoss": "false"}, gone)
                       ["startingOffsets"]) == {topic: {"0": 0, "1": 0, "2": 0, "3": 0}}
+
+    # A start by time is resolved once and kept as offsets: the first record at or after it in each partition,
+    # and a later driver reads the kept offsets, not the time again (the option changed in between on purpose).
+    by_time = tmp_path / "by_time"
+    by_time.mkdir()
+    first = pinned_options("ps", "rewind_kafka", {**options, "startingTimestamp": str(later_at)}, str(by_time))
+    assert json.loads(first["startingOffsets"]) == {topic: {"0": 20, "1": 20, "2": 20, "3": 0}}
+    assert "startingTimestamp" not in first
+    again = pinned_options("ps", "rewind_kafka", {**options, "startingTimestamp": str(int(time.time() * 1000))},
+                           str(by_time))
+    assert again == first
