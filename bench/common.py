@@ -97,3 +97,49 @@ class MachineLoad(threading.Thread):
         """Mean busy cores over the samples that end within [start, end]; None when none does."""
         got = [b for t, b in self.samples if start < t <= end + self.interval_s / 2]
         return round(sum(got) / len(got), 2) if got else None
+
+
+#: Who spent the machine's CPU during a recovery (``cpu_s``), in the order the JSON lists them.
+CPU_ROLES = ("driver_jvm", "driver_python", "python_workers", "kafka_broker", "bench_and_supervisor", "exited",
+             "other")
+
+
+def _role(cmdline: list[str], pid: int) -> str:
+    text = " ".join(cmdline)
+    if pid == os.getpid():  # the bench: in recovery.py also the supervisor's DAG run and the producer
+        return "bench_and_supervisor"
+    if "org.apache.spark.deploy.SparkSubmit" in text:
+        return "driver_jvm"
+    if "spark_jobs/stream.py" in text or "bench/plain_job.py" in text:
+        return "driver_python"
+    if "python_daemon" in text or "pyspark.daemon" in text or "pyspark.worker" in text:
+        return "python_workers"
+    if "kafka.Kafka" in text or "/kafka/" in text:
+        return "kafka_broker"
+    return "other"
+
+
+def cpu_snapshot() -> tuple[float, dict[int, tuple[str, float]]]:
+    """The machine's busy CPU-seconds so far and each live process's (role, CPU-seconds): two of them say where
+    a recovery's CPU went (``cpu_by_role``), at the cost of one pass over ``/proc`` each."""
+    import psutil
+
+    t = psutil.cpu_times()
+    busy = sum(t) - t.idle - getattr(t, "iowait", 0.0)
+    procs: dict[int, tuple[str, float]] = {}
+    for p in psutil.process_iter(["pid", "cmdline", "cpu_times"]):
+        ct = p.info["cpu_times"]
+        if ct is not None:
+            procs[p.info["pid"]] = (_role(p.info["cmdline"] or [], p.info["pid"]), ct.user + ct.system)
+    return busy, procs
+
+
+def cpu_by_role(before: tuple[float, dict[int, tuple[str, float]]], after: tuple[float, dict[int, tuple[str, float]]]
+                ) -> dict[str, float]:
+    """CPU-seconds per role between two snapshots; a process gone by the second counts under ``exited``
+    (the machine's busy time less what the live ones spent)."""
+    out = dict.fromkeys(CPU_ROLES, 0.0)
+    for pid, (role, cpu) in after[1].items():
+        out[role] += cpu - before[1].get(pid, (role, 0.0))[1]
+    out["exited"] = max(0.0, (after[0] - before[0]) - sum(out.values()))
+    return {k: round(v, 2) for k, v in out.items()}

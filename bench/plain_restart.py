@@ -5,7 +5,8 @@ What Spark itself needs to come back on this machine, with nothing of Rewind's a
 SQLite, Rewind's Spark settings, trigger 0) on the same topic, with its own checkpoint and database. Each run
 waits for the job to commit three more batches, SIGKILLs its Python driver (its JVM ends with it), starts the
 same command at once (no detection, no supervisor: the best a relaunch can do) and times the SIGKILL to the
-first batch committed past the one before the kill (polled in the job's ``batches`` table every 50 ms).
+first batch committed past the one before the kill (polled in the job's ``batches`` table every 50 ms), and
+where the machine's CPU went in between (``common.cpu_by_role``: the same roles as the stream's recovery).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from common import CPU_ROLES, cpu_by_role, cpu_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +63,7 @@ def plain_restarts(bootstrap: str, topic: str, registry: Path, work: Path, runs:
     started = time.time()
     proc = launch()
     per_run: list[float] = []
+    cpu: list[dict[str, float]] = []
     try:
         first = _wait_batch_past(proc=proc, db=db, batch=-1, timeout_s=300)
         cold = round(first - started, 2)
@@ -67,11 +71,13 @@ def plain_restarts(bootstrap: str, topic: str, registry: Path, work: Path, runs:
             at = _last_batch(db)
             _wait_batch_past(db, at + 2, proc, 300)  # three more batches: steady, its state written
             batch = _last_batch(db)
+            before = cpu_snapshot()
             killed = time.time()
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             proc = launch()
             per_run.append(round(_wait_batch_past(db, batch, proc, 300) - killed, 2))
+            cpu.append(cpu_by_role(before, cpu_snapshot()))
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -81,4 +87,6 @@ def plain_restarts(bootstrap: str, topic: str, registry: Path, work: Path, runs:
         log.close()
     return {"what": "bench/plain_job.py --settings rewind --continuous: SIGKILL, restarted at once",
             "median_sigkill_to_first_new_batch_s": round(statistics.median(per_run), 2), "per_run_s": per_run,
-            "cold_start_to_first_batch_s": cold}
+            "cold_start_to_first_batch_s": cold,
+            "median_cpu_s": {k: round(statistics.median(c[k] for c in cpu), 2) for k in CPU_ROLES if cpu},
+            "per_run_cpu_s": cpu}

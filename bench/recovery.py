@@ -9,6 +9,9 @@ new batches, and reads the times from the facts the platform records:
 - relaunched: the new driver's ``started_at`` in the status file;
 - first new batch: the first status of the new driver with a batch past the one at the kill;
 - how busy the machine was in each step (``busy_cores`` per kill, ``median_busy_cores``, of ``machine.cores``);
+- where the machine's CPU went from the kill to that batch, by process (``cpu_s`` per kill, ``median_cpu_s``): the
+  new driver's JVM, its Python, its Python workers, the Kafka broker, this process (the supervisor's DAG run
+  and the producer), processes that exited in between (the dead driver's JVM, Spark's launcher) and the rest;
 - the split of that time (``split_s`` per kill, ``median_split_s``): ``to_spark_submit`` (the kill to the
   new driver's spark-submit JVM: detection, the restart delay, the relaunch task) and the new driver's own
   start-up steps from its status (``rewind.driver.startup``: jvm, python, checks, lease, session, query,
@@ -42,7 +45,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common import MachineLoad, SteadyProducer, keep_stdout_for_json  # noqa: E402
+from common import (  # noqa: E402
+    CPU_ROLES,
+    MachineLoad,
+    SteadyProducer,
+    cpu_by_role,
+    cpu_snapshot,
+    keep_stdout_for_json,
+)
 from plain_restart import plain_restarts  # noqa: E402
 
 from tests.harness.dag_runs import watching  # noqa: E402
@@ -97,6 +107,7 @@ def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any], dag_i
     time.sleep(1.0)
     st = read_status(path)
     assert st is not None
+    before = cpu_snapshot()
     out.update(pid=st.pid, batch=st.last_batch_id, killed_at=time.time())
     os.kill(st.pid, signal.SIGKILL)
     while time.monotonic() < deadline:
@@ -105,6 +116,7 @@ def kill_and_time(spec: Any, after_batch: int | None, out: dict[str, Any], dag_i
             out.setdefault("relaunched_at", now.started_at)
             if now.last_batch_id is not None and now.last_batch_id > out["batch"] and now.last_batch_at:
                 out["first_batch_at"] = now.last_batch_at
+                out["cpu_s"] = cpu_by_role(before, cpu_snapshot())
                 out["startup"] = now.startup  # the new driver's own split (rewind.driver.startup)
                 return
         time.sleep(0.1)
@@ -181,7 +193,7 @@ def main() -> None:
                              "relaunch_s": round(timing["relaunched_at"] - k, 2), "first_batch_s": first,
                              # SIGKILL -> the new driver's spark-submit JVM: detection, restart delay, the launch
                              "split_s": {"to_spark_submit": round(first - sum(steps.values()), 2), **steps},
-                             "tasks": states})
+                             "cpu_s": timing["cpu_s"], "tasks": states})
                 runs[-1]["busy_cores"] = busy_by_step(load, k, runs[-1]["split_s"])
         finally:
             load.stop.set()
@@ -220,6 +232,9 @@ def main() -> None:
         "per_run": [{k: v for k, v in r.items() if k != "tasks"} for r in runs],
         "median_split_s": {k: round(statistics.median(r["split_s"].get(k, 0.0) for r in runs), 2)
                            for k in STEPS if runs and k in runs[0]["split_s"]},
+        # CPU-seconds by process from the kill to the first new batch: with `machine.cores`, the least wall time
+        # that work could take
+        "median_cpu_s": {k: round(statistics.median(r["cpu_s"][k] for r in runs), 2) for k in CPU_ROLES if runs},
         # the machine's busy cores (of machine.cores) during each step: steps on busy cores are cut only by less work
         "median_busy_cores": {k: statistics.median(b) for k in STEPS
                               if (b := [r["busy_cores"][k] for r in runs if r["busy_cores"].get(k) is not None])},
