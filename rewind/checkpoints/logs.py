@@ -61,6 +61,13 @@ def _ids(names: list[str]) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
+def has_batches(store: Storage, d: str) -> bool:
+    """Whether ``offsets/`` or ``commits/`` holds any batch: on a local store from the first numeric entry met,
+    without listing the whole log."""
+    probe = getattr(store, "any_batch_id", None)
+    return probe(d) is not None if probe is not None else bool(_ids(store.list_dir(d)[1]))
+
+
 def log_ids(store: Storage, d: str, full: bool) -> list[int] | range:
     """The batch ids of ``offsets/`` or ``commits/``.
 

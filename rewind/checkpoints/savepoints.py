@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rewind.checkpoints.inspection import CheckpointError, inspect_checkpoint, resume_files, state_versions
+from rewind.checkpoints.logs import has_batches
 from rewind.checkpoints.manifest import (
     FILES_DIR,
     MANIFEST,
@@ -158,7 +159,7 @@ def create_savepoint(spec: StreamSpec, store: Storage, *, checkpoint: str | Path
         raise SavepointRefused(f"stream {spec.name}: its checkpoint {location} is neither on local disk nor in S3 "
                                "(s3a://); savepoints copy those two")
     source = open_storage(location)
-    if not [f for f in source.list_dir("commits")[1] if f.isdigit()]:
+    if not has_batches(source, "commits"):
         raise NothingToSave(f"stream {spec.name} has no committed batch in {source.location.rstrip('/')} yet: "
                             "nothing to save")
     store.check()

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rewind.checkpoints.logs import has_batches
 from rewind.driver.source import START_KEYS
 from rewind.kafka.options import SOURCE_NAME
 from rewind.kafka.types import EARLIEST
@@ -149,12 +150,12 @@ def pinned_options(stream: str, source_format: str, options: Mapping[str, str], 
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"stream {stream}: {store.url(INITIAL)} is not a record of where the stream started "
                              f"({exc}); restore the checkpoint from a savepoint (`rewind savepoint restore`)") from exc
-        if not any(name.isdigit() for name in store.list_dir("commits")[1]):  # the source still starts from it
+        if not has_batches(store, "commits"):  # the source still starts from it
             kept = _matched(stream, kept, options, store.url(INITIAL))
         return _with_start(options, kept)
     if not gives_a_start(options):
         return dict(options)
-    if any(name.isdigit() for name in store.list_dir("offsets")[1]):
+    if has_batches(store, "offsets"):
         log.warning("stream %s: its checkpoint %s has batches but no record of where it started (it began before "
                     "Rewind kept one); a restart before its first commit resolves the start again", stream,
                     store.url())
