@@ -69,14 +69,15 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     os.environ.update(python_env())
     from pyspark.sql import SparkSession
 
-    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the JVM: from the class-data archive
+    under_submit = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))  # spark-submit's JVM runs; else this process starts one
+    if not under_submit:  # from the class-data archive
         os.environ.update(class_sharing_env())
 
     preset = deployment_conf()
     builder = SparkSession.builder.appName(app_name)
     # Under spark-submit (its JVM hands pyspark a gateway port) the master comes from --master (the
     # Airflow connection: spark://... for a standalone cluster); setting one here would override it.
-    if master or os.environ.get("REWIND_SPARK_MASTER") or not os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if master or os.environ.get("REWIND_SPARK_MASTER") or not under_submit:
         master = master or settings.spark_master()
         builder = builder.master(master)
     else:
@@ -88,7 +89,6 @@ def build_session(app_name: str, master: str | None = None, conf: dict[str, Any]
     # rewind_jar: the fenced checkpoint file manager. Under spark-submit the JVM's class path is fixed before this
     # runs and the submit brought it with --jars (``rewind.runtime.jvm.submit_jars``); in a YARN container there
     # is neither a JDK to compile it with nor Spark's jars beside pyspark's zip.
-    under_submit = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
     jars = [*connector_jars(required=False, delta=delta, jdbc=jdbc), *([] if under_submit else [rewind_jar()])]
     if jars:
         own = [j for j in (given.get("spark.jars") or preset.get("spark.jars") or "").split(",") if j]
