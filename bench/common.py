@@ -67,6 +67,15 @@ def conf_pairs(ap: argparse.ArgumentParser, items: list[str]) -> dict[str, str]:
     return dict(c.split("=", 1) for c in items)
 
 
+def busy_idle() -> tuple[float, float]:
+    """The machine's busy and idle CPU-seconds since boot, all cores (iowait counts as idle)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return sum(t) - idle, idle
+
+
 class MachineLoad(threading.Thread):
     """The machine's busy cores every ``interval_s`` (``psutil.cpu_times``), so a bench can say how loaded each
     step it times was: a step on busy cores is cut only by doing less, one beside an idle core also by overlap."""
@@ -79,11 +88,6 @@ class MachineLoad(threading.Thread):
 
     def run(self) -> None:
         import psutil
-
-        def busy_idle() -> tuple[float, float]:
-            t = psutil.cpu_times()
-            idle = t.idle + getattr(t, "iowait", 0.0)
-            return sum(t) - idle, idle
 
         cores = psutil.cpu_count() or 1
         last = busy_idle()
@@ -124,8 +128,7 @@ def cpu_snapshot() -> tuple[float, dict[int, tuple[str, float]]]:
     a recovery's CPU went (``cpu_by_role``), at the cost of one pass over ``/proc`` each."""
     import psutil
 
-    t = psutil.cpu_times()
-    busy = sum(t) - t.idle - getattr(t, "iowait", 0.0)
+    busy = busy_idle()[0]
     procs: dict[int, tuple[str, float]] = {}
     for p in psutil.process_iter(["pid", "cmdline", "cpu_times"]):
         ct = p.info["cpu_times"]
