@@ -6,7 +6,8 @@ driver is SIGKILLed three times while it writes, and relaunched each time. Then 
 in exactly one of the rows table and the dead-letter table, every row's value the one its record carried.
 The same stream is then switched to micro-batches and back by `rewind stream upgrade` (through savepoints),
 stopped gracefully, proven, damaged and repaired by a replay. Refusals (a stateful plan, Python in the plan, an
-aggregate table, a Delta sink, a switch into real-time mode it cannot run) are checked in fast forms.
+aggregate table, a Delta sink, a switch into real-time mode it cannot run) are checked in fast forms; more source
+partitions than task slots (one would never be read) is refused by the driver itself, before it writes anything.
 """
 
 from __future__ import annotations
@@ -427,6 +428,20 @@ def test_a_switch_into_real_time_mode_it_cannot_run_is_refused_before_anything_s
     text = yaml.safe_dump({"streams": {"agg": entry}})
     with pytest.raises(UpgradeRefused, match=r"refused: .*aggregate.* -- nothing was done"):
         prepare(UpgradeRequest("agg", str(registry), text, "new.yaml", "savepoint"))
+
+
+@pytest.mark.slow
+def test_more_partitions_than_task_slots_is_refused_before_anything_is_written(
+        tmp_path: Path, platform: Any, new_topic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 3-partition topic on the driver's local[2]: one partition would never be read (Spark says nothing), so
+    the driver refuses in one line naming the setting, exit 3, before the sink has a table or a row."""
+    stream = RealTimeStream(tmp_path, platform, new_topic(3), monkeypatch)
+    driver = stream.launch()
+    assert driver.wait(180) == 3, stream.log.read_text()[-3000:]
+    said = [line for line in stream.log.read_text().splitlines() if line.startswith("refused:")]
+    assert len(said) == 1 and "has 3 Kafka partitions" in said[0] and "local[3]" in said[0], said
+    assert not stream.db.exists() or not sqlite3.connect(stream.db).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
 
 
 @pytest.mark.slow

@@ -12,12 +12,13 @@ Kafka transactions each with the partition's ledger record, records re-read afte
 source offsets, a transactional producer per (stream, partition) and the driver's fence record.
 
 What cannot run this way is refused before anything is written, in one line: a Delta sink, a transform
-that declares aggregates (not idempotent by key), and a plan with a stateful operator or Python code
-(``check_plan``).
+that declares aggregates (not idempotent by key), a plan with a stateful operator or Python code
+(``check_plan``), and more source partitions than the application has task slots (``check_slots``).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from sqlalchemy.engine import make_url
@@ -28,7 +29,7 @@ from rewind.api.tables import decimal_of
 from rewind.errors import Refused
 from rewind.registry import StreamSpec
 
-__all__ = ["RealTimeRefused", "check_plan", "check_stream", "jdbc_url", "start_query", "writer_plan"]
+__all__ = ["RealTimeRefused", "check_plan", "check_slots", "check_stream", "jdbc_url", "start_query", "writer_plan"]
 
 #: How often a writer commits its buffered rows (ms): each commit is one short transaction.
 FLUSH_MS = 20
@@ -164,8 +165,23 @@ def writer_plan(sink: Any, transform: Transform) -> str:
     return "\n".join(lines)
 
 
+def check_slots(spark: Any, spec: StreamSpec) -> int:
+    """Refuse the stream when its source's partitions cannot all run at once in the application's task slots
+    (``rewind.driver.realtime_slots``: such a partition is never read, and Spark says nothing); the number of
+    partitions."""
+    from rewind.driver.realtime_slots import slots_refusal, task_slots  # lazy: only real-time streams
+
+    partitions = source_partitions(spec)
+    sc = spark.sparkContext
+    conf = dict(sc.getConf().getAll())
+    refusal = slots_refusal(spec.name, sc.master, partitions, task_slots(sc.master, conf, os.cpu_count() or 1))
+    if refusal:
+        raise RealTimeRefused(refusal)
+    return partitions
+
+
 def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, frame: Any, checkpoint: str,
-                lease_epoch: int) -> Any:
+                lease_epoch: int, partitions: int | None = None) -> Any:
     """Start ``frame`` in real-time mode into the SQL sink through the JVM writer; the StreamingQuery."""
     from pyspark.sql.streaming.query import StreamingQuery
 
@@ -173,7 +189,7 @@ def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, f
         raise RealTimeRefused(f"stream {spec.name}: build() output has no {KIND!r} column to route rows by")
     jvm = spark._jvm
     if sink_backend(spec.sink.url) == "kafka":
-        return _start_kafka(spark, spec, transform, sink, frame, checkpoint, lease_epoch)
+        return _start_kafka(spark, spec, transform, sink, frame, checkpoint, lease_epoch, partitions)
     from rewind.sink.sql_fence import FENCE_TABLE  # lazy: SQLAlchemy's metadata, only here
     from rewind.sink.sql_realtime import create_ledger  # lazy: as above
 
@@ -188,7 +204,7 @@ def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, f
 
 
 def _start_kafka(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, frame: Any, checkpoint: str,
-                 lease_epoch: int) -> Any:
+                 lease_epoch: int, partitions: int | None) -> Any:
     """``start_query`` into a Kafka sink (``io.rewind.rtm.KafkaRealTimeWriter``): the plan encodes each row's
     record, the driver writes its fence and starts every partition's producer once, then the query starts."""
     from pyspark.sql.streaming.query import StreamingQuery
@@ -206,8 +222,7 @@ def _start_kafka(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, 
         encoded = krt.encoded_frame(frame, sink, kinds)
     except Refused as exc:
         raise RealTimeRefused(f"{exc}") from None
-    partitions = _source_partitions(spec, sink)
-    krt.fence(sink, lease_epoch, partitions)
+    krt.fence(sink, lease_epoch, source_partitions(spec) if partitions is None else partitions)
     with_batch = ",".join(sink.table_name(n) for n, t in sink.specs.items() if "batch_id" in t.column_names)
     jvm = spark._jvm
     writer = jvm.io.rewind.rtm.KafkaRealTimeWriter(
@@ -220,7 +235,7 @@ def _start_kafka(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, 
     return StreamingQuery(jquery)
 
 
-def _source_partitions(spec: StreamSpec, sink: Any) -> int:
+def source_partitions(spec: StreamSpec) -> int:
     """How many Spark partitions the query has: one per partition of the source topics in this mode."""
     from rewind.kafka.client_config import base_consumer_config, kafka_options  # lazy: confluent-kafka
     from rewind.kafka.lookups import KafkaOffsetClient  # lazy: as above

@@ -112,13 +112,15 @@ def _real_time_query(spark: Any, spec: StreamSpec, transform: Any, bootstrap: st
     realtime.check_stream(spec, transform)
     out = _output(spark, spec, transform, bootstrap, checkpoint)
     realtime.check_plan(spec, out)
+    partitions = realtime.check_slots(spark, spec)
     sink = open_sink(spec, transform, spark)
     sink.create_tables()
     lineage.outputs(sink.specs.values())
     if lease is not None:
         fence_sink(sink, lease)
         lease.check("the stream's first epoch")
-    return realtime.start_query(spark, spec, transform, sink, out, checkpoint, lease.epoch if lease else 0)
+    return realtime.start_query(spark, spec, transform, sink, out, checkpoint, lease.epoch if lease else 0,
+                                partitions)
 
 
 def _output(spark: Any, spec: StreamSpec, transform: Any, bootstrap: str, checkpoint: str) -> Any:
