@@ -14,7 +14,7 @@ variable Rewind reads is read here, with its default and what it is for:
 | ``KAFKA_JVM_PERFORMANCE_OPTS`` | G1, 20 ms pauses | the embedded broker's JIT and GC options (as Kafka's scripts) |
 | ``REWIND_SPARK_MASTER`` | ``local[2]`` | Spark master of sessions Rewind builds |
 | ``REWIND_SPARK_LOG_LEVEL`` | ``WARN`` | Spark's log level |
-| ``REWIND_LAG_PROBE_S`` | 10 | seconds between lag look-ups in the driver (0: off) |
+| ``REWIND_LAG_PROBE_S`` | 10 | seconds between the driver's lag look-ups, which check real-time slots too (0: off) |
 | ``REWIND_FAULTS`` | unset | tests only: the fault points armed in a process (``rewind.faults``; read there) |
 | ``REWIND_METRICS_TOKEN`` | unset | a scraper's bearer token for ``/rewind/metrics`` (else an Airflow login) |
 | ``REWIND_DRIVER_WAIT_S`` | 60 | how long a driver waits for another's lease to lapse before it is refused |

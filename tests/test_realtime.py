@@ -7,7 +7,7 @@ in exactly one of the rows table and the dead-letter table, every row's value th
 The same stream is then switched to micro-batches and back by `rewind stream upgrade` (through savepoints),
 stopped gracefully, proven, damaged and repaired by a replay. Refusals (a stateful plan, Python in the plan, an
 aggregate table, a Delta sink, a switch into real-time mode it cannot run) are checked in fast forms; more source
-partitions than task slots (one would never be read) is refused by the driver itself, before it writes anything.
+partitions than task slots (one would never be read) stops the driver and is refused at its relaunch.
 """
 
 from __future__ import annotations
@@ -431,17 +431,42 @@ def test_a_switch_into_real_time_mode_it_cannot_run_is_refused_before_anything_s
 
 
 @pytest.mark.slow
-def test_more_partitions_than_task_slots_is_refused_before_anything_is_written(
+def test_a_partition_past_the_task_slots_stops_the_driver_and_refuses_its_relaunch(
         tmp_path: Path, platform: Any, new_topic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 3-partition topic on the driver's local[2]: one partition would never be read (Spark says nothing), so
-    the driver refuses in one line naming the setting, exit 3, before the sink has a table or a row."""
-    stream = RealTimeStream(tmp_path, platform, new_topic(3), monkeypatch)
+    """On the driver's local[2] a third partition would never be read (Spark says nothing). Added to the topic
+    of a running stream: the driver's next look-up of the topic stops it, exit 3, one line naming the master to
+    give. Relaunched on 3 partitions: refused the same way before it closes an epoch or writes a row."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    stream = RealTimeStream(tmp_path, platform, new_topic(2), monkeypatch, REWIND_LAG_PROBE_S="1")
+    producer = Producer(platform.kafka_bootstrap, stream.topic, rate=100)
+    producer.start()
     driver = stream.launch()
-    assert driver.wait(180) == 3, stream.log.read_text()[-3000:]
+    try:
+        _wait(lambda: _closed_by(stream.db, 1), 240, "an epoch closed on 2 partitions", stream.log, driver)
+        admin = AdminClient({"bootstrap.servers": platform.kafka_bootstrap})
+        assert admin.create_partitions([NewPartitions(stream.topic, 3)])[stream.topic].result(30) is None
+        added = time.monotonic()
+        assert driver.wait(120) == 3, stream.log.read_text()[-3000:]
+        stopped_after = time.monotonic() - added
+    finally:
+        producer.stop.set()
+        stop(driver)
     said = [line for line in stream.log.read_text().splitlines() if line.startswith("refused:")]
     assert len(said) == 1 and "has 3 Kafka partitions" in said[0] and "local[3]" in said[0], said
-    assert not stream.db.exists() or not sqlite3.connect(stream.db).execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert "gained partitions while it ran" in said[0], said
+    written, epochs = stream.written(), _epochs(stream.db)
+    relaunch = stream.launch(tmp_path / "relaunch.log")
+    assert relaunch.wait(180) == 3, (tmp_path / "relaunch.log").read_text()[-3000:]
+    again = [line for line in (tmp_path / "relaunch.log").read_text().splitlines() if line.startswith("refused:")]
+    assert len(again) == 1 and "has 3 Kafka partitions" in again[0] and "gained" not in again[0], again
+    assert (stream.written(), _epochs(stream.db)) == (written, epochs)  # the relaunch wrote nothing
+    print(json.dumps({"stopped_after_s": round(stopped_after, 1), "written": written, "epochs": epochs}))
+
+
+def _epochs(db: Path) -> int:
+    with sqlite3.connect(db) as con:
+        return int(con.execute("SELECT COUNT(*) FROM rewind_rtm_epochs").fetchone()[0])
 
 
 @pytest.mark.slow

@@ -189,7 +189,9 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
         spans.mark("query")
         log.info("stream %s started: query %s, checkpoint %s, sink %s, lease epoch %d, resuming after batch %s",
                  spec.name, query.id, checkpoint, spec.sink.url.split("@")[-1], keeper.epoch, status.last_batch_id)
-        probe = start_lag_probe(spec, bootstrap, status, channel)
+        refused: list[str] = []  # a real-time stream whose topics gained partitions past its task slots
+        probe = start_lag_probe(spec, bootstrap, status, channel, _partitions_guard(spark, spec, stop_requested,
+                                                                                    refused))
         try:
 
             def settle() -> None:  # the status and the consumer group end where the stream did
@@ -200,6 +202,12 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
             result = _until_stopped(query, spec, keeper, stop_requested, status, channel, settle)
         finally:
             probe.stop()
+        if refused:
+            from rewind.driver.realtime import RealTimeRefused  # lazy: only real-time streams
+
+            status.state, status.exception = "failed", refused[0]
+            channel.write(status)
+            raise RealTimeRefused(refused[0])
     except BaseException as exc:
         lineage.end(1, str(exc) if isinstance(exc, LeaseLost) else _fenced(keeper), exc)
         raise
@@ -209,6 +217,15 @@ def _drive(spark: Any, spec: StreamSpec, bootstrap: str, available_now: bool, st
     if keeper.fenced.is_set():
         raise LeaseLost(fenced_line(keeper.lease, keeper.fenced_by))
     return result
+
+
+def _partitions_guard(spark: Any, spec: StreamSpec, stop: threading.Event, said: list[str]) -> Any:
+    """The real-time mode's guard against partitions added past the task slots, for the lag probe; else None."""
+    if spec.real_time is None:
+        return None
+    from rewind.driver.realtime import partitions_guard  # lazy: only real-time streams
+
+    return partitions_guard(spark, spec, stop, said)
 
 
 def _fenced(keeper: LeaseKeeper) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,11 @@ class LagProbe(threading.Thread):
     """Every `interval_s`: true end offsets of the stream's topics -> status lag (until `stop`)."""
 
     def __init__(self, consumer_config: dict[str, Any], topics: list[str], status: StreamStatus,
-                 target: Path | StatusChannel, interval_s: float = 10.0, timeout_s: float = 30.0) -> None:
+                 target: Path | StatusChannel, interval_s: float = 10.0, timeout_s: float = 30.0,
+                 on_partitions: Callable[[int], None] | None = None) -> None:
         super().__init__(name=f"lag-probe-{status.stream}", daemon=True)
         self.config, self.topics, self.status = consumer_config, topics, status
+        self.on_partitions = on_partitions  # told how many partitions the topics have, at every look-up
         self.channel = channel_of(target)
         self.interval_s, self.timeout_s = interval_s, timeout_s
         self.stopped = threading.Event()
@@ -45,7 +48,10 @@ class LagProbe(threading.Thread):
         self.stopped.set()
 
     def probe_once(self, client: Any) -> None:
-        ends = client.end_offsets(client.partitions(self.topics))
+        partitions = client.partitions(self.topics)
+        if self.on_partitions is not None:
+            self.on_partitions(len(partitions))
+        ends = client.end_offsets(partitions)
         latest = end_offsets_json(ends)
         st = self.status
         if st.state in ("stopped", "failed"):

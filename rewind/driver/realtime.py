@@ -18,7 +18,10 @@ that declares aggregates (not idempotent by key), a plan with a stateful operato
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.engine import make_url
@@ -29,7 +32,10 @@ from rewind.api.tables import decimal_of
 from rewind.errors import Refused
 from rewind.registry import StreamSpec
 
-__all__ = ["RealTimeRefused", "check_plan", "check_slots", "check_stream", "jdbc_url", "start_query", "writer_plan"]
+__all__ = ["RealTimeRefused", "check_plan", "check_slots", "check_stream", "jdbc_url", "partitions_guard",
+           "start_query", "writer_plan"]
+
+log = logging.getLogger(__name__)
 
 #: How often a writer commits its buffered rows (ms): each commit is one short transaction.
 FLUSH_MS = 20
@@ -169,15 +175,42 @@ def check_slots(spark: Any, spec: StreamSpec) -> int:
     """Refuse the stream when its source's partitions cannot all run at once in the application's task slots
     (``rewind.driver.realtime_slots``: such a partition is never read, and Spark says nothing); the number of
     partitions."""
-    from rewind.driver.realtime_slots import slots_refusal, task_slots  # lazy: only real-time streams
+    from rewind.driver.realtime_slots import slots_refusal  # lazy: only real-time streams
 
     partitions = source_partitions(spec)
-    sc = spark.sparkContext
-    conf = dict(sc.getConf().getAll())
-    refusal = slots_refusal(spec.name, sc.master, partitions, task_slots(sc.master, conf, os.cpu_count() or 1))
+    refusal = slots_refusal(spec.name, spark.sparkContext.master, partitions, slots_of(spark))
     if refusal:
         raise RealTimeRefused(refusal)
     return partitions
+
+
+def slots_of(spark: Any) -> int | None:
+    """The tasks the session's application runs at once (``rewind.driver.realtime_slots``), None if unknown."""
+    from rewind.driver.realtime_slots import task_slots  # lazy: only real-time streams
+
+    sc = spark.sparkContext
+    return task_slots(sc.master, dict(sc.getConf().getAll()), os.cpu_count() or 1)
+
+
+def partitions_guard(spark: Any, spec: StreamSpec, stop: threading.Event,
+                     said: list[str]) -> Callable[[int], None] | None:
+    """For the lag probe of a running real-time stream: a partition added to its topics past the task slots
+    would never be read, so the first look-up that counts more stops the driver (``stop``) with the refusal
+    in ``said``, logged at once; None when the slots are unknown."""
+    from rewind.driver.realtime_slots import slots_refusal  # lazy: only real-time streams
+
+    slots, master = slots_of(spark), spark.sparkContext.master
+    if slots is None:
+        return None
+
+    def check(partitions: int) -> None:
+        refusal = slots_refusal(spec.name, master, partitions, slots)
+        if refusal and not said:
+            said.append(f"{refusal} (the topics gained partitions while it ran)")
+            log.error("%s; stopping the stream", said[0])
+            stop.set()
+
+    return check
 
 
 def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, frame: Any, checkpoint: str,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -237,12 +238,13 @@ def seed_from_checkpoint(status: StreamStatus, checkpoint: str) -> None:
         status.end_offsets = {t: {str(p): int(o) for p, o in parts.items()} for t, parts in info.offsets[0].items()}
 
 
-def start_lag_probe(spec: StreamSpec, bootstrap: str, status: StreamStatus, channel: StatusChannel) -> Any:
+def start_lag_probe(spec: StreamSpec, bootstrap: str, status: StreamStatus, channel: StatusChannel,
+                    on_partitions: Callable[[int], None] | None = None) -> Any:
     """The Kafka lag look-up thread (REWIND_LAG_PROBE_S seconds apart, default 10; 0 turns it off)."""
 
     interval = settings.lag_probe_interval_s()
     probe = LagProbe(stream_consumer_config(spec.source.options, bootstrap, f"rewind-lag-{spec.name}"),
-                     spec.topics, status, channel, interval_s=max(interval, 0.5))
+                     spec.topics, status, channel, interval_s=max(interval, 0.5), on_partitions=on_partitions)
     if interval > 0:
         probe.start()
     return probe
