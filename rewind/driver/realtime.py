@@ -19,7 +19,6 @@ that declares aggregates (not idempotent by key), a plan with a stateful operato
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -189,7 +188,8 @@ def slots_of(spark: Any) -> int | None:
     from rewind.driver.realtime_slots import task_slots  # lazy: only real-time streams
 
     sc = spark.sparkContext
-    return task_slots(sc.master, dict(sc.getConf().getAll()), os.cpu_count() or 1)
+    cores = int(sc._jvm.java.lang.Runtime.getRuntime().availableProcessors())  # what Spark's local[*] takes
+    return task_slots(sc.master, dict(sc.getConf().getAll()), cores)
 
 
 def partitions_guard(spark: Any, spec: StreamSpec, stop: threading.Event,

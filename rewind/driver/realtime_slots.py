@@ -32,7 +32,7 @@ def _int(conf: Mapping[str, str], key: str, default: int | None) -> int | None:
 def task_slots(master: str, conf: Mapping[str, str], cpu_count: int) -> int | None:
     """Tasks the application can run at once: cores over ``spark.task.cpus``; None where the settings do not
     say (dynamic allocation without a maximum, a standalone master without ``spark.cores.max``, an unknown
-    master). ``cpu_count`` is the driver host's, for ``local[*]``."""
+    master). ``cpu_count`` is what the driver's JVM sees (its container's limit), for ``local[*]``."""
     task_cpus = max(1, _int(conf, "spark.task.cpus", 1) or 1)
     m = master.strip().lower()
     local = _LOCAL.match(m)
