@@ -64,6 +64,6 @@ def _spec(topic: str, bootstrap: str) -> StreamSpec:
 def test_check_slots_on_the_real_session_and_topics(spark: Any, platform: Any, new_topic: Any) -> None:
     """The worker's session runs local[2]: a 2-partition topic fits, a 3-partition one is refused."""
     assert spark.sparkContext.master == "local[2]"
-    assert check_slots(spark, _spec(new_topic(2), platform.kafka_bootstrap)) == 2
+    assert check_slots(spark, _spec(new_topic(2), platform.kafka_bootstrap), platform.kafka_bootstrap) == 2
     with pytest.raises(RealTimeRefused, match=r"has 3 Kafka partitions and the Spark application runs 2 task"):
-        check_slots(spark, _spec(new_topic(3), platform.kafka_bootstrap))
+        check_slots(spark, _spec(new_topic(3), platform.kafka_bootstrap), platform.kafka_bootstrap)

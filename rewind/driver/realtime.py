@@ -170,13 +170,13 @@ def writer_plan(sink: Any, transform: Transform) -> str:
     return "\n".join(lines)
 
 
-def check_slots(spark: Any, spec: StreamSpec) -> int:
+def check_slots(spark: Any, spec: StreamSpec, bootstrap: str) -> int:
     """Refuse the stream when its source's partitions cannot all run at once in the application's task slots
     (``rewind.driver.realtime_slots``: such a partition is never read, and Spark says nothing); the number of
     partitions."""
     from rewind.driver.realtime_slots import slots_refusal  # lazy: only real-time streams
 
-    partitions = source_partitions(spec)
+    partitions = source_partitions(spec, bootstrap)
     refusal = slots_refusal(spec.name, spark.sparkContext.master, partitions, slots_of(spark))
     if refusal:
         raise RealTimeRefused(refusal)
@@ -214,8 +214,9 @@ def partitions_guard(spark: Any, spec: StreamSpec, stop: threading.Event,
 
 
 def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, frame: Any, checkpoint: str,
-                lease_epoch: int, partitions: int | None = None) -> Any:
-    """Start ``frame`` in real-time mode into the SQL sink through the JVM writer; the StreamingQuery."""
+                lease_epoch: int, partitions: int) -> Any:
+    """Start ``frame`` in real-time mode into the SQL sink through the JVM writer; the StreamingQuery.
+    ``partitions``: the source's, as ``check_slots`` counted them."""
     from pyspark.sql.streaming.query import StreamingQuery
 
     if KIND not in frame.columns:
@@ -237,7 +238,7 @@ def start_query(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, f
 
 
 def _start_kafka(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, frame: Any, checkpoint: str,
-                 lease_epoch: int, partitions: int | None) -> Any:
+                 lease_epoch: int, partitions: int) -> Any:
     """``start_query`` into a Kafka sink (``io.rewind.rtm.KafkaRealTimeWriter``): the plan encodes each row's
     record, the driver writes its fence and starts every partition's producer once, then the query starts."""
     from pyspark.sql.streaming.query import StreamingQuery
@@ -255,7 +256,7 @@ def _start_kafka(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, 
         encoded = krt.encoded_frame(frame, sink, kinds)
     except Refused as exc:
         raise RealTimeRefused(f"{exc}") from None
-    krt.fence(sink, lease_epoch, source_partitions(spec) if partitions is None else partitions)
+    krt.fence(sink, lease_epoch, partitions)
     with_batch = ",".join(sink.table_name(n) for n, t in sink.specs.items() if "batch_id" in t.column_names)
     jvm = spark._jvm
     writer = jvm.io.rewind.rtm.KafkaRealTimeWriter(
@@ -268,14 +269,14 @@ def _start_kafka(spark: Any, spec: StreamSpec, transform: Transform, sink: Any, 
     return StreamingQuery(jquery)
 
 
-def source_partitions(spec: StreamSpec) -> int:
-    """How many Spark partitions the query has: one per partition of the source topics in this mode."""
-    from rewind.kafka.client_config import base_consumer_config, kafka_options  # lazy: confluent-kafka
+def source_partitions(spec: StreamSpec, bootstrap: str) -> int:
+    """How many Spark partitions the query has: one per partition of the source topics in this mode, asked of
+    the brokers the query reads (``source_options``: the entry's own bootstrap wins over the driver's)."""
+    from rewind.driver.source import source_options  # lazy: only real-time streams
+    from rewind.kafka.client_config import stream_consumer_config  # lazy: confluent-kafka
     from rewind.kafka.lookups import KafkaOffsetClient  # lazy: as above
-    from rewind.settings import resolve_bootstrap  # lazy: as above
 
-    options = spec.source.options
-    bootstrap = str(options.get("kafka.bootstrap.servers") or resolve_bootstrap(None))
-    config = base_consumer_config(bootstrap, kafka_options(options), group_id=f"rewind-rtm-{spec.name}")
+    brokers = source_options(spec, bootstrap)["kafka.bootstrap.servers"]
+    config = stream_consumer_config(spec.source.options, brokers, f"rewind-rtm-{spec.name}")
     with KafkaOffsetClient(config, 30.0) as client:
         return len(client.partitions(list(spec.topics)))

@@ -113,7 +113,7 @@ def _real_time_query(spark: Any, spec: StreamSpec, transform: Any, bootstrap: st
     realtime.check_stream(spec, transform)
     out = _output(spark, spec, transform, bootstrap, checkpoint)
     realtime.check_plan(spec, out)
-    partitions = realtime.check_slots(spark, spec)
+    partitions = realtime.check_slots(spark, spec, bootstrap)
     sink = open_sink(spec, transform, spark)
     sink.create_tables()
     lineage.outputs(sink.specs.values())
